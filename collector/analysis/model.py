@@ -27,6 +27,7 @@ KIND_LINE = "line"  # one log line
 KIND_TRACEBACK = "traceback"  # a whole Python traceback, chained parts included
 KIND_KERNEL = "kernel"  # one kernel message (continuation lines joined)
 KIND_RECORD = "record"  # a structured record (torchelastic error.json, agent samples)
+KIND_STREAM = "stream.summary"  # the last Event of a scanned stream: fields first_ns, last_ns, lines
 
 
 @dataclass(frozen=True, slots=True)

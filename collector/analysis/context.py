@@ -1,0 +1,158 @@
+"""What a DeepSpeed bug report needs, read from the logs (REPORT.md ``context``).
+
+DeepSpeed prints its resolved configuration at initialize, one attribute per
+line, from ``DeepSpeedConfig.print`` (deepspeed/runtime/config.py)::
+
+    [2026-12-02 10:11:59,790] [INFO] [config.py:678:print]   zero_config .................. stage=2 contiguous_gradients=True ... offload_param=None offload_optimizer=None ...
+    [2026-12-02 10:11:59,790] [INFO] [config.py:678:print]   gradient_accumulation_steps .. 1
+
+and its version from ``deepspeed.initialize``::
+
+    [2026-12-02 10:11:58,100] [INFO] [logging.py:107:log_dist] [Rank 0] DeepSpeed info: version=0.19.8, git-hash=unknown, git-branch=unknown
+
+The DeepSpeed launcher logs the command of every rank it starts
+(``process 4242 spawned with command: [...]``, launcher/launch.py) and the
+runner its whole command (``cmd = ...``). torchrun prints glog lines from
+``torch/distributed/elastic``. Everything here is pure: ``Context.feed`` takes
+the text of one line at a time; ``NEEDLES`` are the strings that make a line
+worth feeding.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+NEEDLES = (
+    ":print]   ",
+    "DeepSpeed info: version=",
+    "spawned with command:",
+    "] cmd = ",
+    "torch/distributed/elastic/",
+    "torch version ",
+    "deepspeed install path",
+)
+
+_ATTR = re.compile(r":print\]\s+(?P<key>\w+) \.+ (?P<val>.*)$")
+_DS_VERSION = re.compile(r"DeepSpeed info: version=(?P<v>[^\s,]+)")
+_TORCH_VERSION = re.compile(r"torch version \.+ (?P<v>\S+)")
+_CUDA_VERSION = re.compile(r"torch cuda version \.+ (?P<v>\S+)")
+_NCCL_VERSION = re.compile(r"NCCL version (?P<v>[\d.]+[^\s]*)")
+_PY_VERSION = re.compile(r"/python(?P<v>3\.\d+)/")
+_SPAWN = re.compile(r"spawned with command: (?P<cmd>\[.*\])")
+_RUNNER_CMD = re.compile(r"\] cmd = (?P<cmd>.+)$")
+_KV = re.compile(r"(\w+)=(\S+)")
+
+# The REPORT.md context keys that come from the resolved DeepSpeed config.
+_CONFIG_KEYS = ("zero_stage", "offload_optimizer", "offload_param", "precision",
+                "gradient_accumulation_steps", "train_micro_batch_size_per_gpu")
+# What a bug report asks for that logs alone never carry.
+_ALWAYS_MISSING = ("deepspeed.env_report output", "nvidia-smi memory before initialization")
+
+
+def _value(v: str):
+    v = v.strip()
+    if v in ("None", "null"):
+        return None
+    if v in ("True", "False"):
+        return v == "True"
+    try:
+        return int(v)
+    except ValueError:
+        return v
+
+
+def _offload(val: str) -> str | None:
+    """'device='cpu' nvme_path=None ...' or 'None' -> 'cpu' | 'nvme' | None."""
+    m = re.search(r"device=(?:<OffloadDeviceEnum\.)?'?(?P<d>\w+)", val)
+    if not m:
+        return None
+    d = m.group("d").split(".")[-1]
+    return None if d in ("none", "None") else d
+
+
+@dataclass(slots=True)
+class Context:
+    versions: dict = field(default_factory=lambda: {
+        "deepspeed": None, "torch": None, "cuda": None, "nccl": None, "python": None})
+    launcher: str | None = None
+    launch_command: str | None = None
+    world_size: int | None = None
+    config: dict = field(default_factory=dict)
+
+    def feed(self, text: str) -> None:
+        """Learn what one line says (a line holding one of NEEDLES)."""
+        m = _ATTR.search(text)
+        if m:
+            self._attr(m.group("key"), m.group("val"))
+            return
+        v = self.versions
+        for key, rx in (("deepspeed", _DS_VERSION), ("torch", _TORCH_VERSION),
+                        ("cuda", _CUDA_VERSION), ("nccl", _NCCL_VERSION), ("python", _PY_VERSION)):
+            if v[key] is None:
+                m = rx.search(text)
+                if m:
+                    v[key] = m.group("v")
+        m = _RUNNER_CMD.search(text)
+        if m and "runner.py" in text:
+            self.launcher = "deepspeed"
+            self.launch_command = m.group("cmd").strip()
+            return
+        m = _SPAWN.search(text)
+        if m:
+            self.launcher = self.launcher or "deepspeed"
+            if self.launch_command is None:
+                self.launch_command = m.group("cmd")
+            return
+        if "torch/distributed/elastic/" in text and self.launcher is None:
+            self.launcher = "torchrun"
+
+    def _attr(self, key: str, val: str) -> None:
+        c = self.config
+        if key == "zero_config":
+            kv = dict(_KV.findall(val))
+            if "stage" in kv:
+                c["zero_stage"] = _value(kv["stage"])
+            c["offload_param"] = _offload(val.split("offload_param=", 1)[1]) if "offload_param=" in val else None
+            c["offload_optimizer"] = (
+                _offload(val.split("offload_optimizer=", 1)[1]) if "offload_optimizer=" in val else None)
+        elif key == "zero_optimization_stage":
+            c.setdefault("zero_stage", _value(val))
+        elif key in ("gradient_accumulation_steps", "train_micro_batch_size_per_gpu", "train_batch_size"):
+            c[key] = _value(val)
+        elif key == "world_size":
+            ws = _value(val)
+            if isinstance(ws, int):
+                self.world_size = ws
+        elif key == "fp16_enabled" and _value(val) is True:
+            c["precision"] = "fp16"
+        elif key == "bfloat16_enabled" and _value(val) is True:
+            c["precision"] = "bf16"
+        elif key in ("fp16_enabled", "bfloat16_enabled"):
+            c.setdefault("precision", None)
+            c.setdefault("_precision_seen", set()).add(key)
+
+    def to_report(self, *, world_size: int | None = None, launcher: str | None = None) -> dict:
+        """The report's ``context`` object, with what is missing listed."""
+        c = dict(self.config)
+        seen = c.pop("_precision_seen", set())
+        if c.get("precision") is None and {"fp16_enabled", "bfloat16_enabled"} <= seen:
+            c["precision"] = "fp32"
+        out = {
+            "versions": dict(self.versions),
+            "launcher": self.launcher or launcher,
+            "launch_command": self.launch_command,
+            "world_size": self.world_size or world_size,
+        }
+        for key in _CONFIG_KEYS:
+            out[key] = c.get(key)
+        missing = [f"{k} version" for k, v in self.versions.items() if v is None]
+        if out["launch_command"] is None:
+            missing.append("launcher command")
+        if out["world_size"] is None:
+            missing.append("world size")
+        if "zero_stage" not in c:
+            missing.append("resolved DeepSpeed config (DeepSpeed prints it at initialize on rank 0)")
+        missing.extend(_ALWAYS_MISSING)
+        out["missing"] = missing
+        return out

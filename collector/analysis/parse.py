@@ -1,0 +1,172 @@
+"""Rank-log line formats: launcher prefixes, rank labels and timestamps.
+
+Pure functions over one line of text (already decoded). What they recognise,
+each seen in real runs (tests/data/real, tests/data/formats):
+
+- torchrun ``--tee`` prefix, local rank: ``[default0]:`` (``[<role><local_rank>]:``)
+- PyTorch's worker prefix, global rank: ``[rank1]: RuntimeError: ...``; both stack:
+  ``[default0]:[rank0]: Traceback (most recent call last):``
+- srun ``--label``: ``12: <text>`` (only when the caller says the stream is labelled,
+  since ``12: ...`` is ambiguous on its own)
+- DeepSpeed logger: ``[2026-12-02 10:11:59,782] [INFO] [logging.py:123:log_dist] [Rank 0] msg``
+- glog (torchelastic agent, c10): ``E1202 10:12:00.462000 4242 torch/.../api.py:1002] msg``
+- HF transformers logging: ``[INFO|trainer.py:2345] 2026-12-02 10:00:00,123 >> msg``
+- ISO-8601 at line start (Python logging's default asctime, many tools):
+  ``2026-12-02 10:00:00,123 - INFO - msg`` / ``2026-12-02T10:00:00.123Z ...``
+- NCCL debug lines: ``gpu-07:24215:24290 [1] NCCL INFO ...`` (host, pid, tid, CUDA
+  device), which name the node and the pid.
+
+Timestamps without a zone are local time of the node that wrote them: the
+caller passes that zone (``tz``); glog lines carry no year: the caller passes it.
+Invariant: nothing here raises on odd input; unknown shapes give None.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone, tzinfo
+
+_PREFIX = re.compile(r"\[(?:rank(?P<rank>\d+)|(?P<role>[A-Za-z_][\w.-]*?)(?P<local>\d+))\]:[ ]?")
+_SRUN = re.compile(r"\s*(?P<label>\d+): ")
+
+_DS = re.compile(
+    r"\[(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:[,.](?P<f>\d{1,9}))?\] \[(?P<level>[A-Z]+)\]"
+)
+_GLOG = re.compile(
+    r"(?P<level>[IWEF])(?P<mo>\d\d)(?P<dd>\d\d) (?P<t>\d\d:\d\d:\d\d)\.(?P<f>\d{1,9}) +(?P<pid>\d+) [^\]\s]+:\d+\] "
+)
+_HF = re.compile(
+    r"\[(?P<level>[A-Z]+)\|[^\]]+\] (?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:[,.](?P<f>\d{1,9}))? >> "
+)
+_ISO = re.compile(
+    r"(?P<d>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?:[,.](?P<f>\d{1,9}))?(?P<z>Z|[+-]\d\d:?\d\d)?\b"
+)
+_NCCL = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL ")
+_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "FATAL"}
+
+
+@dataclass(slots=True)
+class Prefixes:
+    """What launcher prefixes said about a line, and the text without them."""
+
+    text: str
+    rank: int | None = None
+    local_rank: int | None = None
+    label: int | None = None  # srun --label task id (a global rank)
+
+
+def strip_prefixes(line: str, *, srun_labels: bool = False) -> Prefixes:
+    """Remove launcher prefixes (tee, ``[rankN]:``, srun label) from one line."""
+    out = Prefixes(line)
+    pos = 0
+    if srun_labels:
+        m = _SRUN.match(line)
+        if m:
+            out.label = int(m.group("label"))
+            pos = m.end()
+    while True:
+        m = _PREFIX.match(line, pos)
+        if not m:
+            break
+        if m.group("rank") is not None:
+            out.rank = int(m.group("rank"))
+        else:
+            out.local_rank = int(m.group("local"))
+        pos = m.end()
+    if out.rank is None and out.label is not None:
+        out.rank = out.label
+    out.text = line[pos:] if pos else line
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """A timestamp read from a line: wall ns, its resolution, and what else the header said."""
+
+    ns: int
+    uncertainty_ns: int
+    level: str | None = None
+    pid: int | None = None
+
+
+def _frac_ns(frac: str | None) -> tuple[int, int]:
+    """Nanoseconds of a fractional-second string and the resolution it implies."""
+    if not frac:
+        return 0, 1_000_000_000
+    return int(frac.ljust(9, "0")[:9]), 10 ** (9 - min(len(frac), 9))
+
+
+def _to_ns(year: int, month: int, day: int, hms: str, frac: str | None, tz: tzinfo) -> tuple[int, int] | None:
+    try:
+        h, mi, s = (int(x) for x in hms.split(":"))
+        dt = datetime(year, month, day, h, mi, s, tzinfo=tz)
+    except ValueError:
+        return None
+    sub, res = _frac_ns(frac)
+    return int(dt.timestamp()) * 1_000_000_000 + sub, res
+
+
+def _zone(z: str | None, default: tzinfo) -> tzinfo:
+    if not z:
+        return default
+    if z == "Z":
+        return timezone.utc
+    return datetime.strptime(z.replace(":", ""), "%z").tzinfo or default
+
+
+def parse_stamp(text: str, *, year: int, tz: tzinfo = timezone.utc) -> Stamp | None:
+    """The timestamp a line starts with (after prefixes), or None."""
+    if not text:
+        return None
+    c = text[0]
+    if c == "[":
+        m = _DS.match(text)
+        if m:
+            d = m.group("d")
+            r = _to_ns(int(d[:4]), int(d[5:7]), int(d[8:10]), m.group("t"), m.group("f"), tz)
+            return Stamp(r[0], r[1], m.group("level")) if r else None
+        m = _HF.match(text)
+        if m:
+            d = m.group("d")
+            r = _to_ns(int(d[:4]), int(d[5:7]), int(d[8:10]), m.group("t"), m.group("f"), tz)
+            return Stamp(r[0], r[1], m.group("level")) if r else None
+        return None
+    if c in "IWEF":
+        m = _GLOG.match(text)
+        if m:
+            r = _to_ns(year, int(m.group("mo")), int(m.group("dd")), m.group("t"), m.group("f"), tz)
+            if r:
+                return Stamp(r[0], r[1], _LEVELS[m.group("level")], int(m.group("pid")))
+        return None
+    if c.isdigit():
+        m = _ISO.match(text)
+        if m:
+            d = m.group("d")
+            r = _to_ns(int(d[:4]), int(d[5:7]), int(d[8:10]), m.group("t"), m.group("f"), _zone(m.group("z"), tz))
+            return Stamp(r[0], r[1]) if r else None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class NcclOrigin:
+    host: str
+    pid: int
+    device: int
+
+
+def parse_nccl_origin(text: str) -> NcclOrigin | None:
+    """Host, pid and CUDA device of an NCCL debug line (``host:pid:tid [dev] NCCL ...``)."""
+    m = _NCCL.match(text)
+    if not m:
+        return None
+    return NcclOrigin(m.group("host"), int(m.group("pid")), int(m.group("dev")))
+
+
+def looks_srun_labelled(lines: list[str]) -> bool:
+    """True when most non-empty lines of a sample carry an srun ``--label`` prefix."""
+    sample = [ln for ln in lines if ln.strip()][:50]
+    if len(sample) < 3:
+        return False
+    hits = sum(1 for ln in sample if _SRUN.match(ln))
+    return hits >= 0.9 * len(sample)

@@ -1,0 +1,290 @@
+"""Build the report (REPORT.md, ``firstfault.report/1``) from Events. Pure.
+
+The same function serves ``firstfault analyze`` (Events read from files) and
+the collector's ``report`` (Events rebuilt from stored records): give it the
+Events, the catalog, what is known about the inputs (ranks and nodes seen,
+gaps) and optionally a checkpoint directory's inspection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from collector.checkpoint_files import DiskCheckpoint
+
+from . import timeline
+from .catalog import Catalog
+from .checkpoint import SaveMark, checkpoint_report
+from .context import Context
+from .context import NEEDLES as CONTEXT_NEEDLES
+from .model import KIND_STREAM, Event
+from .timeline import NodeClock
+from .verdict import (
+    BLAME,
+    HANG_ID,
+    Finding,
+    confidence,
+    distinct_failures,
+    exit_of,
+    fingerprint,
+    link_identity,
+    link_kernel,
+    phase_of,
+    rank_firsts,
+    stopped_first,
+)
+
+SCHEMA = "firstfault.report/1"
+# Context signatures of the catalog the analysis reads facts from.
+PROGRESS = "deepspeed.progress"
+SAVE_MARKS = {"deepspeed.checkpoint_save_start": "start", "deepspeed.checkpoint_saving_file": "file",
+              "deepspeed.checkpoint_saved": "done"}
+KERNEL_WINDOW_NS = 10 * 60 * 1_000_000_000  # kernel events this far outside the job's logs are not its
+TEXT_MAX = 2000
+
+
+@dataclass(slots=True)
+class Inputs:
+    """What the reader knows besides the Events."""
+
+    job: str | None = None
+    rank_nodes: dict[int, str | None] = field(default_factory=dict)  # every rank a stream belonged to
+    world_size: int | None = None
+    launcher: str | None = None
+    gaps: list[dict] = field(default_factory=list)
+    clocks: Mapping[str, NodeClock] | None = None
+    disk: DiskCheckpoint | None = None
+    generated_ns: int | None = None
+
+
+def iso(ns: int | None) -> str | None:
+    if ns is None:
+        return None
+    dt = datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{(ns // 1_000_000) % 1000:03d}Z"
+
+
+def needles(catalog: Catalog) -> list[str]:
+    """Every literal string that makes a line worth scanning."""
+    return [n for s in catalog.signatures for n in s.needles] + list(CONTEXT_NEEDLES)
+
+
+def _text(ev: Event) -> str:
+    t = ev.fields.get("message") if ev.kind == "traceback" else None
+    t = t or ev.text
+    return t if len(t) <= TEXT_MAX else t[:TEXT_MAX] + " …"
+
+
+def _evidence(f: Finding) -> dict:
+    ev = f.ev
+    out = {"node": ev.node, "rank": ev.rank, "source": ev.source, "at": iso(ev.occurred_ns),
+           "origin": ev.origin, "text": _text(ev)}
+    if f.links:
+        out["linked_by"] = "; ".join(f.links)
+    return out
+
+
+def _window(events: list[Event]) -> tuple[int, int] | None:
+    lo = [e.fields["first_ns"] for e in events if e.fields.get("first_ns") is not None]
+    hi = [e.fields["last_ns"] for e in events if e.fields.get("last_ns") is not None]
+    if not lo or not hi:
+        return None
+    return min(lo) - KERNEL_WINDOW_NS, max(hi) + KERNEL_WINDOW_NS
+
+
+def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | None = None) -> dict:
+    inp = inputs or Inputs()
+    ctx = Context()
+    findings: list[Finding] = []
+    summaries: list[Event] = []
+    for ev in events:
+        if ev.kind == KIND_STREAM:
+            summaries.append(ev)
+            continue
+        if any(n in ev.text for n in CONTEXT_NEEDLES):
+            ctx.feed(ev.text)
+        m = catalog.match(ev.text)
+        if m is not None:
+            findings.append(Finding(ev, m))
+    window = _window(summaries)
+    placed = timeline.build([f.ev for f in findings], inp.clocks)
+    order = {id(ev): i for i, ev in enumerate(placed)}
+    findings.sort(key=lambda f: order[id(f.ev)])
+    if window:
+        findings = [f for f in findings if f.ev.source != "kernel" or f.ev.occurred_ns is None
+                    or window[0] <= f.ev.occurred_ns <= window[1]]
+
+    rank_nodes = dict(inp.rank_nodes)
+    nodes = {n for n in rank_nodes.values() if n} | {f.ev.node for f in findings if f.ev.node}
+    # local ranks name global ranks only on one node: not when a global rank exceeds every local rank seen
+    ranks_seen = {f.ev.rank for f in findings if f.ev.rank is not None} | set(rank_nodes)
+    locals_seen = {f.ev.local_rank for f in findings if f.ev.local_rank is not None}
+    locals_seen |= {int(v) for f in findings if (v := f.match.groups.get("local_rank")) and v.isdigit()}
+    single_node = len(nodes) <= 1 and not (ranks_seen and locals_seen and max(ranks_seen) > max(locals_seen))
+    pids = link_identity(findings, single_node=single_node)
+    for f in findings:
+        if f.ev.rank is not None and f.ev.source != "kernel":
+            if f.ev.node:
+                rank_nodes[f.ev.rank] = rank_nodes.get(f.ev.rank) or f.ev.node
+            else:
+                rank_nodes.setdefault(f.ev.rank, None)
+    link_kernel(findings, pids, rank_nodes)
+
+    progress: dict[int, Event] = {}
+    steps: dict[int, int] = {}
+    marks: list[SaveMark] = []
+    exits: dict[int, dict] = {}
+    for f in findings:
+        ev, sig = f.ev, f.sig
+        if sig == PROGRESS and ev.rank is not None or (sig == PROGRESS and len(rank_nodes) <= 1):
+            r = ev.rank if ev.rank is not None else 0
+            progress[r] = ev
+            step = f.match.groups.get("step")
+            if step is not None:
+                steps[r] = int(step)
+        elif sig in SAVE_MARKS:
+            tag = f.match.groups.get("tag")
+            if tag:
+                marks.append(SaveMark(ev.rank, tag, SAVE_MARKS[sig], ev.occurred_ns, f.match.groups.get("path")))
+        ex = exit_of(f)
+        if ex and ev.rank is not None and ev.source != "kernel":
+            exits.setdefault(ev.rank, ex)
+
+    errors = [f for f in findings if f.role in ("root", "cascade")]
+    firsts = rank_firsts(errors)
+    groups = distinct_failures(errors, firsts)
+    world = ctx.world_size or inp.world_size
+    known_ranks = set(rank_nodes) | (set(range(world)) if world else set())
+
+    first = None
+    blame = "unknown"
+    failure_ns = None
+    if groups:
+        g = groups[0]
+        f = g.findings[0]
+        failure_ns = f.ev.occurred_ns
+        others = [h for gg in groups for h in gg.findings if h is not f and h.ev.rank != f.ev.rank]
+        tied = [h for h in others if timeline.overlap(f.ev, h.ev)]
+        first = _first(f, g.ranks, tied, marks, rank_nodes)
+        blame = BLAME.get(f.category, "unknown")
+    elif any(ff.role == "cascade" for ff in errors):
+        r, how = stopped_first(firsts, known_ranks, progress)
+        casc = sorted((ff for ff in firsts.values()), key=lambda ff: ff.ev.occurred_ns or 0)
+        failure_ns = casc[0].ev.occurred_ns if casc else None
+        first = _inferred(r, how, casc, progress, steps, marks, rank_nodes)
+
+    clean = {r for r, ex in exits.items() if ex.get("code") == 0}
+    ckpt = checkpoint_report(
+        marks, failure_at_ns=failure_ns, world_size=world,
+        ranks_progress={r: ev.occurred_ns for r, ev in progress.items()},
+        clean_exit_ranks=clean, disk=inp.disk)
+
+    ranks_out = {}
+    for r in sorted(known_ranks | set(firsts) | set(exits)):
+        fe = firsts.get(r)
+        ranks_out[str(r)] = {
+            "node": rank_nodes.get(r),
+            "first_error": None if fe is None else {
+                "signature": fe.sig, "category": fe.category, "role": fe.role,
+                "at": iso(fe.ev.occurred_ns), "origin": fe.ev.origin, "text": _text(fe.ev)},
+            "last_progress": None if r not in progress else {"step": steps.get(r), "at": iso(progress[r].occurred_ns)},
+            "exit": exits.get(r),
+        }
+    gaps = list(inp.gaps)
+    if world:
+        for r in range(world):
+            if r not in rank_nodes:
+                gaps.append({"rank": r, "reason": "no log of this rank was given"})
+    return {
+        "schema": SCHEMA,
+        "job": inp.job,
+        "generated_at": iso(inp.generated_ns),
+        "partial": bool(gaps),
+        "gaps": gaps,
+        "first_failure": first,
+        "blame": blame,
+        "distinct_failures": [
+            {"signature": g.findings[0].sig, "category": g.findings[0].category, "ranks": sorted(g.ranks),
+             "first_at": iso(g.findings[0].ev.occurred_ns), "count": g.count,
+             "text": _text(g.findings[0].ev)}
+            for g in groups
+        ],
+        "ranks": ranks_out,
+        "context": ctx.to_report(world_size=world, launcher=inp.launcher),
+        "checkpoint": ckpt,
+    }
+
+
+def _saving_since(marks: list[SaveMark], rank: int | None, progress_ns: int | None = None) -> int | None:
+    """Start of the last checkpoint save seen (any rank logs it: all ranks save together)."""
+    starts = [m.at_ns for m in marks if m.what == "start" and m.at_ns is not None]
+    if not starts:
+        return None
+    s = max(starts)
+    return s if progress_ns is None or progress_ns < s else None
+
+
+def _first(f: Finding, ranks: list[int], tied: list[Finding], marks, rank_nodes) -> dict:
+    ev = f.ev
+    summary = f.match.summary
+    if ev.rank is not None and f"rank {ev.rank}" not in summary.lower():
+        where = f" on {ev.node}" if ev.node else ""
+        summary = f"Rank {ev.rank}{where}: {summary}"
+    return {
+        "rank": ev.rank,
+        "node": ev.node or rank_nodes.get(ev.rank),
+        "pid": ev.pid,
+        "occurred_at": iso(ev.occurred_ns),
+        "observed_at": iso(ev.observed_ns),
+        "clock": ev.clock,
+        "uncertainty_ms": ev.uncertainty_ns // 1_000_000,
+        "signature": f.sig,
+        "category": f.category,
+        "phase": phase_of(f, _saving_since(marks, ev.rank)),
+        "summary": summary,
+        "first_action": f.match.signature.first_action,
+        "reference": f.match.signature.reference,
+        "evidence": [_evidence(f)],
+        "ranks_sharing": sorted(ranks) if ranks else ([ev.rank] if ev.rank is not None else []),
+        "confidence": confidence(f, bool(tied)),
+        "within_clock_uncertainty": bool(tied),
+        "tied_with": sorted({h.ev.rank for h in tied if h.ev.rank is not None}),
+        "inferred": False,
+    }
+
+
+def _inferred(rank, how, casc: list[Finding], progress, steps, marks, rank_nodes) -> dict:
+    last = progress.get(rank) if rank is not None else None
+    saving = _saving_since(marks, rank, last.occurred_ns if last else None)
+    where = "" if last is None else f" after step {steps.get(rank)}" if steps.get(rank) is not None else ""
+    if rank is None:
+        summary = "The job hung: every rank that reported an error was waiting for a peer, and no rank stands out."
+    else:
+        summary = (f"Rank {rank} stopped first{where} and the other ranks timed out waiting for it "
+                   "(inferred: no rank reported a failure of its own).")
+    return {
+        "rank": rank,
+        "node": rank_nodes.get(rank) if rank is not None else None,
+        "pid": None,
+        "occurred_at": iso(last.occurred_ns) if last else None,
+        "observed_at": iso(casc[0].ev.occurred_ns) if casc else None,
+        "clock": last.clock if last else None,
+        "uncertainty_ms": None,
+        "signature": HANG_ID,
+        "category": "unknown",
+        "phase": "checkpoint-save" if saving is not None else "unknown",
+        "summary": summary,
+        "first_action": ("Dump the stacks of every rank while it hangs (py-spy dump --pid, or "
+                         "TORCH_DISTRIBUTED_DEBUG=DETAIL and faulthandler) and look at what rank "
+                         f"{rank if rank is not None else '?'} was doing instead of the collective."),
+        "reference": None,
+        "evidence": [_evidence(c) for c in casc[:5]],
+        "ranks_sharing": [rank] if rank is not None else [],
+        "confidence": "medium" if rank is not None and how and "no error of its own" in how[0] else "low",
+        "within_clock_uncertainty": False,
+        "tied_with": [],
+        "inferred": True,
+        "inferred_from": how,
+    }

@@ -1,0 +1,261 @@
+"""The first distinct failure: per-rank firsts, fingerprints, cascades, hangs.
+
+Input: Findings (an Event on the timeline with the catalog signature it
+matched). Rules, in order:
+
+1. Identity: a finding whose match names a pid, rank or local rank (launcher
+   lines, NCCL lines, error.json) teaches the pid -> rank map; a kernel finding
+   (OOM kill, Xid) whose pid is in the map is that rank's. A kernel OOM kill no
+   pid links is tied to the one rank that died by SIGKILL on that node, if
+   exactly one did (said so in the evidence, confidence medium).
+2. Each rank's first error is its earliest root finding, else its earliest
+   cascade. A cascade (collective timeout, peer closed or reset, launcher
+   SIGTERM) never wins while any root exists.
+3. Root findings are grouped by fingerprint (signature + message with numbers
+   blanked); the first distinct failure is the earliest finding of the earliest
+   group. Another candidate within clock uncertainty is reported as a tie.
+4. No root at all but cascades (or a kill from outside): the job hung. The
+   rank that stopped first is inferred: the rank that shows no error of its own
+   while the others timed out waiting, else the rank whose progress stopped
+   earliest. The answer says it is inferred and how.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as _signal
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .catalog import Match
+from .model import Event
+from .phase import phase_from_frames
+from .timeline import overlap
+
+BLAME = {
+    "user-code": "code",
+    "config": "config",
+    "gpu-memory": "resources",
+    "host-memory": "resources",
+    "numerics": "numerics",
+    "framework": "framework",
+    "hardware": "hardware",
+    "network": "infrastructure",
+    "storage": "infrastructure",
+}
+GENERIC = {"python.exception"}
+HANG_ID = "hang.stopped_first"
+
+
+@dataclass(slots=True)
+class Finding:
+    ev: Event
+    match: Match
+    links: list[str] = field(default_factory=list)  # how identity was linked, for the evidence
+
+    @property
+    def sig(self) -> str:
+        return self.match.signature.id
+
+    @property
+    def role(self) -> str:
+        return self.match.role
+
+    @property
+    def category(self) -> str:
+        return self.match.category
+
+
+def _int(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def exit_of(f: Finding) -> dict | None:
+    """The exit a finding reports ({"code", "signal"}), if it reports one."""
+    g = f.match.groups
+    code = _int(g.get("exitcode"))
+    sig = g.get("signal")
+    if code is None and not sig:
+        return None
+    if not sig and code is not None and code < 0:
+        try:
+            sig = _signal.Signals(-code).name
+        except ValueError:
+            sig = None
+    if sig and not sig.startswith("SIG") and sig.isdigit():
+        try:
+            sig = _signal.Signals(int(sig)).name
+        except ValueError:
+            pass
+    return {"code": code, "signal": sig}
+
+
+def link_identity(findings: list[Finding], single_node: bool) -> dict[int, int]:
+    """Fill ranks from match groups; return the pid -> rank map learnt."""
+    pids: dict[int, int] = {}
+    for f in findings:
+        g = f.match.groups
+        ev = f.ev
+        if ev.rank is None:
+            r = _int(g.get("rank"))
+            if r is None and single_node:
+                r = _int(g.get("local_rank"))
+            if r is not None:
+                ev.rank = r
+        if ev.local_rank is None and _int(g.get("local_rank")) is not None:
+            ev.local_rank = _int(g.get("local_rank"))
+        pid = _int(g.get("pid")) or ev.pid
+        if pid and ev.source != "kernel":
+            ev.pid = pid
+            if ev.rank is not None:
+                pids.setdefault(pid, ev.rank)
+    return pids
+
+
+def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Mapping[int, str]) -> None:
+    """Tie kernel findings to ranks by pid, else an OOM kill to the one SIGKILLed rank."""
+    killed: dict[str | None, set[int]] = defaultdict(set)
+    for f in findings:
+        ex = exit_of(f)
+        if ex and ex["signal"] == "SIGKILL" and f.ev.rank is not None and f.ev.source != "kernel":
+            killed[rank_nodes.get(f.ev.rank)].add(f.ev.rank)
+    for f in findings:
+        ev = f.ev
+        if ev.source != "kernel" or ev.rank is not None or f.role == "context":
+            continue
+        pid = _int(f.match.groups.get("pid"))
+        if pid is not None:
+            ev.pid = pid
+            if pid in pids:
+                ev.rank = pids[pid]
+                f.links.append(f"pid {pid} is rank {ev.rank}")
+                continue
+        if f.category == "host-memory":
+            cands = killed.get(ev.node) or (killed.get(None) if ev.node is None else None)
+            if not cands and len(killed) == 1:
+                cands = next(iter(killed.values()))
+            if cands and len(cands) == 1:
+                ev.rank = next(iter(cands))
+                f.links.append(f"rank {ev.rank} is the only rank that died by SIGKILL near this OOM kill")
+        if ev.rank is not None and ev.node is None:
+            ev.node = rank_nodes.get(ev.rank)
+
+
+_NUM = re.compile(r"0x[0-9a-fA-F]+|\d+")
+
+
+def fingerprint(f: Finding) -> str:
+    """Signature plus the message with numbers blanked: ranks sharing it failed alike."""
+    msg = f.ev.fields.get("message") or f.ev.text
+    first = msg.strip().splitlines()[-1] if f.ev.kind == "traceback" and msg.strip() else msg
+    if f.sig not in GENERIC:
+        first = ""
+    return f"{f.sig}|{_NUM.sub('#', first)[:200]}"
+
+
+def rank_firsts(findings: Iterable[Finding]) -> dict[int, Finding]:
+    """Each rank's first error: earliest root, else earliest cascade (findings are in time order)."""
+    root: dict[int, Finding] = {}
+    cascade: dict[int, Finding] = {}
+    for f in findings:
+        r = f.ev.rank
+        if r is None:
+            continue
+        if f.role == "root":
+            root.setdefault(r, f)
+        elif f.role == "cascade":
+            cascade.setdefault(r, f)
+    return {r: root.get(r) or cascade[r] for r in set(root) | set(cascade)}
+
+
+@dataclass(slots=True)
+class Group:
+    key: str
+    findings: list[Finding]  # in time order
+    ranks: list[int]
+    count: int = 0
+
+
+def distinct_failures(findings: list[Finding], firsts: Mapping[int, Finding]) -> list[Group]:
+    """Root-cause groups, earliest first: per-rank first roots plus roots tied to no rank."""
+    groups: dict[str, Group] = {}
+    counts: dict[str, int] = defaultdict(int)
+    for f in findings:
+        if f.role == "root":
+            counts[fingerprint(f)] += 1
+    cands = [f for f in firsts.values() if f.role == "root"]
+    cands += [f for f in findings if f.role == "root" and f.ev.rank is None]
+    cands.sort(key=lambda f: (f.ev.occurred_ns is None, f.ev.occurred_ns or 0, f.ev.stream, f.ev.seq))
+    for f in cands:
+        key = fingerprint(f)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = Group(key, [], [], counts[key])
+        g.findings.append(f)
+        if f.ev.rank is not None and f.ev.rank not in g.ranks:
+            g.ranks.append(f.ev.rank)
+    return list(groups.values())
+
+
+def phase_of(f: Finding, saving_since: int | None) -> str:
+    """Phase from the frames, else the signature's single hint, else an open checkpoint save."""
+    p = phase_from_frames(f.ev.frames)
+    if p:
+        return p
+    hints = f.match.signature.phases
+    if len(hints) == 1:
+        return hints[0]
+    if saving_since is not None and f.ev.occurred_ns is not None and f.ev.occurred_ns >= saving_since:
+        return "checkpoint-save"
+    if hints:
+        return hints[0]
+    return "unknown"
+
+
+def confidence(f: Finding, tied: bool) -> str:
+    if tied or f.sig in GENERIC or f.ev.rank is None or any("only rank" in x for x in f.links):
+        return "medium"
+    return "high"
+
+
+def stopped_first(
+    firsts: Mapping[int, Finding], known_ranks: Iterable[int], progress: Mapping[int, Event]
+) -> tuple[int | None, list[str]]:
+    """Infer the rank that stopped first when only cascades exist."""
+    known = sorted(set(known_ranks) | set(firsts))
+    waiting = {r for r, f in firsts.items() if f.role == "cascade" and exit_of(f) is None}
+    silent = [r for r in known if r not in waiting]
+    how: list[str] = []
+    if waiting and len(silent) == 1:
+        r = silent[0]
+        how.append(
+            f"rank {r} reported no error of its own while rank(s) {_ranges(sorted(waiting))} "
+            "timed out or lost their peer waiting in a collective"
+        )
+        return r, how
+    pool = silent or known
+    timed = sorted(
+        (progress[r].occurred_ns, r) for r in pool if r in progress and progress[r].occurred_ns is not None
+    )
+    if timed and (len(timed) == 1 or not overlap(progress[timed[0][1]], progress[timed[1][1]])):
+        r = timed[0][1]
+        how.append(f"rank {r} logged progress for the last time earliest of the ranks that logged progress")
+        return r, how
+    if len(pool) == 1:
+        return pool[0], [f"rank {pool[0]} is the only rank not seen waiting in a collective"]
+    return None, ["no rank stands out: every rank reported a timeout or none logged progress"]
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5' (sorted input)."""
+    spans: list[list[int]] = []
+    for r in ranks:
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)

@@ -1,0 +1,79 @@
+"""The report as plain text for a terminal: the root cause first, then per-rank firsts and the checkpoint."""
+
+from __future__ import annotations
+
+
+def _rank_line(r: str, info: dict) -> str:
+    fe = info.get("first_error")
+    ex = info.get("exit")
+    where = f" ({info['node']})" if info.get("node") else ""
+    tail = ""
+    if ex:
+        tail = f"  exit {ex.get('code')}" + (f" {ex['signal']}" if ex.get("signal") else "")
+    if fe is None:
+        return f"  rank {r}{where}: no error seen{tail}"
+    first_line = (fe.get("text") or "").strip().splitlines()
+    text = first_line[-1] if first_line else ""
+    return f"  rank {r}{where}: [{fe['role']}] {fe['signature']} at {fe.get('at') or '?'}{tail}\n      {text[:160]}"
+
+
+def render_text(rep: dict) -> str:
+    out: list[str] = []
+    ff = rep.get("first_failure")
+    job = f" of job {rep['job']}" if rep.get("job") else ""
+    if ff is None:
+        out.append(f"No failure found{job} in the given logs.")
+    else:
+        rank = "unknown rank" if ff.get("rank") is None else f"rank {ff['rank']}"
+        node = f" on {ff['node']}" if ff.get("node") else ""
+        out.append(f"FIRST FAILURE{job}: {rank}{node}" + (" (inferred)" if ff.get("inferred") else ""))
+        out.append(f"  {ff['summary']}")
+        out.append(f"  signature   {ff['signature']}")
+        out.append(f"  category    {ff['category']}    blame: {rep['blame']}    phase: {ff['phase']}")
+        when = ff.get("occurred_at") or "unknown"
+        unc = f" ±{ff['uncertainty_ms']} ms" if ff.get("uncertainty_ms") else ""
+        out.append(f"  occurred    {when}{unc} (clock: {ff.get('clock') or 'none'})")
+        tie = ""
+        if ff.get("within_clock_uncertainty"):
+            tie = f"; tied within clock uncertainty with rank(s) {', '.join(map(str, ff.get('tied_with') or []))}"
+        out.append(f"  confidence  {ff['confidence']}{tie}")
+        if len(ff.get("ranks_sharing") or []) > 1:
+            out.append(f"  shared by   ranks {', '.join(map(str, ff['ranks_sharing']))}")
+        for how in ff.get("inferred_from") or []:
+            out.append(f"  inferred    {how}")
+        out.append(f"  do first    {ff['first_action']}")
+        for e in ff.get("evidence", [])[:3]:
+            text = (e.get("text") or "").strip().splitlines()
+            out.append(f"  evidence    {e.get('origin') or e.get('source')}: {text[-1][:200] if text else ''}")
+            if e.get("linked_by"):
+                out.append(f"              linked: {e['linked_by']}")
+    others = rep.get("distinct_failures", [])[1:]
+    if others:
+        out.append("")
+        out.append("Other distinct failures, earliest first:")
+        for d in others:
+            out.append(f"  {d['signature']} ({d['category']}) ranks {d['ranks']} at {d.get('first_at')}")
+    if rep.get("ranks"):
+        out.append("")
+        out.append("First error of every rank:")
+        for r, info in rep["ranks"].items():
+            out.append(_rank_line(r, info))
+    ck = rep.get("checkpoint") or {}
+    out.append("")
+    resume = f"; resume from {ck['resume_from']}" if ck.get("resume_from") else ""
+    out.append(f"Checkpoint: {ck.get('verdict', 'unknown')}{resume}")
+    if ck.get("reason"):
+        out.append(f"  {ck['reason']}")
+    ctx = rep.get("context") or {}
+    vers = ", ".join(f"{k} {v}" for k, v in (ctx.get("versions") or {}).items() if v)
+    out.append("")
+    out.append(f"Context: launcher {ctx.get('launcher') or '?'}, world size {ctx.get('world_size') or '?'}, "
+               f"ZeRO stage {ctx.get('zero_stage') if ctx.get('zero_stage') is not None else '?'}"
+               + (f", {vers}" if vers else ""))
+    if rep.get("partial"):
+        out.append("")
+        out.append("Partial analysis, inputs missing or unreadable:")
+        for g in rep.get("gaps", []):
+            what = g.get("file") or (f"rank {g['rank']}" if "rank" in g else g.get("node") or "?")
+            out.append(f"  {what}: {g.get('reason')}")
+    return "\n".join(out) + "\n"
