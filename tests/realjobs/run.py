@@ -1,0 +1,459 @@
+"""Run one real DeepSpeed failure scenario (tests/realjobs/train.py) into a folder.
+
+    python tests/realjobs/run.py --list
+    python tests/realjobs/run.py torchrun-oom-rank1-of-2 /tmp/out      # needs root for oom
+    python tests/realjobs/run.py --all /tmp/real                        # one folder per scenario
+
+The job runs with the folder as its working directory, so every path in its logs is
+relative (``logs/…``, ``checkpoints/global_step4/…``) and a copied folder stays true to
+its logs. What the folder holds afterwards:
+
+- ``launcher.log``: the launcher's own stdout and stderr, merged. torchrun runs with
+  ``--tee 3``, so this is also the interleaved console a user would paste.
+- ``logs/``: per-rank logs. torchrun ``--log-dir logs --redirects 3`` makes
+  ``logs/<run id>/attempt_0/<local rank>/{stdout,stderr}.log`` (+ ``error.json`` from
+  ``@record``); deepspeed ``--enable_each_rank_log logs`` makes ``logs/<stamp>_rank<N>.log``.
+- ``checkpoints/``: what ``engine.save_checkpoint`` wrote (tags, ``latest``).
+- ``kmsg.txt``, ``dmesg.txt``, ``dmesg-T.txt`` (OOM scenarios): the kernel's messages of
+  the job window. ``kmsg.txt`` holds the raw ``/dev/kmsg`` records
+  (``prio,seq,usec,flags;text`` plus continuation lines) read after the last record that
+  existed before the job; the two dmesg files hold the same records as ``dmesg`` and
+  ``dmesg -T`` print them. Other processes' messages of that window are in them too.
+  ``scenario.json`` keeps a clock sample taken at capture (``result.kmsg.clock``) to turn
+  record times into wall time exactly.
+- ``scenario.json``: the ground truth (``expected`` uses the vocabularies of
+  /work/shared/REPORT.md; ``null`` means "not asserted"), the command line, versions and
+  what the run returned.
+
+Importable: ``SCENARIOS``, ``run_scenario(name, out_dir)``, ``ensure_comm_op()``.
+The OOM scenarios need root and cgroup v1's memory controller: the runner makes
+``/sys/fs/cgroup/memory/firstfault-test-<id>`` with a small ``memory.limit_in_bytes``, the
+failing rank moves itself into it, and the runner removes it afterwards.
+"""
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TRAIN = HERE / "train.py"
+DEFAULT_EXTENSIONS_DIR = "/var/cache/firstfault/torch_extensions"
+CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
+SCHEMA = "firstfault.realjob/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """One real job: how to launch it, what to break, and what the report should say."""
+    name: str
+    launcher: str  # "torchrun" | "deepspeed"
+    nproc: int
+    fail: str = "none"
+    fail_rank: int | None = None
+    fail_step: int | None = None
+    steps: int = 6
+    save_every: int = 2
+    zero_stage: int = 2
+    timeout_s: float = 20.0  # init_distributed's timeout: the world group's collectives
+    save: bool = True  # pass --save-dir checkpoints
+    keep_rank_logs: bool = True  # False: delete logs/ afterwards, keep launcher.log (a pasted console)
+    oom_limit_bytes: int = 1 << 30
+    expected: dict = dataclasses.field(default_factory=dict)
+    truth: str = ""
+
+    @property
+    def needs_root(self):
+        return self.fail == "oom"
+
+
+def _expect(rank, category, phase, blame, verdict, resume_from, **more):
+    return dict(rank=rank, category=category, phase=phase, blame=blame, checkpoint_verdict=verdict,
+                checkpoint_resume_from=resume_from, **more)
+
+
+SCENARIOS = {
+    s.name: s
+    for s in [
+        Scenario(
+            "torchrun-clean-2", "torchrun", 2,
+            expected=dict(failed=False, checkpoint_verdict="safe", checkpoint_resume_from="global_step6"),
+            truth="No failure: 6 steps, checkpoints at steps 2, 4, 6, every rank exits 0."),
+        Scenario(
+            "torchrun-exception-rank1-of-2", "torchrun", 2, "exception", 1, 5,
+            expected=_expect(1, "user-code", "forward", "code", "safe", "global_step4"),
+            truth="Rank 1 raises ValueError in the model's forward (check_features) at step 5; "
+            "rank 0 waits in the loss all_reduce and fails with a gloo peer error."),
+        Scenario(
+            "torchrun-pasted-exception-rank2-of-4", "torchrun", 4, "exception", 2, 3, save=False,
+            keep_rank_logs=False,
+            expected=_expect(2, "user-code", "forward", "code", "unknown", None),
+            truth="A pasted console: only the torchrun --tee output, four ranks interleaved. Rank 2 "
+            "raises ValueError in forward at step 3; no checkpoints were configured."),
+        Scenario(
+            "deepspeed-exception-rank2-of-4", "deepspeed", 4, "exception", 2, 5,
+            expected=_expect(2, "user-code", "forward", "code", "safe", "global_step4"),
+            truth="Rank 2 of 4 raises ValueError in forward at step 5 under the deepspeed launcher."),
+        Scenario(
+            "torchrun-oom-rank1-of-2", "torchrun", 2, "oom", 1, 5,
+            expected=_expect(1, "host-memory", "optimizer-step", "resources", "safe", "global_step4",
+                             signal="SIGKILL"),
+            truth="Rank 1 allocates host memory in its optimizer step at step 5 inside a 1 GiB "
+            "memory cgroup; the kernel's memcg OOM killer SIGKILLs it (no traceback)."),
+        Scenario(
+            "deepspeed-oom-rank1-of-2", "deepspeed", 2, "oom", 1, 5,
+            expected=_expect(1, "host-memory", "optimizer-step", "resources", "safe", "global_step4",
+                             signal="SIGKILL"),
+            truth="As torchrun-oom-rank1-of-2, under the deepspeed launcher."),
+        Scenario(
+            "torchrun-kill-in-save-rank1-of-2", "torchrun", 2, "kill-in-save", 1, 4,
+            # A SIGKILL with no kernel OOM record: nothing says who sent it.
+            expected=_expect(1, "unknown", "checkpoint-save", "unknown", "unsafe", "global_step2",
+                             signal="SIGKILL", incomplete_tag="global_step4"),
+            truth="Rank 1 writes half of its ZeRO optimizer shard of global_step4 and SIGKILLs itself; "
+            "rank 0 has written its shards and `latest` (= global_step4) and fails in the closing barrier."),
+        Scenario(
+            "torchrun-hang-rank1-of-2", "torchrun", 2, "hang", 1, 3,
+            # Only cascades exist; the analysis must infer rank 1 from its missing progress.
+            # Where it hangs (its data loader) is not in any log: phase is not asserted.
+            expected=_expect(1, "unknown", None, "unknown", "safe", "global_step2"),
+            truth="Rank 1's data loader blocks forever at step 3; rank 0 times out in the world-group "
+            "loss all_reduce after 20 s (gloo), exits 1, and torchrun SIGTERMs rank 1."),
+        Scenario(
+            "deepspeed-bad-config-2", "deepspeed", 2, "bad-config",
+            # Every rank fails the same way; which one comes first is a race.
+            expected=_expect(None, "config", "init", "config", "unknown", None, ranks_sharing=[0, 1]),
+            truth="The ZeRO section has a misspelled key (reduce_bucket_sizee): pydantic rejects it at "
+            "deepspeed.initialize on every rank; no step runs, no checkpoint exists."),
+        Scenario(
+            "torchrun-nan-rank1-of-2", "torchrun", 2, "nan", 1, 3,
+            # The inf enters on rank 1, but every rank sees the averaged NaN and stops the same way.
+            expected=_expect(None, "numerics", "forward", "numerics", "safe", "global_step2",
+                             ranks_sharing=[0, 1]),
+            truth="Rank 1's batch carries an inf at step 3; the all-reduced loss is NaN on every rank and "
+            "each raises FloatingPointError from the script's own check."),
+    ]
+}
+
+
+def extensions_env(env=None):
+    """The environment a rank runs with: CPU accelerator, cached torch extensions."""
+    env = dict(os.environ if env is None else env)
+    env.setdefault("DS_ACCELERATOR", "cpu")
+    env.setdefault("TORCH_EXTENSIONS_DIR", DEFAULT_EXTENSIONS_DIR)
+    return env
+
+
+_COMM_OP_READY = False
+
+
+def ensure_comm_op(env=None):
+    """Build DeepSpeed's CPU comm op once, before ranks start building it in parallel."""
+    global _COMM_OP_READY
+    if _COMM_OP_READY:
+        return
+    env = extensions_env(env)
+    Path(env["TORCH_EXTENSIONS_DIR"]).mkdir(parents=True, exist_ok=True)
+    code = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, timeout=900)
+    _COMM_OP_READY = True
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bin(name):
+    path = Path(sys.executable).parent / name
+    return str(path) if path.exists() else shutil.which(name) or name
+
+
+def train_args(sc, cgroup=None):
+    args = ["--steps", str(sc.steps), "--zero-stage", str(sc.zero_stage), "--timeout", str(sc.timeout_s),
+            "--fail", sc.fail]
+    if sc.save:
+        args += ["--save-dir", "checkpoints", "--save-every", str(sc.save_every)]
+    if sc.fail_rank is not None:
+        args += ["--fail-rank", str(sc.fail_rank)]
+    if sc.fail_step is not None:
+        args += ["--fail-step", str(sc.fail_step)]
+    if cgroup is not None:
+        args += ["--oom-cgroup", str(cgroup)]
+    return args
+
+
+def command(sc, cgroup=None):
+    """The launcher command line, to run in the scenario's folder."""
+    if sc.launcher == "torchrun":
+        # Always --log-dir: without it torchrun leaves a torchelastic_* folder in /tmp.
+        cmd = [_bin("torchrun"), "--standalone", "--nproc_per_node", str(sc.nproc), "--log-dir", "logs",
+               "--redirects", "3", "--tee", "3"]
+    elif sc.launcher == "deepspeed":
+        cmd = [_bin("deepspeed"), "--num_gpus", str(sc.nproc), "--master_port", str(_free_port()),
+               "--enable_each_rank_log", "logs"]
+    else:
+        raise ValueError(f"unknown launcher {sc.launcher!r}: use torchrun or deepspeed")
+    return cmd + [str(TRAIN)] + train_args(sc, cgroup)
+
+
+# --- kernel messages --------------------------------------------------------------
+
+
+class KmsgWindow:
+    """Reads /dev/kmsg records written after open() — the job's window — non-blocking."""
+
+    def __init__(self, path="/dev/kmsg"):
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        self.seq_before = None
+        for rec in self._drain():  # skip what was there before the job
+            self.seq_before = _kmsg_seq(rec)
+        self.lost = 0
+
+    def _drain(self):
+        while True:
+            try:
+                rec = os.read(self.fd, 16384)
+            except BlockingIOError:
+                return
+            except BrokenPipeError:  # records overwritten before we read them
+                self.lost += 1
+                continue
+            if not rec:
+                return
+            yield rec
+
+    def read(self):
+        self.lost = 0
+        records = list(self._drain())
+        os.close(self.fd)
+        return records
+
+
+def _kmsg_seq(rec):
+    return int(rec.split(b";", 1)[0].split(b",")[1])
+
+
+def _kmsg_usec(rec):
+    return int(rec.split(b";", 1)[0].split(b",")[2])
+
+
+def _dmesg_records(text):
+    """Group dmesg output lines into records: a record starts with '['."""
+    records = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("[") or not records:
+            records.append(line)
+        else:
+            records[-1] += line
+    return records
+
+
+def dmesg_window(first_usec, last_usec):
+    """`dmesg` and `dmesg -T` records whose timestamps lie in [first_usec, last_usec].
+
+    Both outputs are read back to back and aligned record by record; the window is
+    chosen on the plain output, whose timestamps are the kmsg microseconds.
+    """
+    for _ in range(5):
+        plain = _dmesg_records(subprocess.run(["dmesg"], capture_output=True, text=True, errors="replace",
+                                              check=True).stdout)
+        human = _dmesg_records(subprocess.run(["dmesg", "-T"], capture_output=True, text=True, errors="replace",
+                                              check=True).stdout)
+        if len(plain) == len(human):
+            break
+    else:
+        raise RuntimeError("dmesg and dmesg -T kept returning different record counts")
+    keep = []
+    for i, rec in enumerate(plain):
+        stamp = rec[1:rec.index("]")].strip()
+        secs, _, frac = stamp.partition(".")
+        usec = int(secs) * 1_000_000 + int(frac.ljust(6, "0"))
+        if first_usec <= usec <= last_usec:
+            keep.append(i)
+    return "".join(plain[i] for i in keep), "".join(human[i] for i in keep)
+
+
+def clock_sample():
+    """The clocks at one instant: kmsg ``usec`` → wall time is ``wall_s - boottime_s + usec/1e6``.
+
+    ``btime`` (/proc/stat, whole seconds) is what ``dmesg -T`` adds to the record time here,
+    so its lines can read up to a second early, then are cut to whole seconds.
+    """
+    with open("/proc/stat") as f:
+        btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    return {"wall_s": time.time(), "boottime_s": time.clock_gettime(time.CLOCK_BOOTTIME),
+            "monotonic_s": time.clock_gettime(time.CLOCK_MONOTONIC), "proc_stat_btime_s": btime}
+
+
+def capture_kernel(window, out):
+    records = window.read()
+    (out / "kmsg.txt").write_bytes(b"".join(records))
+    info = {"seq_before": window.seq_before, "records": len(records), "lost_reads": window.lost,
+            "clock": clock_sample()}
+    if records:
+        info["first_seq"], info["last_seq"] = _kmsg_seq(records[0]), _kmsg_seq(records[-1])
+        plain, human = dmesg_window(_kmsg_usec(records[0]), _kmsg_usec(records[-1]))
+    else:
+        plain = human = ""
+    (out / "dmesg.txt").write_text(plain)
+    (out / "dmesg-T.txt").write_text(human)
+    return info
+
+
+# --- memory cgroup ------------------------------------------------------------------
+
+
+def make_cgroup(limit_bytes):
+    path = CGROUP_V1_MEMORY / f"firstfault-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    (path / "memory.limit_in_bytes").write_text(str(limit_bytes))
+    return path
+
+
+def close_cgroup(path):
+    """Read the cgroup's OOM counters, then remove it (moving stragglers out first)."""
+    info = {"path": str(path), "limit_in_bytes": int((path / "memory.limit_in_bytes").read_text())}
+    for name in ("memory.oom_control", "memory.max_usage_in_bytes", "memory.failcnt"):
+        info[name] = (path / name).read_text().strip()
+    for _ in range(50):
+        pids = (path / "cgroup.procs").read_text().split()
+        for pid in pids:
+            try:
+                (CGROUP_V1_MEMORY / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass  # it exited meanwhile
+        try:
+            path.rmdir()
+            return info
+        except OSError:
+            time.sleep(0.1)
+    info["not_removed"] = True
+    return info
+
+
+# --- the run ------------------------------------------------------------------------
+
+
+def versions():
+    import importlib.metadata as md
+
+    def v(pkg):
+        try:
+            return md.version(pkg)
+        except md.PackageNotFoundError:
+            return None
+
+    return {"deepspeed": v("deepspeed"), "torch": v("torch"), "python": platform.python_version(),
+            "kernel": platform.release()}
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def run_scenario(name, out_dir, *, timeout_s=600, env=None):
+    """Run scenario `name` (or a Scenario) into `out_dir` (made; must be empty). Returns scenario.json's dict."""
+    sc = SCENARIOS[name] if isinstance(name, str) else name
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if any(out.iterdir()):
+        raise FileExistsError(f"{out} is not empty: give run_scenario a fresh folder")
+    env = extensions_env(env)
+    ensure_comm_op(env)
+    cgroup = make_cgroup(sc.oom_limit_bytes) if sc.fail == "oom" else None
+    window = KmsgWindow() if sc.fail == "oom" else None
+    cmd = command(sc, cgroup)
+    result = {"started_at": _now()}
+    t0 = time.monotonic()
+    try:
+        with open(out / "launcher.log", "wb") as log:
+            proc = subprocess.Popen(cmd, cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                result["launcher_exit_code"] = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                result["launcher_exit_code"] = proc.wait()
+                result["timed_out"] = True
+        result["ended_at"] = _now()
+        result["duration_s"] = round(time.monotonic() - t0, 2)
+        time.sleep(0.5)  # let the kernel's last records land
+        if window is not None:
+            result["kmsg"] = capture_kernel(window, out)
+            window = None
+    finally:
+        if window is not None:
+            os.close(window.fd)
+        if cgroup is not None:
+            result["cgroup"] = close_cgroup(cgroup)
+    if not sc.keep_rank_logs:
+        shutil.rmtree(out / "logs", ignore_errors=True)
+    doc = {
+        "schema": SCHEMA,
+        "name": sc.name,
+        "launcher": sc.launcher,
+        "world_size": sc.nproc,
+        "node": socket.gethostname(),
+        "fail": {"mode": sc.fail, "rank": sc.fail_rank, "step": sc.fail_step},
+        "steps": sc.steps,
+        "save_every": sc.save_every if sc.save else None,
+        "zero_stage": sc.zero_stage,
+        "timeout_s": sc.timeout_s,
+        "pasted": not sc.keep_rank_logs,
+        "truth": sc.truth,
+        "expected": sc.expected,
+        "command": cmd,
+        "command_line": shlex.join(cmd),
+        "cwd": "the scenario folder",
+        "env": {k: env[k] for k in ("DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")},
+        "versions": versions(),
+        "result": result,
+    }
+    (out / "scenario.json").write_text(json.dumps(doc, indent=2) + "\n")
+    return doc
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Run real DeepSpeed failure scenarios on the CPU.")
+    p.add_argument("name", nargs="?", help="scenario name (see --list)")
+    p.add_argument("out", nargs="?", help="output folder (fresh)")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--all", metavar="ROOT", help="run every scenario into ROOT/<name>, one at a time")
+    p.add_argument("--timeout", type=float, default=600, help="seconds before the job is killed")
+    a = p.parse_args(argv)
+    if a.list:
+        for sc in SCENARIOS.values():
+            print(f"{sc.name:40s} {sc.truth}")
+        return 0
+    if a.all:
+        todo = [(n, Path(a.all) / n) for n in SCENARIOS]
+    elif a.name and a.out:
+        if a.name not in SCENARIOS:
+            p.error(f"unknown scenario {a.name!r}; --list shows them")
+        todo = [(a.name, Path(a.out))]
+    else:
+        p.error("give NAME OUT, --all ROOT or --list")
+    for name, out in todo:
+        if SCENARIOS[name].needs_root and os.geteuid() != 0:
+            print(f"{name}: skipped (needs root for the memory cgroup)", file=sys.stderr)
+            continue
+        doc = run_scenario(name, out, timeout_s=a.timeout)
+        r = doc["result"]
+        print(f"{name}: launcher exit {r['launcher_exit_code']} in {r['duration_s']} s -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

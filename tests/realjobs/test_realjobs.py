@@ -1,0 +1,226 @@
+"""Real DeepSpeed jobs on the CPU, broken on purpose, then analysed by `firstfault analyze`.
+
+Each scenario of run.py runs once per session, fresh, into a temporary folder (one at a
+time: the machine has two cores). Two tests look at each run:
+
+- ``test_run_*`` checks the run itself did what the scenario says (the harness works,
+  whatever the analyzer does);
+- ``test_report_*`` runs ``python -m collector.cli analyze <folder> --format json`` (with
+  ``--node``, ``--checkpoint-dir`` and, for the OOM runs, ``--kernel kmsg.txt``) and
+  compares the report (/work/shared/REPORT.md) with the scenario's ground truth.
+
+Run them with ``pytest -m realjob tests/realjobs`` (the OOM ones need root and cgroup
+v1's memory controller, and are marked ``root`` as well).
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+_spec = importlib.util.spec_from_file_location("firstfault_realjobs_run", HERE / "run.py")
+run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(run)
+
+HAVE_STACK = all(importlib.util.find_spec(m) is not None for m in ("torch", "deepspeed"))
+
+pytestmark = [
+    pytest.mark.realjob,
+    pytest.mark.skipif(not HAVE_STACK, reason="needs torch and deepspeed (pip install -e '.[realjobs]')"),
+]
+
+
+def _can_oom():
+    if os.geteuid() != 0:
+        return "needs root to make a memory cgroup"
+    if not os.access(run.CGROUP_V1_MEMORY, os.W_OK):
+        return f"needs cgroup v1's memory controller at {run.CGROUP_V1_MEMORY}"
+    return None
+
+
+PLAIN = [n for n, s in run.SCENARIOS.items() if not s.needs_root]
+OOM = [n for n, s in run.SCENARIOS.items() if s.needs_root]
+
+
+@pytest.fixture(scope="session")
+def jobs(tmp_path_factory):
+    """Runs a scenario the first time a test asks for it; returns its folder and scenario.json."""
+    root = tmp_path_factory.mktemp("realjobs")
+    done = {}
+
+    def get(name):
+        if name not in done:
+            out = root / name
+            done[name] = (out, run.run_scenario(name, out, timeout_s=300))
+        return done[name]
+
+    return get
+
+
+def _skip_unless_oom_possible():
+    why = _can_oom()
+    if why:
+        pytest.skip(why)
+
+
+# --- the run itself -----------------------------------------------------------------
+
+
+def rank_text(folder, rank, launcher):
+    """Everything one rank wrote to its own log files."""
+    if launcher == "torchrun":
+        files = sorted(folder.glob(f"logs/*/attempt_0/{rank}/*.log"))
+    else:
+        files = sorted(folder.glob(f"logs/*_rank{rank}.log"))
+    return "".join(f.read_text(errors="replace") for f in files)
+
+
+def check_run(folder, doc):
+    sc = run.SCENARIOS[doc["name"]]
+    result = doc["result"]
+    assert not result.get("timed_out"), "the job outlived the runner's timeout"
+    launcher_log = (folder / "launcher.log").read_text(errors="replace")
+    if not sc.keep_rank_logs:
+        assert sorted(p.name for p in folder.iterdir()) == ["launcher.log", "scenario.json"]
+        for r in range(sc.nproc):
+            assert f"[default{r}]:" in launcher_log
+        ranks = {r: launcher_log for r in range(sc.nproc)}
+    else:
+        ranks = {r: rank_text(folder, r, sc.launcher) for r in range(sc.nproc)}
+        assert all(ranks.values()), "a rank left no log"
+    if sc.fail == "none":
+        # A rare teardown abort can fail the launcher after training: judge the training.
+        for r, text in ranks.items():
+            assert f"rank {r} done after {sc.steps} steps" in text
+        assert (folder / "checkpoints" / "latest").read_text() == f"global_step{sc.steps}"
+        return
+    assert result["launcher_exit_code"] != 0
+    failing = ranks.get(sc.fail_rank, "")
+    if sc.fail == "exception":
+        assert f"[rank{sc.fail_rank}]: ValueError: feature vector has 17 columns" in failing
+    elif sc.fail == "oom":
+        assert "oom_kill 1" in result["cgroup"]["memory.oom_control"]
+        kmsg = (folder / "kmsg.txt").read_text(errors="replace")
+        assert "Memory cgroup out of memory: Killed process" in kmsg
+        assert "Killed process" in (folder / "dmesg.txt").read_text(errors="replace")
+        assert "Killed process" in (folder / "dmesg-T.txt").read_text(errors="replace")
+        assert "Traceback" not in failing
+    elif sc.fail == "kill-in-save":
+        ckpt = folder / "checkpoints"
+        assert (ckpt / "latest").read_text() == f"global_step{sc.fail_step}"
+        shard = f"zero_pp_rank_{sc.fail_rank}_mp_rank_00_optim_states.pt"
+        with pytest.raises(zipfile.BadZipFile):
+            zipfile.ZipFile(ckpt / f"global_step{sc.fail_step}" / shard)
+        with zipfile.ZipFile(ckpt / f"global_step{sc.fail_step - sc.save_every}" / shard) as z:
+            assert z.testzip() is None
+    elif sc.fail == "hang":
+        ms = int(sc.timeout_s * 1000)
+        survivors = [t for r, t in ranks.items() if r != sc.fail_rank]
+        assert all(f"Timed out waiting {ms}ms for recv operation to complete" in t for t in survivors)
+        assert "Traceback" not in failing
+    elif sc.fail == "bad-config":
+        for text in ranks.values():
+            assert "Extra inputs are not permitted [type=extra_forbidden" in text
+            assert "reduce_bucket_sizee" in text
+    elif sc.fail == "nan":
+        assert f"FloatingPointError: loss is nan at step {sc.fail_step}" in failing
+
+
+@pytest.mark.parametrize("name", PLAIN)
+def test_run(jobs, name):
+    folder, doc = jobs(name)
+    check_run(folder, doc)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("name", OOM)
+def test_run_oom(jobs, name):
+    _skip_unless_oom_possible()
+    folder, doc = jobs(name)
+    check_run(folder, doc)
+
+
+# --- the report ---------------------------------------------------------------------
+
+
+def analyze(folder, doc):
+    """`firstfault analyze` as a user runs it offline: the folder, the node's name, the
+    checkpoint folder to check on disk, and the kernel log with its node's boot time."""
+    cmd = [sys.executable, "-m", "collector.cli", "analyze", str(folder), "--format", "json", "--node", doc["node"]]
+    if (folder / "checkpoints").is_dir():
+        cmd += ["--checkpoint-dir", str(folder / "checkpoints")]
+    if (folder / "kmsg.txt").is_file():
+        clock = doc["result"]["kmsg"]["clock"]
+        cmd += ["--kernel", str(folder / "kmsg.txt"), "--kernel-boot-time", repr(clock["wall_s"] - clock["boottime_s"])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"`{' '.join(cmd)}` exited {proc.returncode} without a JSON report:\n"
+                    f"stdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-4000:]}")
+
+
+def report_mismatches(report, doc):
+    """Where the report disagrees with the scenario's ground truth, as 'field: got X, want Y'."""
+    exp = doc["expected"]
+    got, want = {}, {}
+
+    def cmp(field, value, expected):
+        if value != expected:
+            got[field], want[field] = value, expected
+
+    cmp("schema", report.get("schema"), "firstfault.report/1")
+    ff = report.get("first_failure")
+    if exp.get("failed") is False:
+        cmp("first_failure", ff, None)
+    elif ff is None:
+        cmp("first_failure", None, "a failure")
+    else:
+        if exp["rank"] is not None:
+            cmp("first_failure.rank", ff.get("rank"), exp["rank"])
+        cmp("first_failure.node", ff.get("node"), doc["node"])
+        cmp("first_failure.category", ff.get("category"), exp["category"])
+        if exp["phase"] is not None:
+            cmp("first_failure.phase", ff.get("phase"), exp["phase"])
+        cmp("blame", report.get("blame"), exp["blame"])
+        if "ranks_sharing" in exp:
+            cmp("first_failure.ranks_sharing", sorted(ff.get("ranks_sharing") or []), exp["ranks_sharing"])
+        if "signal" in exp:
+            rank = report.get("ranks", {}).get(str(exp["rank"])) or {}
+            cmp(f"ranks.{exp['rank']}.exit.signal", (rank.get("exit") or {}).get("signal"), exp["signal"])
+    ckpt = report.get("checkpoint") or {}
+    cmp("checkpoint.verdict", ckpt.get("verdict"), exp["checkpoint_verdict"])
+    cmp("checkpoint.resume_from", ckpt.get("resume_from"), exp["checkpoint_resume_from"])
+    if "incomplete_tag" in exp:
+        tags = {t.get("tag"): t for t in ckpt.get("tags") or []}
+        cmp(f"checkpoint.tags[{exp['incomplete_tag']}].complete",
+            (tags.get(exp["incomplete_tag"]) or {}).get("complete"), False)
+    return [f"{k}: got {got[k]!r}, want {want[k]!r}" for k in got]
+
+
+def check_report(report, doc):
+    wrong = report_mismatches(report, doc)
+    assert not wrong, f"{doc['name']}: the report disagrees with the ground truth:\n  " + "\n  ".join(wrong)
+
+
+@pytest.mark.parametrize("name", PLAIN)
+def test_report(jobs, name):
+    folder, doc = jobs(name)
+    check_report(analyze(folder, doc), doc)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("name", OOM)
+def test_report_oom(jobs, name):
+    _skip_unless_oom_possible()
+    folder, doc = jobs(name)
+    check_report(analyze(folder, doc), doc)
