@@ -90,8 +90,7 @@ def generate(out: str, ranks: int, mb: int) -> tuple[str, int]:
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     per_rank = mb * 1_000_000 // ranks
-    # bytes per step: ~70 on most ranks, ~330 on rank 0
-    steps = max(10, per_rank // 75)
+    steps = max(10, per_rank // 52)  # ~50 bytes per step on most ranks
     total = 0
     t0 = 1_796_205_000.0
     for r in range(ranks):

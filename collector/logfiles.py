@@ -220,15 +220,24 @@ def _kernel(f, src: Source, year: int, tz, boot_ns, res: ReadResult, progress) -
     data = b"".join(_chunks(f, res, progress))
     lines = data.split(b"\n")
     fmt = detect_kernel_format(lines[:50])
-    boot_unc = 0
-    if fmt in ("kmsg", "dmesg") and boot_ns is None:
-        boot_ns, boot_unc = _this_boot()
-        res.gaps.append({"file": src.path, "source": "kernel", "reason": (
-            "monotonic kernel times were converted with this machine's boot time; pass --kernel-boot-time "
-            "if this log comes from another machine or boot")})
-    yield from parse_kernel_log(lines if fmt == "journal-export" else (ln.decode("utf-8", "replace") for ln in lines),
-                                fmt=fmt, node=src.node, boot_wall_ns=boot_ns, boot_uncertainty_ns=boot_unc,
-                                year=year, tz=tz, stream=src.path, stats=st)
+    text = lines if fmt == "journal-export" else [ln.decode("utf-8", "replace") for ln in lines]
+    events = list(parse_kernel_log(text, fmt=fmt, node=src.node, boot_wall_ns=boot_ns, year=year, tz=tz,
+                                   stream=src.path, stats=st))
+    if fmt in ("kmsg", "dmesg") and boot_ns is None and events:
+        # Monotonic stamps: this machine's boot time fits only if the log can be from this boot.
+        boot, unc = _this_boot()
+        last = max(e.fields.get("mono_ns") or 0 for e in events)
+        if last <= time.clock_gettime_ns(time.CLOCK_BOOTTIME):
+            for e in events:
+                if e.fields.get("mono_ns") is not None:
+                    e.occurred_ns, e.clock, e.uncertainty_ns = boot + e.fields["mono_ns"], "kmsg", unc
+            reason = ("monotonic kernel times were converted with this machine's boot time; pass "
+                      "--kernel-boot-time if this log comes from another machine or boot")
+        else:
+            reason = ("monotonic kernel times reach past this machine's uptime, so the log is from another "
+                      "boot: its events are not placed in time; pass --kernel-boot-time or give dmesg -T output")
+        res.gaps.append({"file": src.path, "source": "kernel", "reason": reason})
+    yield from events
     if st.bad_lines:
         res.gaps.append({"file": src.path, "source": "kernel",
                          "reason": f"{st.bad_lines} of {st.lines} lines not understood as {st.fmt or 'a kernel log'}"})

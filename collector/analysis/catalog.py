@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import importlib.resources
 import re
+
+import ahocorasick_rs
 import string
 import tomllib
 from collections.abc import Iterable
@@ -137,10 +139,17 @@ class Catalog:
 
     def __init__(self, signatures: tuple[Signature, ...], xids: dict[int, XidInfo]):
         self.signatures = signatures
-        self.needles: tuple[str, ...] = tuple(dict.fromkeys(n for s in signatures for n in s.needles))
-        self.prefilter: re.Pattern[str] = needle_regex(self.needles)
         self._by_id = {s.id: s for s in signatures}
         self._xids = xids
+        self.prefilter: re.Pattern[str] = needle_regex([n for s in signatures for n in s.needles])
+        # One automaton over every needle: a text's needles name the few signatures worth
+        # trying, in one pass over the text instead of one substring search per needle.
+        words = sorted({n for s in signatures for n in s.needles})
+        self._words = {w: i for i, w in enumerate(words)}
+        self._needle_sigs: list[tuple[int, ...]] = [
+            tuple(k for k, s in enumerate(signatures) if w in s.needles) for w in words
+        ]
+        self._ac = ahocorasick_rs.AhoCorasick(words) if words else None
 
     def __len__(self) -> int:
         return len(self.signatures)
@@ -152,15 +161,19 @@ class Catalog:
         return self._xids.get(code)
 
     def match(self, text: str) -> Match | None:
-        """The first signature, in file order, with a needle in ``text`` and a pattern that matches."""
-        for sig in self.signatures:
-            for n in sig.needles:
-                if n in text:
-                    for pat in sig.patterns:
-                        m = pat.search(text)
-                        if m is not None:
-                            return self._match(sig, m)
-                    break
+        """The first signature, in file order, with a needle in ``text`` and a matching pattern."""
+        if self._ac is None:
+            return None
+        hits = self._ac.find_matches_as_indexes(text, overlapping=True)
+        if not hits:
+            return None
+        cands = sorted({k for w, _, _ in hits for k in self._needle_sigs[w]})
+        for k in cands:
+            sig = self.signatures[k]
+            for pat in sig.patterns:
+                m = pat.search(text)
+                if m is not None:
+                    return self._match(sig, m)
         return None
 
     def _match(self, sig: Signature, m: re.Match[str]) -> Match:

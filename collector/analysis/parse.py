@@ -121,6 +121,9 @@ def parse_stamp(text: str, *, year: int, tz: tzinfo = timezone.utc) -> Stamp | N
         return None
     c = text[0]
     if c == "[":
+        st = _ds_fast(text, tz)
+        if st is not None:
+            return st
         m = _DS.match(text)
         if m:
             d = m.group("d")
@@ -146,6 +149,42 @@ def parse_stamp(text: str, *, year: int, tz: tzinfo = timezone.utc) -> Stamp | N
             r = _to_ns(int(d[:4]), int(d[5:7]), int(d[8:10]), m.group("t"), m.group("f"), _zone(m.group("z"), tz))
             return Stamp(r[0], r[1]) if r else None
     return None
+
+
+_MINUTES: dict[tuple[str, tzinfo], int] = {}  # "YYYY-MM-DD HH:MM" -> epoch seconds, per zone
+
+
+def _ds_fast(text: str, tz: tzinfo) -> Stamp | None:
+    """The DeepSpeed logger stamp ``[YYYY-MM-DD HH:MM:SS,mmm] [LEVEL]`` without regex or datetime.
+
+    Scanning a big log parses one stamp per interesting line; whole minutes are
+    cached, so this is string slicing and one dict lookup. None: not this shape.
+    """
+    if len(text) < 28 or text[20] != "," or text[24] != "]" or text[11] != " " or text[25:27] != " [":
+        return None
+    minute = text[1:17]
+    base = _MINUTES.get((minute, tz))
+    if base is None:
+        r = _to_ns(*_ymd(minute), minute[11:16] + ":00", None, tz) if minute[4] == "-" and minute[7] == "-" else None
+        if r is None:
+            return None
+        base = r[0] // 1_000_000_000
+        if len(_MINUTES) > 100_000:
+            _MINUTES.clear()
+        _MINUTES[(minute, tz)] = base
+    sec, ms = text[18:20], text[21:24]
+    if not (sec.isdigit() and ms.isdigit()):
+        return None
+    end = text.find("]", 27)
+    level = text[27:end] if end > 0 else None
+    return Stamp((base + int(sec)) * 1_000_000_000 + int(ms) * 1_000_000, 1_000_000, level)
+
+
+def _ymd(minute: str) -> tuple[int, int, int]:
+    try:
+        return int(minute[:4]), int(minute[5:7]), int(minute[8:10])
+    except ValueError:
+        return 0, 0, 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ gaps) and optionally a checkpoint directory's inspection.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -43,6 +44,7 @@ SAVE_MARKS = {"deepspeed.checkpoint_save_start": "start", "deepspeed.checkpoint_
               "deepspeed.checkpoint_saved": "done"}
 KERNEL_WINDOW_NS = 10 * 60 * 1_000_000_000  # kernel events this far outside the job's logs are not its
 TEXT_MAX = 2000
+MAX_KEPT = 200_000  # distinct findings kept in memory
 
 
 @dataclass(slots=True)
@@ -97,8 +99,14 @@ def _window(events: list[Event]) -> tuple[int, int] | None:
 def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | None = None) -> dict:
     inp = inputs or Inputs()
     ctx = Context()
-    findings: list[Finding] = []
     summaries: list[Event] = []
+    # Memory stays bounded whatever the input size: only the latest progress line of each
+    # rank is kept, and of repeated findings only the first of each (stream, rank,
+    # fingerprint), with a count.
+    latest: dict[tuple, Finding] = {}
+    kept: dict[tuple, Finding] = {}
+    counts: dict[str, int] = defaultdict(int)
+    dropped = 0
     for ev in events:
         if ev.kind == KIND_STREAM:
             summaries.append(ev)
@@ -106,8 +114,31 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         if any(n in ev.text for n in CONTEXT_NEEDLES):
             ctx.feed(ev.text)
         m = catalog.match(ev.text)
-        if m is not None:
-            findings.append(Finding(ev, m))
+        if m is None:
+            continue
+        f = Finding(ev, m)
+        if f.sig == PROGRESS:
+            timeline.place(ev, inp.clocks)
+            key = (ev.stream, ev.rank)
+            old = latest.get(key)
+            if old is None or (ev.occurred_ns or 0) >= (old.ev.occurred_ns or 0):
+                latest[key] = f
+            continue
+        fp = fingerprint(f)
+        counts[fp] += 1
+        g = f.match.groups  # lines that name a pid, rank or tag each say something of their own
+        key = (ev.stream, ev.rank, fp, g.get("pid"), g.get("rank"), g.get("local_rank"), g.get("tag"))
+        if ev.source == "kernel":  # one node's kernel log given twice (dmesg and dmesg -T): once
+            key = (ev.node, ev.text)
+        if key in kept:
+            if ev.source == "kernel" and kept[key].ev.occurred_ns is None and ev.occurred_ns is not None:
+                kept[key] = f  # the same message from a log whose times are known
+            continue
+        if len(kept) >= MAX_KEPT:
+            dropped += 1
+            continue
+        kept[key] = f
+    findings = list(kept.values()) + list(latest.values())
     window = _window(summaries)
     placed = timeline.build([f.ev for f in findings], inp.clocks)
     order = {id(ev): i for i, ev in enumerate(placed)}
@@ -154,32 +185,41 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
 
     errors = [f for f in findings if f.role in ("root", "cascade")]
     firsts = rank_firsts(errors)
-    groups = distinct_failures(errors, firsts)
+    groups = distinct_failures(errors, firsts, counts)
     world = ctx.world_size or inp.world_size
     known_ranks = set(rank_nodes) | (set(range(world)) if world else set())
 
-    first = None
-    blame = "unknown"
+    first_f: Finding | None = None
     failure_ns = None
+    casc: list[Finding] = []
     if groups:
-        g = groups[0]
-        f = g.findings[0]
-        failure_ns = f.ev.occurred_ns
-        others = [h for gg in groups for h in gg.findings if h is not f and h.ev.rank != f.ev.rank]
-        tied = [h for h in others if timeline.overlap(f.ev, h.ev)]
-        first = _first(f, g.ranks, tied, marks, rank_nodes)
-        blame = BLAME.get(f.category, "unknown")
+        first_f = groups[0].findings[0]
+        failure_ns = first_f.ev.occurred_ns
     elif any(ff.role == "cascade" for ff in errors):
-        r, how = stopped_first(firsts, known_ranks, progress)
-        casc = sorted((ff for ff in firsts.values()), key=lambda ff: ff.ev.occurred_ns or 0)
+        casc = sorted(firsts.values(), key=lambda ff: ff.ev.occurred_ns or 0)
         failure_ns = casc[0].ev.occurred_ns if casc else None
-        first = _inferred(r, how, casc, progress, steps, marks, rank_nodes)
 
     clean = {r for r, ex in exits.items() if ex.get("code") == 0}
     ckpt = checkpoint_report(
         marks, failure_at_ns=failure_ns, world_size=world,
         ranks_progress={r: ev.occurred_ns for r, ev in progress.items()},
         clean_exit_ranks=clean, disk=inp.disk)
+    saved = {t["tag"] for t in ckpt["tags"] if t["verdict"] == "safe"}
+    saving = _saving_since(marks, progress, saved)
+
+    first = None
+    blame = "unknown"
+    if first_f is not None:
+        g = groups[0]
+        # a tie is another distinct failure that can not be ordered after this one; the
+        # same failure on other ranks at the same time is "ranks_sharing", not a tie
+        others = [h for gg in groups[1:] for h in gg.findings]
+        tied = [h for h in others if timeline.overlap(first_f.ev, h.ev)]
+        first = _first(first_f, g.ranks, tied, saving, rank_nodes)
+        blame = BLAME.get(first_f.category, "unknown")
+    elif casc:
+        r, how = stopped_first(firsts, known_ranks, progress)
+        first = _inferred(r, how, casc, progress, steps, saving, rank_nodes)
 
     ranks_out = {}
     for r in sorted(known_ranks | set(firsts) | set(exits)):
@@ -193,6 +233,8 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
             "exit": exits.get(r),
         }
     gaps = list(inp.gaps)
+    if dropped:
+        gaps.append({"source": "analysis", "reason": f"{dropped} findings beyond the first {MAX_KEPT} distinct ones were counted, not kept"})
     if world:
         for r in range(world):
             if r not in rank_nodes:
@@ -217,16 +259,23 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     }
 
 
-def _saving_since(marks: list[SaveMark], rank: int | None, progress_ns: int | None = None) -> int | None:
-    """Start of the last checkpoint save seen (any rank logs it: all ranks save together)."""
-    starts = [m.at_ns for m in marks if m.what == "start" and m.at_ns is not None]
+def _saving_since(marks: list[SaveMark], progress: Mapping[int, Event], saved: set[str]) -> int | None:
+    """Start of a checkpoint save that training had not left, or None.
+
+    All ranks save together, so a start logged by rank 0 counts for all. A save
+    is over when any rank logged progress after it or its tag is whole on disk.
+    """
+    starts = [(m.at_ns, m.tag) for m in marks if m.what == "start" and m.at_ns is not None]
     if not starts:
         return None
-    s = max(starts)
-    return s if progress_ns is None or progress_ns < s else None
+    s, tag = max(starts)
+    if tag in saved:
+        return None
+    after = [ev.occurred_ns for ev in progress.values() if ev.occurred_ns is not None and ev.occurred_ns > s]
+    return None if after else s
 
 
-def _first(f: Finding, ranks: list[int], tied: list[Finding], marks, rank_nodes) -> dict:
+def _first(f: Finding, ranks: list[int], tied: list[Finding], saving_since: int | None, rank_nodes) -> dict:
     ev = f.ev
     summary = f.match.summary
     if ev.rank is not None and f"rank {ev.rank}" not in summary.lower():
@@ -242,7 +291,7 @@ def _first(f: Finding, ranks: list[int], tied: list[Finding], marks, rank_nodes)
         "uncertainty_ms": ev.uncertainty_ns // 1_000_000,
         "signature": f.sig,
         "category": f.category,
-        "phase": phase_of(f, _saving_since(marks, ev.rank)),
+        "phase": phase_of(f, saving_since),
         "summary": summary,
         "first_action": f.match.signature.first_action,
         "reference": f.match.signature.reference,
@@ -255,9 +304,8 @@ def _first(f: Finding, ranks: list[int], tied: list[Finding], marks, rank_nodes)
     }
 
 
-def _inferred(rank, how, casc: list[Finding], progress, steps, marks, rank_nodes) -> dict:
+def _inferred(rank, how, casc: list[Finding], progress, steps, saving: int | None, rank_nodes) -> dict:
     last = progress.get(rank) if rank is not None else None
-    saving = _saving_since(marks, rank, last.occurred_ns if last else None)
     where = "" if last is None else f" after step {steps.get(rank)}" if steps.get(rank) is not None else ""
     if rank is None:
         summary = "The job hung: every rank that reported an error was waiting for a peer, and no rank stands out."

@@ -113,6 +113,9 @@ def link_identity(findings: list[Finding], single_node: bool) -> dict[int, int]:
             ev.pid = pid
             if ev.rank is not None:
                 pids.setdefault(pid, ev.rank)
+    for f in findings:  # lines that name only a pid ("Signal 9 (SIGKILL) received by PID 4242")
+        if f.ev.rank is None and f.ev.source != "kernel" and f.ev.pid in pids:
+            f.ev.rank = pids[f.ev.pid]
     return pids
 
 
@@ -180,13 +183,12 @@ class Group:
     count: int = 0
 
 
-def distinct_failures(findings: list[Finding], firsts: Mapping[int, Finding]) -> list[Group]:
-    """Root-cause groups, earliest first: per-rank first roots plus roots tied to no rank."""
+def distinct_failures(findings: list[Finding], firsts: Mapping[int, Finding], counts: Mapping[str, int]) -> list[Group]:
+    """Root-cause groups, earliest first: per-rank first roots plus roots tied to no rank.
+
+    ``counts`` says how often each fingerprint was seen in all the input.
+    """
     groups: dict[str, Group] = {}
-    counts: dict[str, int] = defaultdict(int)
-    for f in findings:
-        if f.role == "root":
-            counts[fingerprint(f)] += 1
     cands = [f for f in firsts.values() if f.role == "root"]
     cands += [f for f in findings if f.role == "root" and f.ev.rank is None]
     cands.sort(key=lambda f: (f.ev.occurred_ns is None, f.ev.occurred_ns or 0, f.ev.stream, f.ev.seq))
@@ -194,7 +196,7 @@ def distinct_failures(findings: list[Finding], firsts: Mapping[int, Finding]) ->
         key = fingerprint(f)
         g = groups.get(key)
         if g is None:
-            g = groups[key] = Group(key, [], [], counts[key])
+            g = groups[key] = Group(key, [], [], counts.get(key, 1))
         g.findings.append(f)
         if f.ev.rank is not None and f.ev.rank not in g.ranks:
             g.ranks.append(f.ev.rank)

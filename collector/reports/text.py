@@ -35,7 +35,8 @@ def render_text(rep: dict) -> str:
         out.append(f"  occurred    {when}{unc} (clock: {ff.get('clock') or 'none'})")
         tie = ""
         if ff.get("within_clock_uncertainty"):
-            tie = f"; tied within clock uncertainty with rank(s) {', '.join(map(str, ff.get('tied_with') or []))}"
+            with_ = ", ".join(map(str, ff.get("tied_with") or []))
+            tie = f"; tied within clock uncertainty with {'rank(s) ' + with_ if with_ else 'another failure'}"
         out.append(f"  confidence  {ff['confidence']}{tie}")
         if len(ff.get("ranks_sharing") or []) > 1:
             out.append(f"  shared by   ranks {', '.join(map(str, ff['ranks_sharing']))}")
