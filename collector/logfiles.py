@@ -41,7 +41,10 @@ CHUNK = 1 << 20
 _TORCHRUN = re.compile(r"attempt_(?P<attempt>\d+)[/\\](?P<local>\d+)[/\\](?P<name>stdout\.log|stderr\.log|error\.json)$")
 _DS_RANK = re.compile(r"_rank(?P<rank>\d+)\.log$")
 _SKIP_DIRS = re.compile(r"^(global_step\d+|\..*|__pycache__)$")
-_SKIP_EXT = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".pkl", ".npy", ".zip", ".tar", ".json.lock")
+# Not logs: checkpoints and other binary data, and the sources and configs that often sit
+# beside logs (a training script's own "raise ValueError" is no failure).
+_SKIP_EXT = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".pkl", ".npy", ".zip", ".tar", ".json.lock",
+             ".py", ".sh", ".json", ".yaml", ".yml", ".toml", ".cfg", ".ini")
 
 
 @dataclass(slots=True)
@@ -84,7 +87,7 @@ def discover(paths: list[str], *, node: str | None = None, kernel: list[str] | N
                 dirnames[:] = sorted(d for d in dirnames if not _SKIP_DIRS.match(d)
                                      and not _is_checkpoint_dir(os.path.join(dirpath, d)))
                 for name in sorted(filenames):
-                    if name.startswith(".") or name.endswith(_SKIP_EXT) or name == "latest":
+                    if name.startswith(".") or name == "latest" or (name.endswith(_SKIP_EXT) and name != "error.json"):
                         continue
                     out.append(_source(os.path.join(dirpath, name), nd))
         else:
@@ -112,7 +115,8 @@ def _source(path: str, node: str | None) -> Source:
 
 def _open(path: str):
     if path == "-":
-        return sys.stdin.buffer
+        buf = sys.stdin.buffer
+        return buf if hasattr(buf, "peek") else io.BufferedReader(buf)
     f = open(path, "rb")
     if path.endswith(".gz"):
         return gzip.GzipFile(fileobj=f)

@@ -33,7 +33,8 @@ NEEDLES = (
     "deepspeed install path",
 )
 
-_ATTR = re.compile(r":print\]\s+(?P<key>\w+) \.+ (?P<val>.*)$")
+# "  {key} {dots} {value}" with 29 - len(key) dots: none (two spaces) for long keys
+_ATTR = re.compile(r":print\]\s+(?P<key>\w+) \.* ?(?P<val>.*)$")
 _DS_VERSION = re.compile(r"DeepSpeed info: version=(?P<v>[^\s,]+)")
 _TORCH_VERSION = re.compile(r"torch version \.+ (?P<v>\S+)")
 _CUDA_VERSION = re.compile(r"torch cuda version \.+ (?P<v>\S+)")
@@ -46,6 +47,7 @@ _KV = re.compile(r"(\w+)=(\S+)")
 # The REPORT.md context keys that come from the resolved DeepSpeed config.
 _CONFIG_KEYS = ("zero_stage", "offload_optimizer", "offload_param", "precision",
                 "gradient_accumulation_steps", "train_micro_batch_size_per_gpu")
+_PRECISION = {"fp16_enabled": "fp16", "float16_config": "fp16", "bfloat16_enabled": "bf16", "bfloat16_config": "bf16"}
 # What a bug report asks for that logs alone never carry.
 _ALWAYS_MISSING = ("deepspeed.env_report output", "nvidia-smi memory before initialization")
 
@@ -79,6 +81,13 @@ class Context:
     launch_command: str | None = None
     world_size: int | None = None
     config: dict = field(default_factory=dict)
+
+    def feed_paths(self, text: str) -> None:
+        """Learn the Python version from the file paths of a traceback."""
+        if self.versions["python"] is None:
+            m = _PY_VERSION.search(text)
+            if m:
+                self.versions["python"] = m.group("v")
 
     def feed(self, text: str) -> None:
         """Learn what one line says (a line holding one of NEEDLES)."""
@@ -124,19 +133,20 @@ class Context:
             ws = _value(val)
             if isinstance(ws, int):
                 self.world_size = ws
-        elif key == "fp16_enabled" and _value(val) is True:
-            c["precision"] = "fp16"
-        elif key == "bfloat16_enabled" and _value(val) is True:
-            c["precision"] = "bf16"
-        elif key in ("fp16_enabled", "bfloat16_enabled"):
-            c.setdefault("precision", None)
-            c.setdefault("_precision_seen", set()).add(key)
+        elif key in _PRECISION:
+            # 0.19: "float16_config ... enabled=False auto_cast=..."; older: "fp16_enabled ... False"
+            on = _value(val) is True or val.strip().startswith("enabled=True")
+            if on:
+                c["precision"] = _PRECISION[key]
+            else:
+                c.setdefault("precision", None)
+                c.setdefault("_precision_seen", set()).add(_PRECISION[key])
 
     def to_report(self, *, world_size: int | None = None, launcher: str | None = None) -> dict:
         """The report's ``context`` object, with what is missing listed."""
         c = dict(self.config)
         seen = c.pop("_precision_seen", set())
-        if c.get("precision") is None and {"fp16_enabled", "bfloat16_enabled"} <= seen:
+        if c.get("precision") is None and {"fp16", "bf16"} <= seen:
             c["precision"] = "fp32"
         out = {
             "versions": dict(self.versions),

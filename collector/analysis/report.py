@@ -20,7 +20,7 @@ from .catalog import Catalog
 from .checkpoint import SaveMark, checkpoint_report
 from .context import Context
 from .context import NEEDLES as CONTEXT_NEEDLES
-from .model import KIND_STREAM, Event
+from .model import KIND_STREAM, KIND_TRACEBACK, Event
 from .timeline import NodeClock
 from .verdict import (
     BLAME,
@@ -113,6 +113,8 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
             continue
         if any(n in ev.text for n in CONTEXT_NEEDLES):
             ctx.feed(ev.text)
+        if ev.kind == KIND_TRACEBACK:
+            ctx.feed_paths(ev.text)
         m = catalog.match(ev.text)
         if m is None:
             continue
@@ -183,6 +185,9 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         if ex and ev.rank is not None and ev.source != "kernel":
             exits.setdefault(ev.rank, ex)
 
+    for f in findings:  # the kernel OOM killer ends a process with SIGKILL
+        if f.ev.source == "kernel" and f.category == "host-memory" and f.role == "root" and f.ev.rank is not None:
+            exits.setdefault(f.ev.rank, {"code": -9, "signal": "SIGKILL", "by": "kernel OOM killer"})
     errors = [f for f in findings if f.role in ("root", "cascade")]
     firsts = rank_firsts(errors)
     groups = distinct_failures(errors, firsts, counts)
