@@ -176,13 +176,9 @@ def install_kill_in_save(injector):
 
     def save(obj, f, *a, **kw):
         if injector.active("kill-in-save") and isinstance(f, str) and "optim_states" in f:
-            import io
-            buf = io.BytesIO()
-            real_save(obj, buf, *a, **kw)
-            data = buf.getvalue()
-            with open(f, "wb") as out:
-                out.write(data[:len(data) // 2])
-                out.flush()
+            real_save(obj, f, *a, **kw)  # then keep the first half: what a write cut short leaves
+            with open(f, "r+b") as out:
+                out.truncate(os.fstat(out.fileno()).st_size // 2)
                 os.fsync(out.fileno())
             os.kill(os.getpid(), signal.SIGKILL)
         return real_save(obj, f, *a, **kw)
