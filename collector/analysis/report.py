@@ -20,7 +20,7 @@ from .catalog import Catalog
 from .checkpoint import SaveMark, checkpoint_report
 from .context import Context
 from .context import NEEDLES as CONTEXT_NEEDLES
-from .model import KIND_STREAM, KIND_TRACEBACK, Event
+from .model import KIND_RECORD, KIND_STREAM, KIND_TRACEBACK, Event
 from .timeline import NodeClock
 from .verdict import (
     BLAME,
@@ -40,6 +40,7 @@ from .verdict import (
 SCHEMA = "firstfault.report/1"
 # Context signatures of the catalog the analysis reads facts from.
 PROGRESS = "deepspeed.progress"
+FAILURE_RANK = "torchelastic.failure_rank"
 SAVE_MARKS = {"deepspeed.checkpoint_save_start": "start", "deepspeed.checkpoint_saving_file": "file",
               "deepspeed.checkpoint_saved": "done"}
 KERNEL_WINDOW_NS = 10 * 60 * 1_000_000_000  # kernel events this far outside the job's logs are not its
@@ -115,31 +116,10 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
             ctx.feed(ev.text)
         if ev.kind == KIND_TRACEBACK:
             ctx.feed_paths(ev.text)
-        m = catalog.match(ev.text)
-        if m is None:
-            continue
-        f = Finding(ev, m)
-        if f.sig == PROGRESS:
-            timeline.place(ev, inp.clocks)
-            key = (ev.stream, ev.rank)
-            old = latest.get(key)
-            if old is None or (ev.occurred_ns or 0) >= (old.ev.occurred_ns or 0):
-                latest[key] = f
-            continue
-        fp = fingerprint(f)
-        counts[fp] += 1
-        g = f.match.groups  # lines that name a pid, rank or tag each say something of their own
-        key = (ev.stream, ev.rank, fp, g.get("pid"), g.get("rank"), g.get("local_rank"), g.get("tag"))
-        if ev.source == "kernel":  # one node's kernel log given twice (dmesg and dmesg -T): once
-            key = (ev.node, ev.text)
-        if key in kept:
-            if ev.source == "kernel" and kept[key].ev.occurred_ns is None and ev.occurred_ns is not None:
-                kept[key] = f  # the same message from a log whose times are known
-            continue
-        if len(kept) >= MAX_KEPT:
-            dropped += 1
-            continue
-        kept[key] = f
+        for sub in [ev, *_message_lines(ev)]:
+            m = catalog.match(sub.text)
+            if m is not None:
+                dropped += _keep(Finding(sub, m), latest, kept, counts, inp)
     findings = list(kept.values()) + list(latest.values())
     window = _window(summaries)
     placed = timeline.build([f.ev for f in findings], inp.clocks)
@@ -156,6 +136,12 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     locals_seen = {f.ev.local_rank for f in findings if f.ev.local_rank is not None}
     locals_seen |= {int(v) for f in findings if (v := f.match.groups.get("local_rank")) and v.isdigit()}
     single_node = len(nodes) <= 1 and not (ranks_seen and locals_seen and max(ranks_seen) > max(locals_seen))
+    # torchrun's failure summary: "rank : N (local_rank: M)" then "exitcode : X (pid: P)"
+    block_rank = {(f.ev.stream, f.ev.seq + 1): f.match.groups["rank"] for f in findings if f.sig == FAILURE_RANK}
+    for f in findings:
+        r = block_rank.get((f.ev.stream, f.ev.seq))
+        if r is not None and f.ev.rank is None:
+            f.ev.rank = int(r)
     pids = link_identity(findings, single_node=single_node)
     for f in findings:
         if f.ev.rank is not None and f.ev.source != "kernel":
@@ -223,7 +209,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         first = _first(first_f, g.ranks, tied, saving, rank_nodes)
         blame = BLAME.get(first_f.category, "unknown")
     elif casc:
-        r, how = stopped_first(firsts, known_ranks, progress)
+        r, how = stopped_first(errors, known_ranks, progress)
         first = _inferred(r, how, casc, progress, steps, saving, rank_nodes)
 
     ranks_out = {}
@@ -262,6 +248,47 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         "context": ctx.to_report(world_size=world, launcher=inp.launcher),
         "checkpoint": ckpt,
     }
+
+
+def _keep(f: Finding, latest: dict, kept: dict, counts: dict, inp: Inputs) -> int:
+    """Keep what the verdict needs of one finding, in bounded memory; 1 when it had to be dropped."""
+    ev = f.ev
+    if f.sig == PROGRESS:
+        timeline.place(ev, inp.clocks)
+        key = (ev.stream, ev.rank)
+        old = latest.get(key)
+        if old is None or (ev.occurred_ns or 0) >= (old.ev.occurred_ns or 0):
+            latest[key] = f
+        return 0
+    fp = fingerprint(f)
+    counts[fp] += 1
+    g = f.match.groups  # lines that name a pid, rank or tag each say something of their own
+    key = (ev.stream, ev.rank, fp, g.get("pid"), g.get("rank"), g.get("local_rank"), g.get("tag"))
+    if ev.source == "kernel":  # one node's kernel log given twice (dmesg and dmesg -T): once
+        key = (ev.node, ev.text)
+    if key in kept:
+        if ev.source == "kernel" and kept[key].ev.occurred_ns is None and ev.occurred_ns is not None:
+            kept[key] = f  # the same message from a log whose times are known
+        return 0
+    if len(kept) >= MAX_KEPT:
+        return 1
+    kept[key] = f
+    return 0
+
+
+def _message_lines(ev: Event) -> list[Event]:
+    """The lines of a multi-line exception message as Events of their own.
+
+    torchrun's ChildFailedError carries its whole failure summary (rank, exitcode,
+    pid of every failed worker) in the message; each line says something.
+    """
+    msg = ev.fields.get("message") if ev.kind in (KIND_TRACEBACK, KIND_RECORD) else None
+    if not msg or "\n" not in msg:
+        return []
+    return [Event(text=line, source=ev.source, node=ev.node, job=ev.job, occurred_ns=ev.occurred_ns,
+                  observed_ns=ev.observed_ns, clock=ev.clock, uncertainty_ns=ev.uncertainty_ns,
+                  origin=ev.origin, stream=f"{ev.stream}#{ev.seq}", seq=i, fields=dict(ev.fields))
+            for i, line in enumerate(msg.splitlines()[1:], 1)]
 
 
 def _saving_since(marks: list[SaveMark], progress: Mapping[int, Event], saved: set[str]) -> int | None:

@@ -45,6 +45,8 @@ BLAME = {
     "storage": "infrastructure",
 }
 GENERIC = {"python.exception"}
+# match groups of lines in which a launcher reports an exit or sends a signal
+LAUNCHER_GROUPS = frozenset({"exitcode", "signal", "sent_signal", "death_signal"})
 HANG_ID = "hang.stopped_first"
 
 
@@ -224,12 +226,22 @@ def confidence(f: Finding, tied: bool) -> str:
     return "high"
 
 
+def _launcher_act(f: Finding) -> bool:
+    """A line where a launcher reports or sends a signal or exit (not the rank's own words)."""
+    return not LAUNCHER_GROUPS.isdisjoint(f.match.groups)
+
+
 def stopped_first(
-    firsts: Mapping[int, Finding], known_ranks: Iterable[int], progress: Mapping[int, Event]
+    errors: Iterable[Finding], known_ranks: Iterable[int], progress: Mapping[int, Event]
 ) -> tuple[int | None, list[str]]:
-    """Infer the rank that stopped first when only cascades exist."""
-    known = sorted(set(known_ranks) | set(firsts))
-    waiting = {r for r, f in firsts.items() if f.role == "cascade" and exit_of(f) is None}
+    """Infer the rank that stopped first when only cascades exist.
+
+    A rank is waiting when it reported a cascade of its own (a timeout, a lost
+    peer); being sent SIGTERM by the launcher afterwards is no sign of waiting.
+    """
+    errors = list(errors)
+    known = sorted(set(known_ranks) | {f.ev.rank for f in errors if f.ev.rank is not None})
+    waiting = {f.ev.rank for f in errors if f.role == "cascade" and not _launcher_act(f) and f.ev.rank is not None}
     silent = [r for r in known if r not in waiting]
     how: list[str] = []
     if waiting and len(silent) == 1:
