@@ -41,6 +41,7 @@ SCHEMA = "firstfault.report/1"
 # Context signatures of the catalog the analysis reads facts from.
 PROGRESS = "deepspeed.progress"
 FAILURE_RANK = "torchelastic.failure_rank"
+FAILURE_HOST = "torchelastic.failure_host"
 SAVE_MARKS = {"deepspeed.checkpoint_save_start": "start", "deepspeed.checkpoint_saving_file": "file",
               "deepspeed.checkpoint_saved": "done"}
 KERNEL_WINDOW_NS = 10 * 60 * 1_000_000_000  # kernel events this far outside the job's logs are not its
@@ -136,12 +137,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     locals_seen = {f.ev.local_rank for f in findings if f.ev.local_rank is not None}
     locals_seen |= {int(v) for f in findings if (v := f.match.groups.get("local_rank")) and v.isdigit()}
     single_node = len(nodes) <= 1 and not (ranks_seen and locals_seen and max(ranks_seen) > max(locals_seen))
-    # torchrun's failure summary: "rank : N (local_rank: M)" then "exitcode : X (pid: P)"
-    block_rank = {(f.ev.stream, f.ev.seq + 1): f.match.groups["rank"] for f in findings if f.sig == FAILURE_RANK}
-    for f in findings:
-        r = block_rank.get((f.ev.stream, f.ev.seq))
-        if r is not None and f.ev.rank is None:
-            f.ev.rank = int(r)
+    _failure_summary(findings, rank_nodes)
     pids = link_identity(findings, single_node=single_node)
     for f in findings:
         if f.ev.rank is not None and f.ev.source != "kernel":
@@ -274,6 +270,23 @@ def _keep(f: Finding, latest: dict, kept: dict, counts: dict, inp: Inputs) -> in
         return 1
     kept[key] = f
     return 0
+
+
+def _failure_summary(findings: list[Finding], rank_nodes: dict[int, str | None]) -> None:
+    """torchrun's failure summary, line by line: "host : H", "rank : N (local_rank: M)",
+    "exitcode : X (pid: P)". The rank line names the rank of the exit below it and the
+    host line above it names that rank's node."""
+    at = {(f.ev.stream, f.ev.seq): f for f in findings if f.sig in (FAILURE_RANK, FAILURE_HOST)}
+    for f in findings:
+        above = at.get((f.ev.stream, f.ev.seq - 1))
+        if above is None or above.sig != FAILURE_RANK:
+            continue
+        rank = int(above.match.groups["rank"])
+        if f.ev.rank is None:
+            f.ev.rank = rank
+        host = at.get((f.ev.stream, f.ev.seq - 2))
+        if host is not None and host.sig == FAILURE_HOST and not rank_nodes.get(rank):
+            rank_nodes[rank] = host.match.groups["host"]
 
 
 def _message_lines(ev: Event) -> list[Event]:

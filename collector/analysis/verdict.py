@@ -135,17 +135,16 @@ def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Ma
         pid = _int(f.match.groups.get("pid"))
         if pid is not None:
             ev.pid = pid
-            if pid in pids:
-                ev.rank = pids[pid]
-                f.links.append(f"pid {pid} is rank {ev.rank}")
-                continue
-        if f.category == "host-memory":
+        if pid in pids:
+            ev.rank = pids[pid]
+            f.links.append(f"pid {pid} is rank {ev.rank}")
+        elif f.category == "host-memory":
             cands = killed.get(ev.node) or (killed.get(None) if ev.node is None else None)
             if not cands and len(killed) == 1:
                 cands = next(iter(killed.values()))
             if cands and len(cands) == 1:
                 ev.rank = next(iter(cands))
-                f.links.append(f"rank {ev.rank} is the only rank that died by SIGKILL near this OOM kill")
+                f.links.append(f"rank {ev.rank} is the only rank that died by SIGKILL on this node")
         if ev.rank is not None and ev.node is None:
             ev.node = rank_nodes.get(ev.rank)
 

@@ -1,0 +1,40 @@
+"""Layering: the agent never imports the collector; the collector imports only the wire format
+from the agent; the analysis does no I/O of its own (no open, sockets or subprocesses)."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_agent_never_imports_collector():
+    for path in (ROOT / "agent").rglob("*.py"):
+        bad = {n for n in _imports(path) if n == "collector" or n.startswith("collector.")}
+        assert not bad, f"{path} imports {bad}"
+
+
+def test_collector_imports_only_the_wire_format_from_agent():
+    for path in (ROOT / "collector").rglob("*.py"):
+        bad = {n for n in _imports(path) if (n == "agent" or n.startswith("agent.")) and n != "agent.wire"}
+        assert not bad, f"{path} imports {bad}"
+
+
+def test_analysis_is_pure():
+    io_modules = {"socket", "subprocess", "os", "shutil", "sqlite3", "asyncio", "urllib", "http"}
+    for path in (ROOT / "collector" / "analysis").glob("*.py"):
+        if path.name == "catalog.py":  # loads its shipped TOML; nothing else
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        assert not (_imports(path) & io_modules), path
+        calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        assert not calls & {"open", "print", "input"}, f"{path} calls {calls & {'open', 'print', 'input'}}"
