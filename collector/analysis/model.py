@@ -25,6 +25,7 @@ CLOCKS = ("line", "kmsg", "journal", "agent", "file-mtime")
 # What an Event is.
 KIND_LINE = "line"  # one log line
 KIND_TRACEBACK = "traceback"  # a whole Python traceback, chained parts included
+KIND_STACK = "stack"  # a stack dump of a live process (py-spy dump, faulthandler)
 KIND_KERNEL = "kernel"  # one kernel message (continuation lines joined)
 KIND_RECORD = "record"  # a structured record (torchelastic error.json, agent samples)
 KIND_STREAM = "stream.summary"  # the last Event of a scanned stream: fields first_ns, last_ns, lines

@@ -20,7 +20,8 @@ from .catalog import Catalog
 from .checkpoint import SaveMark, checkpoint_report
 from .context import Context
 from .context import NEEDLES as CONTEXT_NEEDLES
-from .model import KIND_RECORD, KIND_STREAM, KIND_TRACEBACK, Event
+from .model import KIND_RECORD, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
+from .phase import phase_from_frames
 from .timeline import NodeClock
 from .verdict import (
     BLAME,
@@ -109,9 +110,13 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     kept: dict[tuple, Finding] = {}
     counts: dict[str, int] = defaultdict(int)
     dropped = 0
+    dumps: dict[tuple, Event] = {}  # the latest stack dump of each (stream, rank, pid)
     for ev in events:
         if ev.kind == KIND_STREAM:
             summaries.append(ev)
+            continue
+        if ev.kind == KIND_STACK:
+            dumps[(ev.stream, ev.rank, ev.pid)] = timeline.place(ev, inp.clocks)
             continue
         if any(n in ev.text for n in CONTEXT_NEEDLES):
             ctx.feed(ev.text)
@@ -119,6 +124,8 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
             ctx.feed_paths(ev.text)
         for sub in [ev, *_message_lines(ev)]:
             m = catalog.match(sub.text)
+            if m is None and sub is ev and ev.fields.get("message"):
+                m = catalog.match(ev.fields["message"])  # exception groups indent their final line
             if m is not None:
                 dropped += _keep(Finding(sub, m), latest, kept, counts, inp)
     findings = list(kept.values()) + list(latest.values())
@@ -146,6 +153,11 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
             else:
                 rank_nodes.setdefault(f.ev.rank, None)
     link_kernel(findings, pids, rank_nodes)
+    rank_dumps: dict[int, Event] = {}
+    for d in sorted(dumps.values(), key=timeline.order_key):
+        r = d.rank if d.rank is not None else pids.get(d.pid or -1)
+        if r is not None:
+            rank_dumps[r] = d
 
     progress: dict[int, Event] = {}
     steps: dict[int, int] = {}
@@ -205,8 +217,8 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         first = _first(first_f, g.ranks, tied, saving, rank_nodes)
         blame = BLAME.get(first_f.category, "unknown")
     elif casc:
-        r, how = stopped_first(errors, known_ranks, progress)
-        first = _inferred(r, how, casc, progress, steps, saving, rank_nodes)
+        r, how = stopped_first(errors, known_ranks, progress, rank_dumps)
+        first = _inferred(r, how, casc, progress, steps, saving, rank_nodes, rank_dumps.get(r))
 
     ranks_out = {}
     for r in sorted(known_ranks | set(firsts) | set(exits)):
@@ -349,7 +361,8 @@ def _first(f: Finding, ranks: list[int], tied: list[Finding], saving_since: int 
     }
 
 
-def _inferred(rank, how, casc: list[Finding], progress, steps, saving: int | None, rank_nodes) -> dict:
+def _inferred(rank, how, casc: list[Finding], progress, steps, saving: int | None, rank_nodes,
+              dump: Event | None) -> dict:
     last = progress.get(rank) if rank is not None else None
     where = "" if last is None else f" after step {steps.get(rank)}" if steps.get(rank) is not None else ""
     if rank is None:
@@ -367,7 +380,7 @@ def _inferred(rank, how, casc: list[Finding], progress, steps, saving: int | Non
         "uncertainty_ms": None,
         "signature": HANG_ID,
         "category": "unknown",
-        "phase": "checkpoint-save" if saving is not None else "unknown",
+        "phase": (dump and phase_from_frames(dump.frames)) or ("checkpoint-save" if saving is not None else "unknown"),
         "summary": summary,
         "first_action": ("Dump the stacks of every rank while it hangs (py-spy dump --pid, or "
                          "TORCH_DISTRIBUTED_DEBUG=DETAIL and faulthandler) and look at what rank "
@@ -375,7 +388,8 @@ def _inferred(rank, how, casc: list[Finding], progress, steps, saving: int | Non
         "reference": None,
         "evidence": [_evidence(c) for c in casc[:5]],
         "ranks_sharing": [rank] if rank is not None else [],
-        "confidence": "medium" if rank is not None and how and "no error of its own" in how[0] else "low",
+        "confidence": "medium" if rank is not None and how and ("no error of its own" in how[0]
+                                                                 or "stack dump" in how[0]) else "low",
         "within_clock_uncertainty": False,
         "tied_with": [],
         "inferred": True,

@@ -25,13 +25,15 @@ from datetime import timezone, tzinfo
 
 import ahocorasick_rs
 
+from . import stacks
 from . import traceback as tb
-from .model import KIND_LINE, KIND_STREAM, KIND_TRACEBACK, Event
+from .model import KIND_LINE, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
 from .parse import Stamp, parse_nccl_origin, parse_stamp, strip_prefixes
 
 MAX_LINE_BYTES = 64 * 1024
 _WINDOW = 16 * 1024  # how far back/forward to look for a neighbouring timestamp
-_OWN_NEEDLES = ("Traceback (most recent call last)", "╭")
+_OWN_NEEDLES = ("Traceback (most recent call last)", "╭",  # tracebacks
+                "Process ", " (most recent call first):", " (idle)", " (active)", " (active+gil)")  # stack dumps
 
 _STAMPED = re.compile(
     rb"(?m)^(?:\s*\d+: )?(?:\[[A-Za-z_][\w.-]*?\d+\]:[ ]?)*"
@@ -56,6 +58,7 @@ class StreamInfo:
     fields: dict = field(default_factory=dict)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _GLUED_START = re.compile(r"(?:\[[A-Za-z_][\w.-]*?\d+\]:[ ]?)*Traceback \(most recent call last\):$")
 
 
@@ -79,7 +82,7 @@ class _Scanner:
     def __init__(self, info: StreamInfo, needles: Needles) -> None:
         self.info = info
         self.needles = needles
-        self.open: dict[int | None, tuple[tb.Assembler, Event]] = {}
+        self.open: dict[int | None, tuple[tb.Assembler | stacks.Assembler, Event]] = {}
         self.last_stamp: Stamp | None = None  # the last timestamp seen before the current position
         self.lineno = 0  # lines before the start of the current body
         self.pending: list[Event] = []  # events waiting for a later timestamp (before_ns)
@@ -170,11 +173,13 @@ class _Scanner:
         line = raw.decode("utf-8", "replace").rstrip("\r")
         if "\r" in line:  # a progress bar redrawn with carriage returns: the terminal shows the last part
             line = line.rsplit("\r", 1)[1]
+        if "\x1b" in line:  # colours and cursor moves (rich, tqdm): what a reader sees is the text
+            line = _ANSI.sub("", line)
         pre = strip_prefixes(line, srun_labels=self.info.srun_labels)
         if not tb.is_start(pre.text) and "Traceback (most recent" in line:
             # a traceback glued to the end of other output (a progress bar without a newline)
             m = _GLUED_START.search(line)
-            if m and m.start() > 0:
+            if m and line[: m.start()].strip(" |+-"):  # not the indented parts of an exception group
                 pre = strip_prefixes(line[m.start() :])
         key = pre.rank
         if key in self.open:
@@ -185,6 +190,13 @@ class _Scanner:
             ev = self._event(pre, pre.text, lineno)
             ev.kind = KIND_TRACEBACK
             self.open[key] = (tb.Assembler(pre.text), ev)
+            return
+        if stacks.is_start(pre.text):
+            ev = self._event(pre, pre.text, lineno)
+            ev.kind = KIND_STACK
+            asm = stacks.Assembler(pre.text)
+            ev.pid = asm.pid or ev.pid
+            self.open[key] = (asm, ev)
             return
         if hit or self.needles.positions(raw):
             yield self._event(pre, pre.text, lineno)

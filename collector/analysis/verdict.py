@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from .catalog import Match
 from .model import Event
 from .phase import phase_from_frames
+from .stacks import in_collective
 from .timeline import overlap
 
 BLAME = {
@@ -231,16 +232,29 @@ def _launcher_act(f: Finding) -> bool:
 
 
 def stopped_first(
-    errors: Iterable[Finding], known_ranks: Iterable[int], progress: Mapping[int, Event]
+    errors: Iterable[Finding], known_ranks: Iterable[int], progress: Mapping[int, Event],
+    dumps: Mapping[int, Event] | None = None,
 ) -> tuple[int | None, list[str]]:
     """Infer the rank that stopped first when only cascades exist.
 
     A rank is waiting when it reported a cascade of its own (a timeout, a lost
-    peer); being sent SIGTERM by the launcher afterwards is no sign of waiting.
+    peer) or its stack dump shows it in a collective; being sent SIGTERM by the
+    launcher afterwards is no sign of waiting. Evidence in order: the one rank
+    whose stack dump is elsewhere than in a collective; the one rank not seen
+    waiting; the rank whose progress stopped earliest.
     """
     errors = list(errors)
-    known = sorted(set(known_ranks) | {f.ev.rank for f in errors if f.ev.rank is not None})
+    dumps = dumps or {}
+    known = sorted(set(known_ranks) | {f.ev.rank for f in errors if f.ev.rank is not None} | set(dumps))
     waiting = {f.ev.rank for f in errors if f.role == "cascade" and not _launcher_act(f) and f.ev.rank is not None}
+    waiting |= {r for r, d in dumps.items() if in_collective(d.frames)}
+    elsewhere = [r for r, d in dumps.items() if not in_collective(d.frames) and r not in waiting]
+    if waiting and len(elsewhere) == 1:
+        r = elsewhere[0]
+        fr = dumps[r].frames[-1] if dumps[r].frames else None
+        at = f" in {fr.func} ({fr.file}:{fr.line})" if fr else ""
+        return r, [f"the stack dump of rank {r} shows it{at}, not in a collective, while rank(s) "
+                   f"{_ranges(sorted(waiting))} waited in one"]
     silent = [r for r in known if r not in waiting]
     how: list[str] = []
     if waiting and len(silent) == 1:
