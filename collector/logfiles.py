@@ -76,6 +76,9 @@ def _is_checkpoint_dir(path: str) -> bool:
 def discover(paths: list[str], *, node: str | None = None, kernel: list[str] | None = None) -> list[Source]:
     """The input files under the given paths, with what their paths say."""
     out: list[Source] = []
+    # a kernel log given with --kernel is read as one, not again as a file found in a folder
+    explicit = {os.path.realpath(k.split("=", 1)[1] if "=" in k and not os.path.exists(k) else k)
+                for k in kernel or []}
     for arg in paths:
         nd = node
         if "=" in arg and not os.path.exists(arg):
@@ -88,6 +91,8 @@ def discover(paths: list[str], *, node: str | None = None, kernel: list[str] | N
                                      and not _is_checkpoint_dir(os.path.join(dirpath, d)))
                 for name in sorted(filenames):
                     if name.startswith(".") or name == "latest" or (name.endswith(_SKIP_EXT) and name != "error.json"):
+                        continue
+                    if os.path.realpath(os.path.join(dirpath, name)) in explicit:
                         continue
                     out.append(_source(os.path.join(dirpath, name), nd))
         else:

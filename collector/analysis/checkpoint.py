@@ -84,7 +84,8 @@ def _log_status(tag, start_ns, marks, world, progress, clean, failure_ns) -> tup
         else:
             unknown.append(rank)
     if unfinished:
-        return "incomplete", f"the save of {tag} did not finish on {_ranks(unfinished)} before the failure"
+        return "incomplete", (f"no progress of {_ranks(unfinished)} after the save of {tag} started shows it "
+                              "finished before the failure")
     if unknown:
         return "unknown", f"the logs do not show whether the save of {tag} finished on {_ranks(unknown)}"
     return "complete", f"the save of {tag} finished on all {world} ranks"

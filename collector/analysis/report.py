@@ -214,7 +214,8 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         # same failure on other ranks at the same time is "ranks_sharing", not a tie
         others = [h for gg in groups[1:] for h in gg.findings]
         tied = [h for h in others if timeline.overlap(first_f.ev, h.ev)]
-        first = _first(first_f, g.ranks, tied, saving, rank_nodes)
+        peers = [h for h in errors if h.role == "cascade" and h.ev.frames]
+        first = _first(first_f, g.ranks, tied, phase_of(first_f, saving, peers), rank_nodes)
         blame = BLAME.get(first_f.category, "unknown")
     elif casc:
         r, how = stopped_first(errors, known_ranks, progress, rank_dumps)
@@ -332,7 +333,7 @@ def _saving_since(marks: list[SaveMark], progress: Mapping[int, Event], saved: s
     return None if after else s
 
 
-def _first(f: Finding, ranks: list[int], tied: list[Finding], saving_since: int | None, rank_nodes) -> dict:
+def _first(f: Finding, ranks: list[int], tied: list[Finding], phase: tuple[str, str], rank_nodes) -> dict:
     ev = f.ev
     summary = f.match.summary
     if ev.rank is not None and f"rank {ev.rank}" not in summary.lower():
@@ -348,7 +349,8 @@ def _first(f: Finding, ranks: list[int], tied: list[Finding], saving_since: int 
         "uncertainty_ms": ev.uncertainty_ns // 1_000_000,
         "signature": f.sig,
         "category": f.category,
-        "phase": phase_of(f, saving_since),
+        "phase": phase[0],
+        "phase_from": phase[1],
         "summary": summary,
         "first_action": f.match.signature.first_action,
         "reference": f.match.signature.reference,
@@ -381,6 +383,8 @@ def _inferred(rank, how, casc: list[Finding], progress, steps, saving: int | Non
         "signature": HANG_ID,
         "category": "unknown",
         "phase": (dump and phase_from_frames(dump.frames)) or ("checkpoint-save" if saving is not None else "unknown"),
+        "phase_from": ("stack dump" if dump and phase_from_frames(dump.frames) else
+                       "checkpoint save under way" if saving is not None else "no evidence"),
         "summary": summary,
         "first_action": ("Dump the stacks of every rank while it hangs (py-spy dump --pid, or "
                          "TORCH_DISTRIBUTED_DEBUG=DETAIL and faulthandler) and look at what rank "

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import signal as _signal
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -205,19 +205,27 @@ def distinct_failures(findings: list[Finding], firsts: Mapping[int, Finding], co
     return list(groups.values())
 
 
-def phase_of(f: Finding, saving_since: int | None) -> str:
-    """Phase from the frames, else the signature's single hint, else an open checkpoint save."""
+def phase_of(f: Finding, saving_since: int | None, peers: list[Finding]) -> tuple[str, str]:
+    """The phase of a failure and where that came from.
+
+    In order: its own frames; the signature's one phase hint; a checkpoint save
+    under way when it happened; the stacks of the ranks that waited for it (a rank
+    killed without a stack was in the phase whose collective the others waited in).
+    """
     p = phase_from_frames(f.ev.frames)
     if p:
-        return p
+        return p, "frames"
     hints = f.match.signature.phases
     if len(hints) == 1:
-        return hints[0]
+        return hints[0], "signature"
     if saving_since is not None and f.ev.occurred_ns is not None and f.ev.occurred_ns >= saving_since:
-        return "checkpoint-save"
+        return "checkpoint-save", "checkpoint save under way"
+    waited = Counter(ph for g in peers if g.ev.rank != f.ev.rank and (ph := phase_from_frames(g.ev.frames)))
+    if waited:
+        return waited.most_common(1)[0][0], "stacks of the ranks waiting for it"
     if hints:
-        return hints[0]
-    return "unknown"
+        return hints[0], "signature"
+    return "unknown", "no evidence"
 
 
 def confidence(f: Finding, tied: bool) -> str:

@@ -400,6 +400,10 @@ def run_scenario(name, out_dir, *, timeout_s=600, env=None):
             result["cgroup"] = close_cgroup(cgroup)
     if not sc.keep_rank_logs:
         shutil.rmtree(out / "logs", ignore_errors=True)
+    # DeepSpeed copies its own recovery scripts into the checkpoint folder: third-party
+    # code, not evidence; the checkpoint checks do not need them.
+    for script in (out / "checkpoints").glob("zero_to_*.py"):
+        script.unlink()
     doc = {
         "schema": SCHEMA,
         "name": sc.name,

@@ -43,8 +43,8 @@ def test_save_not_finished_on_every_rank_is_unsafe_and_resume_from_the_previous(
     got = report(marks, failure=220 * S, progress={0: 150 * S, 1: 150 * S})
     assert (got["verdict"], got["default_tag"], got["resume_from"]) == ("unsafe", STEP10, STEP5)
     assert got["reason"] == (
-        "global_step10 is not safe to resume from: the save of global_step10 did not finish on rank 1 "
-        "before the failure; resume from global_step5 instead."
+        "global_step10 is not safe to resume from: no progress of rank 1 after the save of global_step10 "
+        "started shows it finished before the failure; resume from global_step5 instead."
     )
     assert [(t["tag"], t["complete"], t["verdict"]) for t in got["tags"]] == [
         (STEP10, False, "unsafe"), (STEP5, True, "safe")
@@ -80,7 +80,7 @@ def test_evidence_after_the_failure_does_not_count():
     marks = saves((STEP10, 200 * S)) + [SaveMark(1, STEP10, "done", 300 * S)]
     got = report(marks, failure=250 * S, progress={0: 260 * S, 1: 100 * S})
     assert got["verdict"] == "unsafe"
-    assert "did not finish on rank 1" in got["reason"]
+    assert "no progress of rank 1 after the save of global_step10" in got["reason"]
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ def test_saves_seen_only_on_rank_0_without_disk_are_unknown(progress, world):
 def test_failure_after_a_save_no_rank_showed_finishing_is_unsafe():
     got = report(saves((STEP10, 200 * S)), failure=250 * S, progress={0: 100 * S, 1: 100 * S})
     assert got["verdict"] == "unsafe"
-    assert "did not finish on ranks 0, 1 before the failure" in got["reason"]
+    assert "no progress of ranks 0, 1 after the save of global_step10 started shows it finished" in got["reason"]
 
 
 def test_no_failure_and_no_progress_after_the_save_is_unknown_not_unsafe():
