@@ -99,13 +99,125 @@ def _window(events: list[Event]) -> tuple[int, int] | None:
     return min(lo) - KERNEL_WINDOW_NS, max(hi) + KERNEL_WINDOW_NS
 
 
+@dataclass(slots=True)
+class _Read:
+    """What one pass over the Events kept, in bounded memory."""
+
+    findings: list[Finding]
+    counts: dict[str, int]
+    dumps: list[Event]
+    ctx: Context
+    dropped: int
+
+
+@dataclass(slots=True)
+class _Facts:
+    """Per-rank facts the verdict and the checkpoint rules read."""
+
+    progress: dict[int, Event] = field(default_factory=dict)
+    steps: dict[int, int] = field(default_factory=dict)
+    marks: list[SaveMark] = field(default_factory=list)
+    exits: dict[int, dict] = field(default_factory=dict)
+
+
 def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | None = None) -> dict:
     inp = inputs or Inputs()
+    read = _read(events, catalog, inp)
+    findings = read.findings
+    rank_nodes = dict(inp.rank_nodes)
+    pids = _identify(findings, rank_nodes)
+    rank_dumps: dict[int, Event] = {}
+    for d in sorted(read.dumps, key=timeline.order_key):
+        r = d.rank if d.rank is not None else pids.get(d.pid or -1)
+        if r is not None:
+            rank_dumps[r] = d
+    facts = _facts(findings, rank_nodes)
+    progress = facts.progress
+
+    errors = [f for f in findings if f.role in ("root", "cascade")]
+    firsts = rank_firsts(errors)
+    groups = distinct_failures(errors, firsts, read.counts)
+    world = read.ctx.world_size or inp.world_size
+    known_ranks = set(rank_nodes) | (set(range(world)) if world else set())
+
+    first_f: Finding | None = None
+    failure_ns = None
+    casc: list[Finding] = []
+    if groups:
+        first_f = groups[0].findings[0]
+        failure_ns = first_f.ev.occurred_ns
+    elif any(ff.role == "cascade" for ff in errors):
+        casc = sorted(firsts.values(), key=lambda ff: ff.ev.occurred_ns or 0)
+        failure_ns = casc[0].ev.occurred_ns if casc else None
+
+    clean = {r for r, ex in facts.exits.items() if ex.get("code") == 0}
+    ckpt = checkpoint_report(
+        facts.marks, failure_at_ns=failure_ns, world_size=world,
+        ranks_progress={r: ev.occurred_ns for r, ev in progress.items()},
+        clean_exit_ranks=clean, disk=inp.disk)
+    saved = {t["tag"] for t in ckpt["tags"] if t["verdict"] == "safe"}
+    saving = _saving_since(facts.marks, progress, saved)
+
+    first = None
+    blame = "unknown"
+    if first_f is not None:
+        # a tie is another distinct failure that can not be ordered after this one; the
+        # same failure on other ranks at the same time is "ranks_sharing", not a tie
+        tied = [h for g in groups[1:] for h in g.findings if timeline.overlap(first_f.ev, h.ev)]
+        peers = [h for h in errors if h.role == "cascade" and h.ev.frames]
+        first = _first(first_f, groups[0].ranks, tied, phase_of(first_f, saving, peers), rank_nodes)
+        blame = BLAME.get(first_f.category, "unknown")
+    elif casc:
+        r, how = stopped_first(errors, known_ranks, progress, rank_dumps)
+        first = _inferred(r, how, casc, progress, facts.steps, saving, rank_nodes, rank_dumps.get(r))
+
+    ranks_out = {}
+    for r in sorted(known_ranks | set(firsts) | set(facts.exits)):
+        fe = firsts.get(r)
+        ranks_out[str(r)] = {
+            "node": rank_nodes.get(r),
+            "first_error": None if fe is None else {
+                "signature": fe.sig, "category": fe.category, "role": fe.role,
+                "at": iso(fe.ev.occurred_ns), "origin": fe.ev.origin, "text": _text(fe.ev)},
+            "last_progress": None if r not in progress else {
+                "step": facts.steps.get(r), "at": iso(progress[r].occurred_ns)},
+            "exit": facts.exits.get(r),
+        }
+    gaps = list(inp.gaps)
+    if read.dropped:
+        gaps.append({"source": "analysis", "reason": (
+            f"{read.dropped} findings beyond the first {MAX_KEPT} distinct ones were counted, not kept")})
+    if world:
+        gaps += [{"rank": r, "reason": "no log of this rank was given"} for r in range(world) if r not in rank_nodes]
+    return {
+        "schema": SCHEMA,
+        "job": inp.job,
+        "generated_at": iso(inp.generated_ns),
+        "partial": bool(gaps),
+        "gaps": gaps,
+        "first_failure": first,
+        "blame": blame,
+        "distinct_failures": [
+            {"signature": g.findings[0].sig, "category": g.findings[0].category, "ranks": sorted(g.ranks),
+             "first_at": iso(g.findings[0].ev.occurred_ns), "count": g.count,
+             "text": _text(g.findings[0].ev)}
+            for g in groups
+        ],
+        "ranks": ranks_out,
+        "context": read.ctx.to_report(world_size=world, launcher=inp.launcher),
+        "checkpoint": ckpt,
+    }
+
+
+def _read(events: Iterable[Event], catalog: Catalog, inp: Inputs) -> _Read:
+    """One pass: match every Event, keep what the verdict needs, in timeline order.
+
+    Memory stays bounded whatever the input size: only the latest progress line of
+    each rank is kept, and of repeated findings only the first of each (stream,
+    rank, fingerprint), with a count.
+    """
     ctx = Context()
     summaries: list[Event] = []
-    # Memory stays bounded whatever the input size: only the latest progress line of each
-    # rank is kept, and of repeated findings only the first of each (stream, rank,
-    # fingerprint), with a count.
     latest: dict[tuple, Finding] = {}
     kept: dict[tuple, Finding] = {}
     counts: dict[str, int] = defaultdict(int)
@@ -129,15 +241,18 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
             if m is not None:
                 dropped += _keep(Finding(sub, m), latest, kept, counts, inp)
     findings = list(kept.values()) + list(latest.values())
-    window = _window(summaries)
     placed = timeline.build([f.ev for f in findings], inp.clocks)
     order = {id(ev): i for i, ev in enumerate(placed)}
     findings.sort(key=lambda f: order[id(f.ev)])
+    window = _window(summaries)
     if window:
         findings = [f for f in findings if f.ev.source != "kernel" or f.ev.occurred_ns is None
                     or window[0] <= f.ev.occurred_ns <= window[1]]
+    return _Read(findings, counts, list(dumps.values()), ctx, dropped)
 
-    rank_nodes = dict(inp.rank_nodes)
+
+def _identify(findings: list[Finding], rank_nodes: dict[int, str | None]) -> dict[int, int]:
+    """Ranks and nodes for findings that lack them (in place); the pid -> rank map."""
     nodes = {n for n in rank_nodes.values() if n} | {f.ev.node for f in findings if f.ev.node}
     # local ranks name global ranks only on one node: not when a global rank exceeds every local rank seen
     ranks_seen = {f.ev.rank for f in findings if f.ev.rank is not None} | set(rank_nodes)
@@ -153,110 +268,31 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
             else:
                 rank_nodes.setdefault(f.ev.rank, None)
     link_kernel(findings, pids, rank_nodes)
-    rank_dumps: dict[int, Event] = {}
-    for d in sorted(dumps.values(), key=timeline.order_key):
-        r = d.rank if d.rank is not None else pids.get(d.pid or -1)
-        if r is not None:
-            rank_dumps[r] = d
+    return pids
 
-    progress: dict[int, Event] = {}
-    steps: dict[int, int] = {}
-    marks: list[SaveMark] = []
-    exits: dict[int, dict] = {}
+
+def _facts(findings: list[Finding], rank_nodes: Mapping[int, str | None]) -> _Facts:
+    """Progress, checkpoint saves and exits of each rank."""
+    facts = _Facts()
     for f in findings:
         ev, sig = f.ev, f.sig
-        if sig == PROGRESS and ev.rank is not None or (sig == PROGRESS and len(rank_nodes) <= 1):
-            r = ev.rank if ev.rank is not None else 0
-            progress[r] = ev
-            step = f.match.groups.get("step")
-            if step is not None:
-                steps[r] = int(step)
-        elif sig in SAVE_MARKS:
-            tag = f.match.groups.get("tag")
-            if tag:
-                marks.append(SaveMark(ev.rank, tag, SAVE_MARKS[sig], ev.occurred_ns, f.match.groups.get("path")))
+        if sig == PROGRESS:
+            # DeepSpeed logs progress on rank 0 only; an unlabelled line is rank 0's on one node
+            r = ev.rank if ev.rank is not None else (0 if len(rank_nodes) <= 1 else None)
+            if r is not None:
+                facts.progress[r] = ev
+                if f.match.groups.get("step") is not None:
+                    facts.steps[r] = int(f.match.groups["step"])
+        elif sig in SAVE_MARKS and f.match.groups.get("tag"):
+            facts.marks.append(SaveMark(ev.rank, f.match.groups["tag"], SAVE_MARKS[sig], ev.occurred_ns,
+                                        f.match.groups.get("path")))
         ex = exit_of(f)
         if ex and ev.rank is not None and ev.source != "kernel":
-            exits.setdefault(ev.rank, ex)
-
+            facts.exits.setdefault(ev.rank, ex)
     for f in findings:  # the kernel OOM killer ends a process with SIGKILL
         if f.ev.source == "kernel" and f.category == "host-memory" and f.role == "root" and f.ev.rank is not None:
-            exits.setdefault(f.ev.rank, {"code": -9, "signal": "SIGKILL", "by": "kernel OOM killer"})
-    errors = [f for f in findings if f.role in ("root", "cascade")]
-    firsts = rank_firsts(errors)
-    groups = distinct_failures(errors, firsts, counts)
-    world = ctx.world_size or inp.world_size
-    known_ranks = set(rank_nodes) | (set(range(world)) if world else set())
-
-    first_f: Finding | None = None
-    failure_ns = None
-    casc: list[Finding] = []
-    if groups:
-        first_f = groups[0].findings[0]
-        failure_ns = first_f.ev.occurred_ns
-    elif any(ff.role == "cascade" for ff in errors):
-        casc = sorted(firsts.values(), key=lambda ff: ff.ev.occurred_ns or 0)
-        failure_ns = casc[0].ev.occurred_ns if casc else None
-
-    clean = {r for r, ex in exits.items() if ex.get("code") == 0}
-    ckpt = checkpoint_report(
-        marks, failure_at_ns=failure_ns, world_size=world,
-        ranks_progress={r: ev.occurred_ns for r, ev in progress.items()},
-        clean_exit_ranks=clean, disk=inp.disk)
-    saved = {t["tag"] for t in ckpt["tags"] if t["verdict"] == "safe"}
-    saving = _saving_since(marks, progress, saved)
-
-    first = None
-    blame = "unknown"
-    if first_f is not None:
-        g = groups[0]
-        # a tie is another distinct failure that can not be ordered after this one; the
-        # same failure on other ranks at the same time is "ranks_sharing", not a tie
-        others = [h for gg in groups[1:] for h in gg.findings]
-        tied = [h for h in others if timeline.overlap(first_f.ev, h.ev)]
-        peers = [h for h in errors if h.role == "cascade" and h.ev.frames]
-        first = _first(first_f, g.ranks, tied, phase_of(first_f, saving, peers), rank_nodes)
-        blame = BLAME.get(first_f.category, "unknown")
-    elif casc:
-        r, how = stopped_first(errors, known_ranks, progress, rank_dumps)
-        first = _inferred(r, how, casc, progress, steps, saving, rank_nodes, rank_dumps.get(r))
-
-    ranks_out = {}
-    for r in sorted(known_ranks | set(firsts) | set(exits)):
-        fe = firsts.get(r)
-        ranks_out[str(r)] = {
-            "node": rank_nodes.get(r),
-            "first_error": None if fe is None else {
-                "signature": fe.sig, "category": fe.category, "role": fe.role,
-                "at": iso(fe.ev.occurred_ns), "origin": fe.ev.origin, "text": _text(fe.ev)},
-            "last_progress": None if r not in progress else {"step": steps.get(r), "at": iso(progress[r].occurred_ns)},
-            "exit": exits.get(r),
-        }
-    gaps = list(inp.gaps)
-    if dropped:
-        gaps.append({"source": "analysis", "reason": f"{dropped} findings beyond the first {MAX_KEPT} distinct ones were counted, not kept"})
-    if world:
-        for r in range(world):
-            if r not in rank_nodes:
-                gaps.append({"rank": r, "reason": "no log of this rank was given"})
-    return {
-        "schema": SCHEMA,
-        "job": inp.job,
-        "generated_at": iso(inp.generated_ns),
-        "partial": bool(gaps),
-        "gaps": gaps,
-        "first_failure": first,
-        "blame": blame,
-        "distinct_failures": [
-            {"signature": g.findings[0].sig, "category": g.findings[0].category, "ranks": sorted(g.ranks),
-             "first_at": iso(g.findings[0].ev.occurred_ns), "count": g.count,
-             "text": _text(g.findings[0].ev)}
-            for g in groups
-        ],
-        "ranks": ranks_out,
-        "context": ctx.to_report(world_size=world, launcher=inp.launcher),
-        "checkpoint": ckpt,
-    }
+            facts.exits.setdefault(f.ev.rank, {"code": -9, "signal": "SIGKILL", "by": "kernel OOM killer"})
+    return facts
 
 
 def _keep(f: Finding, latest: dict, kept: dict, counts: dict, inp: Inputs) -> int:
