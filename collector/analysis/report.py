@@ -8,7 +8,6 @@ gaps) and optionally a checkpoint directory's inspection.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,9 +17,9 @@ from collector.checkpoint_files import DiskCheckpoint
 from . import timeline
 from .catalog import Catalog
 from .checkpoint import SaveMark, checkpoint_report
-from .context import Context
 from .context import NEEDLES as CONTEXT_NEEDLES
-from .model import KIND_RECORD, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
+from .findings import MAX_KEPT, PROGRESS, read_findings
+from .model import Event
 from .phase import phase_from_frames
 from .timeline import NodeClock
 from .verdict import (
@@ -30,7 +29,6 @@ from .verdict import (
     confidence,
     distinct_failures,
     exit_of,
-    fingerprint,
     link_identity,
     link_kernel,
     phase_of,
@@ -40,14 +38,11 @@ from .verdict import (
 
 SCHEMA = "firstfault.report/1"
 # Context signatures of the catalog the analysis reads facts from.
-PROGRESS = "deepspeed.progress"
 FAILURE_RANK = "torchelastic.failure_rank"
 FAILURE_HOST = "torchelastic.failure_host"
 SAVE_MARKS = {"deepspeed.checkpoint_save_start": "start", "deepspeed.checkpoint_saving_file": "file",
               "deepspeed.checkpoint_saved": "done"}
-KERNEL_WINDOW_NS = 10 * 60 * 1_000_000_000  # kernel events this far outside the job's logs are not its
 TEXT_MAX = 2000
-MAX_KEPT = 200_000  # distinct findings kept in memory
 
 
 @dataclass(slots=True)
@@ -91,25 +86,6 @@ def _evidence(f: Finding) -> dict:
     return out
 
 
-def _window(events: list[Event]) -> tuple[int, int] | None:
-    lo = [e.fields["first_ns"] for e in events if e.fields.get("first_ns") is not None]
-    hi = [e.fields["last_ns"] for e in events if e.fields.get("last_ns") is not None]
-    if not lo or not hi:
-        return None
-    return min(lo) - KERNEL_WINDOW_NS, max(hi) + KERNEL_WINDOW_NS
-
-
-@dataclass(slots=True)
-class _Read:
-    """What one pass over the Events kept, in bounded memory."""
-
-    findings: list[Finding]
-    counts: dict[str, int]
-    dumps: list[Event]
-    ctx: Context
-    dropped: int
-
-
 @dataclass(slots=True)
 class _Facts:
     """Per-rank facts the verdict and the checkpoint rules read."""
@@ -122,7 +98,7 @@ class _Facts:
 
 def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | None = None) -> dict:
     inp = inputs or Inputs()
-    read = _read(events, catalog, inp)
+    read = read_findings(events, catalog, inp.clocks)
     findings = read.findings
     rank_nodes = dict(inp.rank_nodes)
     pids = _identify(findings, rank_nodes)
@@ -209,48 +185,6 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     }
 
 
-def _read(events: Iterable[Event], catalog: Catalog, inp: Inputs) -> _Read:
-    """One pass: match every Event, keep what the verdict needs, in timeline order.
-
-    Memory stays bounded whatever the input size: only the latest progress line of
-    each rank is kept, and of repeated findings only the first of each (stream,
-    rank, fingerprint), with a count.
-    """
-    ctx = Context()
-    summaries: list[Event] = []
-    latest: dict[tuple, Finding] = {}
-    kept: dict[tuple, Finding] = {}
-    counts: dict[str, int] = defaultdict(int)
-    dropped = 0
-    dumps: dict[tuple, Event] = {}  # the latest stack dump of each (stream, rank, pid)
-    for ev in events:
-        if ev.kind == KIND_STREAM:
-            summaries.append(ev)
-            continue
-        if ev.kind == KIND_STACK:
-            dumps[(ev.stream, ev.rank, ev.pid)] = timeline.place(ev, inp.clocks)
-            continue
-        if any(n in ev.text for n in CONTEXT_NEEDLES):
-            ctx.feed(ev.text)
-        if ev.kind == KIND_TRACEBACK:
-            ctx.feed_paths(ev.text)
-        for sub in [ev, *_message_lines(ev)]:
-            m = catalog.match(sub.text)
-            if m is None and sub is ev and ev.fields.get("message"):
-                m = catalog.match(ev.fields["message"])  # exception groups indent their final line
-            if m is not None:
-                dropped += _keep(Finding(sub, m), latest, kept, counts, inp)
-    findings = list(kept.values()) + list(latest.values())
-    placed = timeline.build([f.ev for f in findings], inp.clocks)
-    order = {id(ev): i for i, ev in enumerate(placed)}
-    findings.sort(key=lambda f: order[id(f.ev)])
-    window = _window(summaries)
-    if window:
-        findings = [f for f in findings if f.ev.source != "kernel" or f.ev.occurred_ns is None
-                    or window[0] <= f.ev.occurred_ns <= window[1]]
-    return _Read(findings, counts, list(dumps.values()), ctx, dropped)
-
-
 def _identify(findings: list[Finding], rank_nodes: dict[int, str | None]) -> dict[int, int]:
     """Ranks and nodes for findings that lack them (in place); the pid -> rank map."""
     nodes = {n for n in rank_nodes.values() if n} | {f.ev.node for f in findings if f.ev.node}
@@ -295,32 +229,6 @@ def _facts(findings: list[Finding], rank_nodes: Mapping[int, str | None]) -> _Fa
     return facts
 
 
-def _keep(f: Finding, latest: dict, kept: dict, counts: dict, inp: Inputs) -> int:
-    """Keep what the verdict needs of one finding, in bounded memory; 1 when it had to be dropped."""
-    ev = f.ev
-    if f.sig == PROGRESS:
-        timeline.place(ev, inp.clocks)
-        key = (ev.stream, ev.rank)
-        old = latest.get(key)
-        if old is None or (ev.occurred_ns or 0) >= (old.ev.occurred_ns or 0):
-            latest[key] = f
-        return 0
-    fp = fingerprint(f)
-    counts[fp] += 1
-    g = f.match.groups  # lines that name a pid, rank or tag each say something of their own
-    key = (ev.stream, ev.rank, fp, g.get("pid"), g.get("rank"), g.get("local_rank"), g.get("tag"))
-    if ev.source == "kernel":  # one node's kernel log given twice (dmesg and dmesg -T): once
-        key = (ev.node, ev.text)
-    if key in kept:
-        if ev.source == "kernel" and kept[key].ev.occurred_ns is None and ev.occurred_ns is not None:
-            kept[key] = f  # the same message from a log whose times are known
-        return 0
-    if len(kept) >= MAX_KEPT:
-        return 1
-    kept[key] = f
-    return 0
-
-
 def _failure_summary(findings: list[Finding], rank_nodes: dict[int, str | None]) -> None:
     """torchrun's failure summary, line by line: "host : H", "rank : N (local_rank: M)",
     "exitcode : X (pid: P)". The rank line names the rank of the exit below it and the
@@ -336,21 +244,6 @@ def _failure_summary(findings: list[Finding], rank_nodes: dict[int, str | None])
         host = at.get((f.ev.stream, f.ev.seq - 2))
         if host is not None and host.sig == FAILURE_HOST and not rank_nodes.get(rank):
             rank_nodes[rank] = host.match.groups["host"]
-
-
-def _message_lines(ev: Event) -> list[Event]:
-    """The lines of a multi-line exception message as Events of their own.
-
-    torchrun's ChildFailedError carries its whole failure summary (rank, exitcode,
-    pid of every failed worker) in the message; each line says something.
-    """
-    msg = ev.fields.get("message") if ev.kind in (KIND_TRACEBACK, KIND_RECORD) else None
-    if not msg or "\n" not in msg:
-        return []
-    return [Event(text=line, source=ev.source, node=ev.node, job=ev.job, occurred_ns=ev.occurred_ns,
-                  observed_ns=ev.observed_ns, clock=ev.clock, uncertainty_ns=ev.uncertainty_ns,
-                  origin=ev.origin, stream=f"{ev.stream}#{ev.seq}", seq=i, fields=dict(ev.fields))
-            for i, line in enumerate(msg.splitlines()[1:], 1)]
 
 
 def _saving_since(marks: list[SaveMark], progress: Mapping[int, Event], saved: set[str]) -> int | None:
