@@ -4,6 +4,7 @@
                                [--kernel FILE] [--checkpoint-dir DIR] [--tz ZONE]
                                [--kernel-boot-time TIME] [--job ID]
     firstfault checkpoint DIR [--format text|json] [--world-size N]
+    firstfault jobs | report JOB | timeline JOB   (cli_query.py: ask a collector)
 
 Exit codes of ``analyze``: 0 a report was written (whatever it found; inputs that
 could not be read are listed in it and on stderr), 1 no input could be read at
@@ -20,12 +21,13 @@ import time
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from . import logfiles
+from . import cli_query, logfiles
 from .analysis.catalog import load_catalog
 from .analysis.checkpoint import checkpoint_from_disk
 from .analysis.report import Inputs, build_report, needles
 from .analysis.scan import Needles
 from .checkpoint_files import CheckpointPathError, inspect_checkpoint_dir
+from .query import QueryError
 from .reports import render
 
 PROGRESS_MIN_BYTES = 64 << 20
@@ -167,6 +169,7 @@ def parser() -> argparse.ArgumentParser:
     ck.add_argument("--format", choices=("text", "json"), default="text")
     ck.add_argument("--world-size", type=int, metavar="N", help="data-parallel world size (default: inferred)")
     ck.set_defaults(func=cmd_checkpoint)
+    cli_query.add_parsers(sub)
     return p
 
 
@@ -174,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
         return a.func(a)
+    except QueryError as e:
+        print(f"firstfault: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:

@@ -23,8 +23,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+CONFIG_NEEDLE = ":print]   "  # DeepSpeedConfig.print: one resolved config key per line
 NEEDLES = (
-    ":print]   ",
+    CONFIG_NEEDLE,
     "DeepSpeed info: version=",
     "spawned with command:",
     "] cmd = ",

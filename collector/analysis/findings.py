@@ -36,6 +36,7 @@ class Read:
     dumps: list[Event]
     ctx: Context
     dropped: int
+    exits: list[Event]  # process exits the agents saw (fields["exit"]: code, signal)
 
 
 def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str, NodeClock] | None = None) -> Read:
@@ -52,7 +53,11 @@ def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str
     counts: dict[str, int] = defaultdict(int)
     dropped = 0
     dumps: dict[tuple, Event] = {}  # the latest stack dump of each (stream, rank, pid)
+    exits: list[Event] = []
     for ev in events:
+        if ev.kind == KIND_RECORD and "exit" in ev.fields:
+            exits.append(ev)
+            continue
         if ev.kind == KIND_STREAM:
             summaries.append(ev)
             continue
@@ -77,7 +82,7 @@ def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str
     if window:
         findings = [f for f in findings if f.ev.source != "kernel" or f.ev.occurred_ns is None
                     or window[0] <= f.ev.occurred_ns <= window[1]]
-    return Read(findings, counts, list(dumps.values()), ctx, dropped)
+    return Read(findings, counts, list(dumps.values()), ctx, dropped, exits)
 
 
 def _keep(f: Finding, latest: dict, kept: dict, counts: dict, clocks: Mapping[str, NodeClock] | None) -> int:

@@ -108,6 +108,11 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         if r is not None:
             rank_dumps[r] = d
     facts = _facts(findings, rank_nodes)
+    for ev in read.exits:  # what the agents saw of process exits
+        r = ev.rank if ev.rank is not None else pids.get(ev.pid or -1)
+        if r is not None and ev.fields["exit"]:
+            facts.exits.setdefault(r, ev.fields["exit"])
+            rank_nodes.setdefault(r, ev.node)
     progress = facts.progress
 
     errors = [f for f in findings if f.role in ("root", "cascade")]

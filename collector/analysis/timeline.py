@@ -54,7 +54,7 @@ def place(ev: Event, clocks: Mapping[str, NodeClock] | None = None) -> Event:
             ev.occurred_ns = ev.observed_ns
             ev.clock = "file-mtime" if ev.source in ("ranklog", "launcher") else "agent"
             ev.uncertainty_ns = max(ev.uncertainty_ns, 1_000_000_000)
-    if clocks and ev.node in clocks and ev.occurred_ns is not None and ev.clock != "agent":
+    if clocks and ev.node in clocks and ev.occurred_ns is not None:
         c = clocks[ev.node]
         ev.occurred_ns += c.offset_ns
         ev.uncertainty_ns += c.uncertainty_ns

@@ -1,0 +1,1 @@
+"""Where the collector keeps records: the Store protocol and its backends."""

@@ -1,0 +1,87 @@
+"""The Store protocol: what the collector's ingest and query sides need from storage.
+
+One implementation per backend (sqlite.py, the default; postgres.py later). Every
+method is synchronous and called from one thread at a time per Store object; the
+asyncio server runs them in a worker thread so a slow disk slows reading from
+sockets (backpressure) instead of growing memory.
+
+Durability contract: when ``insert`` returns, the rows are committed so that a
+kill -9 of the collector loses none of them; only then may the server ack.
+Idempotency: (node, stream, seq) is unique; inserting a key again changes
+nothing and is not an error (agents resend after reconnecting).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from agent.wire import Record
+
+
+class StoreError(Exception):
+    """Base error of the stores: the database can not be opened, migrated or written."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A job as the records show it."""
+
+    job: str
+    first_ns: int  # earliest occurred (else observed) time of its records
+    last_ns: int
+    nodes: tuple[str, ...]
+    ranks: tuple[int, ...]
+    records: int
+    status: str  # "running" (records within the last minute), "failed" (an exit != 0 seen), "ended"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClock:
+    """A node's clock: add offset_ns to its times to get the collector's; error bound uncertainty_ns."""
+
+    node: str
+    offset_ns: int
+    uncertainty_ns: int
+    measured_ns: int  # collector time of the estimate
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which records a query wants. A job selects its own records plus the kernel,
+    cgroup and GPU records of its nodes within its time window (they carry no job)."""
+
+    job: str | None = None
+    nodes: tuple[str, ...] | None = None
+    ranks: tuple[int, ...] | None = None
+    since_ns: int | None = None
+    until_ns: int | None = None
+    grep: str | None = None  # a regular expression over message
+    limit: int | None = None  # None: every matching record, never cut silently
+
+
+class Store(Protocol):
+    def high_seq(self, node: str, stream: str) -> int | None:
+        """The highest seq stored for (node, stream), None when none is."""
+
+    def insert(self, records: Sequence[Record]) -> int:
+        """Store records durably (committed on return); return how many were new."""
+
+    def jobs(self) -> list[JobInfo]:
+        """Every job the records name, newest first."""
+
+    def job(self, job: str) -> JobInfo | None: ...
+
+    def records(self, sel: Selection) -> Iterator[Record]:
+        """Matching records ordered by (occurred or observed time, node, stream, seq)."""
+
+    def save_clock(self, clock: NodeClock) -> None: ...
+
+    def clocks(self) -> dict[str, NodeClock]:
+        """The latest clock estimate of every node."""
+
+    def prune(self, *, max_age_s: float | None, max_bytes: int | None) -> int:
+        """Delete the oldest records beyond the age or size bound; return how many."""
+
+    def close(self) -> None: ...
