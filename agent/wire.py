@@ -238,6 +238,56 @@ _COLUMNS: tuple[tuple[str, Check], ...] = (
                 f"bool, nil or str (at most {MAX_TEXT_BYTES} bytes)")),
 )
 _COLUMN_NAMES = tuple(name for name, _ in _COLUMNS)
+_NONE = type(None)
+
+
+def _fast_ints(lo: int, hi: int, nullable: bool) -> Callable[[list], bool]:
+    allowed = {int, _NONE} if nullable else {int}
+
+    def ok(col: list) -> bool:
+        types = set(map(type, col))  # type() is int: a bool is not an int here
+        if types == {int}:
+            return lo <= min(col) and max(col) <= hi
+        if not types <= allowed:
+            return False
+        vals = set(col)
+        vals.discard(None)
+        return not vals or (lo <= min(vals) and max(vals) <= hi)
+    return ok
+
+
+def _fast_names(nullable: bool) -> Callable[[list], bool]:
+    allowed = {str, _NONE} if nullable else {str}
+
+    def ok(col: list) -> bool:
+        if not set(map(type, col)) <= allowed:
+            return False
+        vals = set(col)  # few distinct values: source, kind, job, boot_id
+        vals.discard(None)
+        return all(v and _fits(v, MAX_NAME_BYTES) for v in vals)
+    return ok
+
+
+def _fast_message(col: list) -> bool:
+    return set(map(type, col)) == {str} and max(map(len, col)) <= MAX_MESSAGE_BYTES // 4
+
+
+def _fast_fields(col: list) -> bool:
+    return set(map(type, col)) == {dict} and all(map(_fields_ok, filter(None, col)))
+
+
+# Whole-column checks through C builtins (~0.3 µs a record instead of ~3): each is
+# True only if every value passes its _COLUMNS check, and may be False when they all
+# do (a long message); on False the per-value check runs and names the bad value.
+_FAST_CHECKS: dict[str, Callable[[list], bool]] = {
+    "source": _fast_names(False), "kind": _fast_names(False), "message": _fast_message,
+    "occurred_ns": _fast_ints(0, _INT64_MAX, True), "observed_ns": _fast_ints(0, _INT64_MAX, False),
+    "boot_id": _fast_names(True), "mono_ns": _fast_ints(0, _INT64_MAX, True),
+    "job": _fast_names(True), "rank": _fast_ints(0, _INT64_MAX, True),
+    "local_rank": _fast_ints(0, _INT64_MAX, True), "pid": _fast_ints(0, _INT64_MAX, True),
+    "severity": _fast_ints(0, 7, False), "fields": _fast_fields,
+}
+assert tuple(_FAST_CHECKS) == _COLUMN_NAMES
 _record_row = attrgetter(*_COLUMN_NAMES)
 _MISSING = object()
 
@@ -382,6 +432,40 @@ class Batch:
             in zip(seqs, *columns)))
 
 
+@dataclass(frozen=True, slots=True)
+class BatchColumns:
+    """A ``batch`` checked exactly as Batch is, kept as columns: the collector's fast
+    path (building a Record costs several µs, more than storing its row).
+
+    ``seqs`` is a range (contiguous seqs) or a list; ``cols`` maps every column of
+    the module docstring, in wire order, to its ``len(seqs)`` values (unknown
+    columns are dropped).
+    """
+
+    TYPE: ClassVar[str] = "batch"
+    node: str
+    stream: str
+    seqs: range | list[int]
+    cols: dict[str, list[Any]]
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    @classmethod
+    def from_wire(cls, m: dict[str, Any]) -> BatchColumns:
+        node, stream, seqs, columns = _check_batch(m)
+        return cls(node, stream, seqs, dict(zip(_COLUMN_NAMES, columns)))
+
+    def records(self) -> list[Record]:
+        node, stream = self.node, self.stream
+        return [Record(node=node, stream=stream, seq=s, source=src, kind=kind, message=msg,
+                       occurred_ns=occ, observed_ns=obs, boot_id=boot, mono_ns=mono,
+                       job=job, rank=rank, local_rank=lrank, pid=pid, severity=sev,
+                       fields=flds)
+                for s, src, kind, msg, occ, obs, boot, mono, job, rank, lrank, pid, sev,
+                flds in zip(self.seqs, *self.cols.values())]
+
+
 _COUNT = _int(1, MAX_BATCH_RECORDS)
 _SEQ: Check = (lambda v: _UINT[0](v) or type(v) is list, "an int in 0..2**63-1 or a list")
 _MAP: Check = (lambda v: type(v) is dict, "a map")
@@ -408,7 +492,7 @@ def _check_batch(m: dict[str, Any]) -> tuple[str, str, Any, list[list[Any]]]:
         if type(col) is not list or len(col) != n:
             raise WireError(f"batch column {name!r}: expected a list of {n} values, "
                             f"got {_show(col)}")
-        if not all(map(ok, col)):
+        if not _FAST_CHECKS[name](col) and not all(map(ok, col)):
             i = next(i for i, v in enumerate(col) if not ok(v))
             raise WireError(f"batch record {i} column {name!r}: expected {what}, "
                             f"got {_show(col[i])}")
@@ -445,8 +529,9 @@ def encode_message(msg: Message) -> bytes:
     return _PREFIX.pack(len(body)) + body
 
 
-def decode_message(m: Any) -> Message:
-    """The message for one decoded frame body (a map with a ``type``)."""
+def decode_message(m: Any, *, batch_columns: bool = False) -> Message | BatchColumns:
+    """The message for one decoded frame body (a map with a ``type``); with
+    ``batch_columns`` a batch comes as BatchColumns instead of Batch."""
     if type(m) is not dict:
         raise FrameError(f"frame body must be a map, got {_show(m)}")
     if "type" not in m:
@@ -455,7 +540,7 @@ def decode_message(m: Any) -> Message:
     if cls is None:
         raise FrameError(f"unknown message type {_show(m['type'])}; this peer knows "
                          f"{', '.join(_TYPES)} (protocol {PROTOCOL_VERSION})")
-    return cls.from_wire(m)
+    return (BatchColumns if batch_columns and cls is Batch else cls).from_wire(m)
 
 
 def _unpack(body: bytes | bytearray) -> Any:
@@ -473,11 +558,14 @@ class FrameDecoder:
 
     ``for msg in decoder.feed(chunk): ...`` buffers ``chunk`` at once and yields
     every message it completes, in order; a length prefix over
-    ``max_frame_bytes`` raises FrameError before its body is buffered.
+    ``max_frame_bytes`` raises FrameError before its body is buffered. With
+    ``batch_columns`` batches come as BatchColumns (no Record objects built).
     """
 
-    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES, *,
+                 batch_columns: bool = False) -> None:
         self.max_frame_bytes = max_frame_bytes
+        self.batch_columns = batch_columns
         self._buf = bytearray()
 
     @property
@@ -503,7 +591,7 @@ class FrameDecoder:
         while (n := self._check_prefix()) is not None and len(self._buf) >= 4 + n:
             body = self._buf[4:4 + n]
             del self._buf[:4 + n]
-            yield decode_message(_unpack(body))
+            yield decode_message(_unpack(body), batch_columns=self.batch_columns)
 
 
 def encode_batch(records: list[Record] | tuple[Record, ...]) -> bytes:
@@ -519,6 +607,16 @@ def decode_batch(frame: bytes) -> list[Record]:
         raise FrameError(f"expected exactly one whole batch frame, got {len(msgs)} "
                          f"message(s) and {decoder.pending} trailing bytes")
     return list(msgs[0].records)
+
+
+def decode_batch_columns(frame: bytes) -> BatchColumns:
+    """The columns of exactly one whole framed ``batch`` message (see BatchColumns)."""
+    decoder = FrameDecoder(batch_columns=True)
+    msgs = list(decoder.feed(frame))
+    if len(msgs) != 1 or decoder.pending or not isinstance(msgs[0], BatchColumns):
+        raise FrameError(f"expected exactly one whole batch frame, got {len(msgs)} "
+                         f"message(s) and {decoder.pending} trailing bytes")
+    return msgs[0]
 
 
 def clock_offset(t1: int, t2: int, t3: int, t4: int) -> tuple[int, int]:

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from agent import wire
 from agent.wire import (
     MAX_BATCH_RECORDS, MAX_FIELDS, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES, MAX_NAME_BYTES,
-    Ack, Batch, Error, FrameDecoder, FrameError, Hello, Ping, Pong, Record,
-    VersionError, Welcome, WireError, clock_offset, decode_batch, decode_message,
-    encode_batch, encode_message,
+    Ack, Batch, BatchColumns, Error, FrameDecoder, FrameError, Hello, Ping, Pong, Record,
+    VersionError, Welcome, WireError, clock_offset, decode_batch, decode_batch_columns,
+    decode_message, encode_batch, encode_message,
 )
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "wire"
@@ -425,3 +425,64 @@ def test_known_names():
     assert wire.SOURCES == {"ranklog", "kmsg", "journal", "cgroup", "procs", "nvml", "agent"}
     assert wire.SEVERITY_NAMES[6] == "info"
     assert all(kind.count(".") == 1 for kind in wire.KINDS)
+
+
+# --- columns: the collector's fast path ----------------------------------------
+
+@pytest.mark.parametrize("name", ["batch", "batch-seqs"])
+def test_golden_batches_as_columns(name):
+    cols = decode_batch_columns((DATA / f"{name}.bin").read_bytes())
+    batch = GOLDENS[name]
+    assert cols.records() == list(batch.records) and len(cols) == len(batch.records)
+    assert list(cols.seqs) == [r.seq for r in batch.records]
+    assert list(cols.cols) == list(wire._COLUMN_NAMES)
+    assert cols.cols["message"] == [r.message for r in batch.records]
+    # valid columns pass the fast checks (the slow per-value check never runs)
+    assert all(wire._FAST_CHECKS[k](v) for k, v in cols.cols.items())
+
+
+def test_columns_decoder_leaves_other_messages_alone():
+    data = encode_message(Ack(3)) + (DATA / "batch.bin").read_bytes()
+    msgs = decode_all(data, batch_columns=True)
+    assert msgs[0] == Ack(3) and isinstance(msgs[1], BatchColumns)
+    assert isinstance(decode_all(data)[1], Batch)
+    with pytest.raises(FrameError, match="exactly one"):
+        decode_batch_columns(encode_message(Ack(3)))
+
+
+def test_columns_drop_unknown_columns():
+    m = batch_map()
+    m["cols"]["future_column"] = [1, 2]
+    (got,) = decode_all(frame(m), batch_columns=True)
+    assert "future_column" not in got.cols and got.records() == [DEEPSPEED_LINE, OOM_KILL_LINE]
+
+
+@pytest.mark.parametrize("column, value", [
+    ("rank", True), ("observed_ns", None), ("severity", None), ("source", ""),
+    ("job", 1), ("fields", {"a": [1]}), ("message", None), ("pid", 2**63)])
+def test_bad_column_values_rejected_as_columns(column, value):
+    m = batch_map()
+    m["cols"][column][1] = value
+    with pytest.raises(WireError, match=f"record 1 column '{column}'"):
+        decode_all(frame(m), batch_columns=True)
+
+
+@settings(max_examples=60, database=None)
+@given(record_lists())
+def test_random_batches_round_trip_as_columns(records):
+    assert decode_batch_columns(encode_batch(records)).records() == records
+
+
+column_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-2, 9), st.integers(2**63 - 2, 2**63 + 1),
+    st.floats(allow_nan=False), st.sampled_from(["", "a", "x" * 257, "\u00e9" * 129]),
+    st.text(max_size=5), st.dictionaries(st.text(max_size=3), field_values, max_size=3),
+    st.just({"k": [1]}), st.just([1]))
+
+
+@settings(max_examples=400, database=None)
+@given(st.sampled_from(wire._COLUMN_NAMES), st.lists(column_values, min_size=1, max_size=6))
+def test_fast_column_checks_never_pass_a_bad_value(name, col):
+    ok = dict(wire._COLUMNS)[name][0]
+    if wire._FAST_CHECKS[name](col):
+        assert all(map(ok, col)), (name, col)
