@@ -1,0 +1,193 @@
+"""The source interface: Draft, SourceRunner (failures become status records), registry,
+HostPaths and the clocks."""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+
+import pytest
+
+from agent import clock
+from agent.hostpaths import HostPaths
+from agent.sources import (Draft, PollingSource, Source, SourceError, SourceRunner,
+                           UnknownSourceError, get, names, register)
+from agent.sources.base import REGISTRY, clip
+from agent.sources.cgroup import CgroupSource
+from agent.sources.kmsg import KmsgSource
+from agent.sources.procs import ProcsSource
+from agent.wire import Record
+
+
+def test_draft_to_record_keeps_every_field():
+    d = Draft(source="kmsg", kind="kernel.line", message="m", occurred_ns=5, observed_ns=6,
+              boot_id="b", mono_ns=7, job="j", rank=1, local_rank=0, pid=42, severity=3,
+              fields={"seq": 9})
+    assert d.to_record("n", "s", 11) == Record(
+        node="n", stream="s", seq=11, source="kmsg", kind="kernel.line", message="m",
+        occurred_ns=5, observed_ns=6, boot_id="b", mono_ns=7, job="j", rank=1, local_rank=0,
+        pid=42, severity=3, fields={"seq": 9})
+
+
+def test_source_draft_stamps_source_and_observed_time():
+    before = time.time_ns()
+    d = KmsgSource().draft("kernel.line", "x", fields={"seq": 1})
+    assert d.source == "kmsg" and before <= d.observed_ns <= time.time_ns() and d.severity == 6
+
+
+def test_clip_cuts_on_a_character_boundary():
+    assert clip("abc") == "abc"
+    cut = clip("é" * 1000, 1001)  # 2 bytes each
+    assert cut == "é" * 500 and len(cut.encode()) == 1000
+
+
+class Flaky(Source):
+    name = "flaky_test"
+
+    def __init__(self, fail_times: int) -> None:
+        super().__init__()
+        self.fail_times, self.runs = fail_times, 0
+
+    def run(self, emit, stop):
+        self.runs += 1
+        if self.runs <= self.fail_times:
+            raise RuntimeError(f"boom {self.runs}")
+        emit(self.draft("kernel.line", "working"))
+        stop.wait()
+
+
+def _states(sink):
+    return [(d.fields["state"], d.fields.get("attempt")) for d in sink.of("agent.status")]
+
+
+def test_runner_turns_failures_into_status_records_and_retries(sink, running):
+    src = Flaky(fail_times=2)
+    with running(src, sink, backoff_initial_s=0.01, backoff_max_s=0.02):
+        sink.wait_for(lambda d: d.message == "working")
+    assert _states(sink) == [("running", 1), ("failed", 1), ("running", 2), ("failed", 2),
+                             ("running", 3), ("stopped", None)]
+    failed = sink.of("agent.status")[1]
+    assert failed.source == "agent" and failed.severity == 3
+    assert failed.fields["source"] == "flaky_test" and failed.fields["error"] == "RuntimeError: boom 1"
+    assert 0.005 <= failed.fields["retry_in_s"] <= 0.01
+    assert sink.of("agent.status")[-1].fields == {"source": "flaky_test", "state": "stopped",
+                                                  "error": None}
+
+
+def test_runner_retries_a_source_that_returns_before_stop(sink, running):
+    class Quitter(Source):
+        name = "quitter_test"
+
+        def run(self, emit, stop):
+            return None
+
+    with running(Quitter(), sink, backoff_initial_s=0.01, backoff_max_s=0.01):
+        sink.wait_for(lambda d: d.fields.get("attempt") == 3)
+    errors = {d.fields["error"] for d in sink.of("agent.status") if d.fields["state"] == "failed"}
+    assert errors == {"run() returned before stop"}
+
+
+def test_runner_survives_an_emit_that_raises(running):
+    def broken_emit(d):
+        raise OSError("spool full")
+
+    src = Flaky(fail_times=1)
+    with running(src, broken_emit, backoff_initial_s=0.01, backoff_max_s=0.01) as runner:
+        deadline = time.monotonic() + 3
+        while src.runs < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert runner.thread.is_alive()  # emit failing inside run() is a failed run, retried
+    assert src.runs >= 3
+
+
+def test_backoff_is_exponential_with_jitter_and_capped():
+    runner = SourceRunner(Flaky(0), lambda d: None, threading.Event(), backoff_initial_s=1,
+                          backoff_max_s=60, rng=random.Random(7))
+    for n, base in ((1, 1), (2, 2), (3, 4), (6, 32), (7, 60), (50, 60)):
+        delays = [runner.backoff_s(n) for _ in range(200)]
+        assert base * 0.5 <= min(delays) and max(delays) <= base
+        assert max(delays) - min(delays) > base * 0.3  # jittered, not fixed
+
+
+def test_polling_source_polls_until_stopped_and_closes_once(sink, running):
+    class Counter(PollingSource):
+        name = "counter_test"
+        interval_s = 0.01
+
+        def __init__(self):
+            super().__init__()
+            self.closed = 0
+
+        def poll(self):
+            return [self.draft("cgroup.memory", fields={"n": 1})]
+
+        def close(self):
+            self.closed += 1
+
+    src = Counter()
+    with running(src, sink):
+        sink.wait_for(lambda d: len(sink.of("cgroup.memory")) >= 5)
+    assert src.closed == 1
+
+
+def test_polling_interval_must_be_positive():
+    with pytest.raises(ValueError, match="interval_s"):
+        CgroupSource(interval_s=0)
+
+
+def test_registry_finds_each_source_by_its_module_name():
+    assert {"kmsg", "cgroup", "procs"} <= set(names())
+    assert get("kmsg") is KmsgSource and get("cgroup") is CgroupSource and get("procs") is ProcsSource
+    for name in ("kmsg", "cgroup", "procs"):
+        assert get(name).name == name
+
+
+def test_registry_rejects_unknown_names_and_name_clashes():
+    with pytest.raises(UnknownSourceError, match="known sources: .*kmsg"):
+        get("kmesg")
+    assert issubclass(UnknownSourceError, SourceError)
+
+    class Clash(Source):
+        name = "kmsg"
+
+    with pytest.raises(ValueError, match="taken"):
+        register(Clash)
+
+    class Bad(Source):
+        name = "not a name"
+
+    with pytest.raises(ValueError, match="module-like"):
+        register(Bad)
+    assert REGISTRY["kmsg"] is KmsgSource
+
+
+def test_hostpaths_from_a_root_prefix():
+    assert HostPaths() == HostPaths.from_root("/") == HostPaths("/proc", "/sys", "/dev", "/run")
+    h = HostPaths.from_root("/host/")
+    assert (h.proc, h.sys, h.dev, h.run) == ("/host/proc", "/host/sys", "/host/dev", "/host/run")
+    assert h.kmsg == "/host/dev/kmsg" and h.pid(42, "environ") == "/host/proc/42/environ"
+    assert h.boot_id == "/host/proc/sys/kernel/random/boot_id"
+    assert h.cgroup_root == "/host/sys/fs/cgroup" and not h.is_default_proc
+    assert HostPaths(proc="/tmp/x/").proc == "/tmp/x" and HostPaths().is_default_proc
+    with pytest.raises(AttributeError):
+        h.proc = "/proc"  # frozen
+
+
+def test_boot_id_and_clocks():
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+                        clock.read_boot_id())
+    assert clock.monotonic_ns() <= clock.boottime_ns()
+    assert abs(clock.wall_ns() - time.time_ns()) < 10**9
+
+
+def test_kmsg_time_to_wall_time_and_its_error_bound():
+    boot = clock.boot_wall()
+    assert boot.error_ns < 10**6  # two wall reads around one boottime read
+    now_usec = clock.boottime_ns() // 1000
+    assert abs(clock.kmsg_to_wall_ns(now_usec) - time.time_ns()) < 10**7
+    assert clock.kmsg_to_wall_ns(now_usec, boot) == boot.ns + now_usec * 1000
+    fresh = clock.kmsg_error_ns(boot.at_boottime_ns // 1000, boot)
+    day_old = clock.kmsg_error_ns(max(0, boot.at_boottime_ns // 1000 - 86_400 * 10**6), boot)
+    assert fresh < 10**6 and fresh <= day_old <= fresh + 86_400 * 500_000  # 500 ppm of a day
