@@ -124,7 +124,8 @@ def _bytes(raw) -> bytes:
         return str(raw).encode("utf-8", "surrogatepass")
 
 
-def _unescape(s: str) -> str:
+def unescape_kmsg(s: str) -> str:
+    """Undo /dev/kmsg's \\xNN escapes (bytes that are not UTF-8 stay escaped)."""
     if "\\x" not in s:
         return s
     return _ESC.sub(lambda m: bytes([int(m.group(1), 16)]), _bytes(s)).decode("utf-8", "backslashreplace")
@@ -158,7 +159,7 @@ def _head(ctx: _Ctx, m: re.Match) -> dict | object:
             fields["flags"] = g[3]
             for key, _, value in (kv.partition("=") for kv in g[4].split(",") if kv):
                 fields[key] = value  # e.g. caller=T123 with CONFIG_PRINTK_CALLER
-            attrs.update(level=_prio(int(g[0]), fields), text=_unescape(g[5]))
+            attrs.update(level=_prio(int(g[0]), fields), text=unescape_kmsg(g[5]))
             mono = int(g[2]) * _US
         else:
             attrs["level"] = _prio(int(g[0]), fields) if g[0] else None
@@ -224,7 +225,7 @@ def _line_records(ctx: _Ctx, items: Iterable) -> Iterator[Event]:
         elif line[:1] == " " and pend is not None and ctx.fmt == "kmsg":  # " KEY=value"
             key, eq, value = line[1:].partition("=")
             if eq and key:
-                pend[1]["fields"][key] = _unescape(value)
+                pend[1]["fields"][key] = unescape_kmsg(value)
             else:
                 st.bad(lineno)
         elif line[:1] == " " and pend is not None:  # dmesg, journalctl: a further message line

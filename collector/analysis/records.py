@@ -21,6 +21,7 @@ from datetime import datetime, timezone, tzinfo
 from agent.wire import Record
 
 from . import traceback as tb
+from .kernel import unescape_kmsg
 from .model import KIND_KERNEL, KIND_LINE, KIND_RECORD, KIND_TRACEBACK, Event
 from .parse import parse_nccl_origin, parse_stamp, strip_prefixes
 
@@ -67,7 +68,7 @@ def _rank_event(r: Record, tz: tzinfo) -> Event:
 
 def _kernel_event(r: Record) -> Event:
     return Event(
-        text=r.message, source="kernel", kind=KIND_KERNEL, node=r.node, pid=None, job=r.job,
+        text=unescape_kmsg(r.message) if r.source == "kmsg" else r.message, source="kernel", kind=KIND_KERNEL, node=r.node, pid=None, job=r.job,
         occurred_ns=r.occurred_ns if r.occurred_ns is not None else r.observed_ns,
         observed_ns=r.observed_ns, clock=("journal" if r.source == "journal" else "kmsg")
         if r.occurred_ns is not None else "agent",
