@@ -1,0 +1,290 @@
+"""Benchmark: the collector's ingest (collector/server.py) into SqliteStore on one core.
+
+A collector child (this file with ``--serve``: IngestServer + SqliteStore wired as
+collector/daemon.py wires them, default limits) runs pinned to core 0
+(``taskset -c 0``); the agents are asyncio connections in this process, pinned to
+core 1, each sending pre-built realistic batches (~150-byte DeepSpeed log lines,
+5% kernel lines, occurred/observed times rising) and answering pings. Two phases,
+each on a fresh database file:
+
+1. throughput: CLIENTS agents, batches of BATCH records, WINDOW batches unacked
+   per agent, for SECONDS: records acked per second, the child's CPU per record.
+2. latency: a steady RATE records/s, each agent sending a batch every 50 ms;
+   latency = batch written to the socket -> its ack read (p50/p99/max).
+
+Reported with the child's peak RSS (VmHWM) and, from its counters, the time
+spent inside store inserts. ``--profile`` prints cProfile's top functions of the
+event loop thread and of the store thread for the throughput phase.
+
+    python3 bench/collector.py [--clients 8] [--seconds 20] [--batch 1000]
+                               [--rate 20000] [--latency-seconds 30] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+import msgpack
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agent.wire import Ack, FrameDecoder, Hello, Ping, Pong, Welcome, encode_message  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+# --- the collector child -------------------------------------------------------
+
+def serve(db: str, profile: bool) -> None:
+    import cProfile
+    import logging
+    import pstats
+    from concurrent.futures import ThreadPoolExecutor
+
+    from collector.server import IngestServer
+    from collector.store.sqlite import SqliteStore
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+
+    async def main() -> dict:
+        loop = asyncio.get_running_loop()
+        writer = ThreadPoolExecutor(1, thread_name_prefix="firstfault-store")
+        store = await loop.run_in_executor(writer, SqliteStore, db)
+        server = IngestServer(store, writer=writer)
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        profs = (cProfile.Profile(time.thread_time), cProfile.Profile(time.thread_time)) if profile else None
+        if profs:
+            profs[0].enable()
+            await loop.run_in_executor(writer, profs[1].enable)
+        _, port = await server.start("127.0.0.1", 0)
+        cpu_start = (time.thread_time(), await loop.run_in_executor(writer, time.thread_time))
+        print(f"READY {port}", flush=True)
+        await stop.wait()
+        cpu_end = (time.thread_time(), await loop.run_in_executor(writer, time.thread_time))
+        if profs:
+            profs[0].disable()
+            await loop.run_in_executor(writer, profs[1].disable)
+        m = server.metrics
+        stats = {"records_stored": m.records_stored, "batches": m.batches,
+                 "store_s": m.store_seconds_sum, "inflight_peak": server.budget.peak,
+                 "errors": m.errors,
+                 "thread_cpu_s": {"event_loop": cpu_end[0] - cpu_start[0],
+                                  "store": cpu_end[1] - cpu_start[1]}}
+        await server.stop()
+        await loop.run_in_executor(writer, store.close)
+        writer.shutdown()
+        if profs:
+            for name, p in zip(("event loop thread", "store thread"), profs):
+                print(f"--- cProfile: {name} (tottime) ---", file=sys.stderr)
+                pstats.Stats(p, stream=sys.stderr).sort_stats("tottime").print_stats(14)
+        return stats
+
+    print("STATS " + json.dumps(asyncio.run(main())), flush=True)
+
+
+class Child:
+    def __init__(self, db: str, profile: bool) -> None:
+        cmd = ["taskset", "-c", "0", sys.executable, __file__, "--serve", db]
+        self.proc = subprocess.Popen(cmd + (["--profile"] if profile else []),
+                                     stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        line = self.proc.stdout.readline()
+        assert line.startswith("READY"), line
+        self.port = int(line.split()[1])
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+
+    def peak_rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> dict:
+        self.proc.send_signal(signal.SIGTERM)
+        out, _ = self.proc.communicate(timeout=120)
+        return json.loads(out.split("STATS ", 1)[1])
+
+
+# --- the agents ----------------------------------------------------------------
+
+def _columns(rnd: random.Random, n: int) -> dict:
+    """n realistic records' columns (times filled in per batch)."""
+    cols: dict[str, list] = {k: [] for k in (
+        "source", "kind", "message", "occurred_ns", "observed_ns", "boot_id", "mono_ns", "job",
+        "rank", "local_rank", "pid", "severity", "fields")}
+    for i in range(n):
+        rank = rnd.randrange(8)
+        if rnd.random() < 0.05:
+            row = ("kmsg", "kernel.line", f"NVRM: GPU at PCI:0000:{rnd.randrange(256):02x}:00: "
+                   f"GPU-{rnd.getrandbits(64):016x} Xid (PCI:0000:3b:00): 31, pid={rnd.randrange(99999)}",
+                   None, None, "9b1e3c2a-5f4d-4e8b-a7c6-1d2e3f4a5b6c", None, None, None, None,
+                   None, 4, {"kmsg_seq": i})
+        else:
+            step = rnd.randrange(100000)
+            msg = (f"[2026-12-02 10:11:{i % 60:02d},{rnd.randrange(1000):03d}] [INFO] "
+                   f"[logging.py:107:log_dist] [Rank {rank}] step={step}, skipped=0, "
+                   f"lr=[0.0001], loss={rnd.random() * 3:.4f}, samples/s={180 + rnd.random():.2f}")
+            row = ("ranklog", "rank.line", msg, None, None, None, None, "12345", rank, rank,
+                   24211 + rank, 6, {} if rnd.random() < 0.9 else {"offset_bytes": step * 150})
+        for k, v in zip(cols, row):
+            cols[k].append(v)
+    return cols
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.acked = 0
+        self.latencies: list[float] = []
+        self.measure = True
+
+
+async def agent(port: int, node: str, *, batch: int, window: int, until: float, stats: Stats,
+                interval_s: float | None = None) -> None:
+    rnd = random.Random(node)
+    cols = _columns(rnd, batch)
+    offsets = list(range(batch))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(encode_message(Hello(node=node, stream="bench", token="", agent_ns=time.time_ns(),
+                                      agent_name="bench", agent_version="0")))
+    decoder = FrameDecoder()
+    inflight: deque[tuple[int, float]] = deque()
+    room = asyncio.Event()
+    room.set()
+    welcome = asyncio.get_running_loop().create_future()
+
+    async def read() -> None:
+        while data := await reader.read(65536):
+            for msg in decoder.feed(data):
+                if isinstance(msg, Welcome):
+                    welcome.set_result(msg)
+                elif isinstance(msg, Ack):
+                    now = time.perf_counter()
+                    while inflight and inflight[0][0] <= msg.seq:
+                        last, sent = inflight.popleft()
+                        stats.acked += batch
+                        if stats.measure:
+                            stats.latencies.append(now - sent)
+                    room.set()
+                elif isinstance(msg, Ping):
+                    t2 = time.time_ns()
+                    writer.write(encode_message(Pong(msg.t1, t2, time.time_ns())))
+                else:
+                    raise RuntimeError(f"unexpected {msg}")
+
+    reading = asyncio.create_task(read())
+    w = await welcome
+    seq = 0 if w.high_seq is None else w.high_seq + 1
+    next_send = time.perf_counter()
+    while time.perf_counter() < until:
+        if interval_s is not None:
+            next_send += interval_s
+            await asyncio.sleep(max(0.0, next_send - time.perf_counter()))
+        while len(inflight) >= window:
+            room.clear()
+            await room.wait()
+        now_ns = time.time_ns()
+        cols["occurred_ns"] = [None if s == "kmsg" else now_ns + o
+                               for s, o in zip(cols["source"], offsets)]
+        cols["observed_ns"] = [now_ns + o + 5000 for o in offsets]
+        body = msgpack.packb({"type": "batch", "node": node, "stream": "bench", "count": batch,
+                              "seq": seq, "cols": cols})
+        writer.write(len(body).to_bytes(4, "big") + body)
+        seq += batch
+        inflight.append((seq - 1, time.perf_counter()))
+        await writer.drain()
+    while inflight:
+        room.clear()
+        await room.wait()
+    writer.close()
+    reading.cancel()
+
+
+async def run_agents(port: int, clients: int, seconds: float, **kw) -> tuple[Stats, float]:
+    stats = Stats()
+    t0 = time.perf_counter()
+    until = t0 + seconds
+    await asyncio.gather(*(agent(port, f"gpu-{i:03d}", until=until, stats=stats, **kw)
+                           for i in range(clients)))
+    return stats, time.perf_counter() - t0
+
+
+def phase(name: str, tmp: str, profile: bool, clients: int, seconds: float, **kw) -> dict:
+    db = os.path.join(tmp, f"{name}.db")
+    child = Child(db, profile)
+    cpu0 = child.cpu_s()
+    stats, wall = asyncio.run(run_agents(child.port, clients, seconds, **kw))
+    cpu = child.cpu_s() - cpu0
+    rss = child.peak_rss_mb()
+    server = child.stop()
+    assert server["records_stored"] == stats.acked, (server, stats.acked)
+    lat = sorted(stats.latencies)
+    q = (lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1000) if lat else (lambda p: 0.0)
+    size = sum(os.path.getsize(db + s) for s in ("", "-wal") if os.path.exists(db + s))
+    return {"phase": name, "records": stats.acked, "wall_s": wall, "rate": stats.acked / wall,
+            "cpu_s": cpu, "cpu_us_per_record": cpu / max(stats.acked, 1) * 1e6,
+            "store_s": server["store_s"], "peak_rss_mb": rss, "db_mb": size / 1e6,
+            "p50_ms": q(0.50), "p99_ms": q(0.99), "max_ms": lat[-1] * 1000 if lat else 0.0,
+            "mean_ms": statistics.fmean(lat) * 1000 if lat else 0.0,
+            "inflight_peak": server["inflight_peak"], "errors": server["errors"],
+            "thread_us_per_record": {k: round(v / max(stats.acked, 1) * 1e6, 2)
+                                     for k, v in server["thread_cpu_s"].items() if v}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--serve", metavar="DB", help=argparse.SUPPRESS)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--batch", type=int, default=1000)
+    ap.add_argument("--window", type=int, default=4)
+    ap.add_argument("--rate", type=int, default=20000)
+    ap.add_argument("--latency-clients", type=int, default=4)
+    ap.add_argument("--latency-seconds", type=float, default=30)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--skip-latency", action="store_true")
+    args = ap.parse_args()
+    if args.serve:
+        return serve(args.serve, args.profile)
+    os.sched_setaffinity(0, {1})  # the agents; the collector child has core 0
+    wire_bytes = len(msgpack.packb(_columns(random.Random(1), 1000))) / 1000
+    print(f"records: ~{wire_bytes:.0f} bytes each on the wire (columnar)")
+    with tempfile.TemporaryDirectory(prefix="ff-bench-") as tmp:
+        results = [phase("throughput", tmp, args.profile, args.clients, args.seconds,
+                         batch=args.batch, window=args.window)]
+        if not args.skip_latency:
+            per_batch = max(1, round(args.rate * 0.05 / args.latency_clients))
+            results.append(phase("latency", tmp, False, args.latency_clients,
+                                 args.latency_seconds, batch=per_batch, window=1000,
+                                 interval_s=0.05))
+    for r in results:
+        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}))
+    t, lat = results[0], results[-1]
+    print(f"\nthroughput: {t['rate']:,.0f} records/s over {t['wall_s']:.1f} s "
+          f"({t['records']:,} records, {args.clients} agents), collector CPU "
+          f"{t['cpu_us_per_record']:.2f} us/record ({t['cpu_s'] / t['wall_s']:.0%} of its core), "
+          f"store inserts {t['store_s']:.1f} s, peak RSS {t['peak_rss_mb']:.0f} MB, "
+          f"db {t['db_mb']:.0f} MB")
+    if not args.skip_latency:
+        print(f"latency at {lat['rate']:,.0f} records/s: p50 {lat['p50_ms']:.1f} ms, p99 "
+              f"{lat['p99_ms']:.1f} ms, max {lat['max_ms']:.1f} ms; collector CPU "
+              f"{lat['cpu_s'] / lat['wall_s']:.0%}, peak RSS {lat['peak_rss_mb']:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

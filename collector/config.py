@@ -1,0 +1,386 @@
+"""Collector configuration: a TOML file and command-line flags -> a frozen CollectorConfig.
+
+A whole file (every key optional; these are the defaults, except token_file and tls)::
+
+    listen = "127.0.0.1:7140"          # agents connect here (HOST:PORT, [v6]:PORT)
+    http = "127.0.0.1:7141"            # the query API
+    db = "./firstfault.db"             # SQLite path; postgres://... is not supported yet
+    token_file = "/etc/firstfault/token"   # required unless listen is loopback
+    log_level = "info"                 # debug, info, warning, error
+
+    [tls]                              # all absent: plain TCP
+    cert = "/etc/firstfault/collector.pem"
+    key = "/etc/firstfault/collector.key"
+    client_ca = "/etc/firstfault/agents-ca.pem"   # set: agents need a client cert (mTLS)
+
+    [retention]                        # 0: no bound
+    max_age_days = 30
+    max_bytes = 0
+    prune_interval_s = 600
+
+    [limits]
+    max_connections = 1024
+    max_batch_records = 10000          # told to agents in welcome (<= the wire's 10000)
+    max_frame_bytes = 8388608          # likewise (<= the wire's 8 MiB)
+    max_inflight_records = 100000      # records read but not yet stored, all connections
+    read_timeout_s = 120               # no whole frame for this long: close
+
+    [clock]                            # NTP-style offsets of the nodes' clocks
+    ping_interval_s = 10
+    samples = 8
+    drift_ppm = 50
+    save_interval_s = 60
+
+Flags: every top-level key KEY is ``--KEY`` and every key KEY of table T is
+``--T-KEY``, underscores written as dashes (``--token-file``, ``--tls-client-ca``,
+``--limits-read-timeout-s``); ``--config FILE`` names the file; flags win over it.
+Unknown keys and flags, wrong types and bad values are all collected and raised as
+one ConfigError listing every problem.
+
+Security: a token is required when ``listen`` is not a loopback address (the agents'
+hello carries it); without one the configuration is refused. The token is read from
+token_file at load time and kept out of repr().
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from agent.wire import MAX_BATCH_RECORDS, MAX_FRAME_BYTES, MAX_NAME_BYTES
+
+USAGE = """\
+usage: firstfault collector [--config FILE] [--listen HOST:PORT] [--http HOST:PORT]
+                            [--db PATH_OR_URL] [--token-file FILE] [--log-level LEVEL]
+                            [--tls-cert F --tls-key F [--tls-client-ca F]]
+                            [--retention-max-age-days N] [--retention-max-bytes N]
+                            [--limits-max-connections N] [--limits-read-timeout-s S] ...
+
+Every key of the TOML file is a flag: top-level KEY is --KEY, key KEY of table T is
+--T-KEY (dashes for underscores); flags win over the file."""
+
+
+class ConfigError(Exception):
+    """The configuration is unusable; ``problems`` lists every reason, one a line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        n = len(self.problems)
+        super().__init__(f"{n} problem{'s' if n != 1 else ''} in the collector configuration:\n"
+                         + "\n".join(f"  - {p}" for p in self.problems))
+
+
+class HelpRequested(Exception):
+    """``--help`` was given: print USAGE and exit 0."""
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def is_loopback(self) -> bool:
+        return is_loopback_host(self.host)
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` can only be reached from this machine (names other than localhost: no)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class TLSConfig:
+    cert: Path | None = None
+    key: Path | None = None
+    client_ca: Path | None = None  # set: mutual TLS, agents present a cert it signed
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert is not None
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionConfig:
+    max_age_days: float = 30  # 0: no bound
+    max_bytes: int = 0  # 0: no bound
+    prune_interval_s: float = 600
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    max_connections: int = 1024
+    max_batch_records: int = MAX_BATCH_RECORDS
+    max_frame_bytes: int = MAX_FRAME_BYTES
+    max_inflight_records: int = 100_000
+    read_timeout_s: float = 120
+
+
+@dataclass(frozen=True, slots=True)
+class ClockConfig:
+    ping_interval_s: float = 10
+    samples: int = 8
+    drift_ppm: float = 50
+    save_interval_s: float = 60
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorConfig:
+    listen: Address = Address("127.0.0.1", 7140)
+    http: Address = Address("127.0.0.1", 7141)
+    db: str = "./firstfault.db"
+    token_file: Path | None = None
+    log_level: str = "info"
+    tls: TLSConfig = TLSConfig()
+    retention: RetentionConfig = RetentionConfig()
+    limits: LimitsConfig = LimitsConfig()
+    clock: ClockConfig = ClockConfig()
+    token: str | None = field(default=None, repr=False)  # read from token_file
+
+    @property
+    def db_is_url(self) -> bool:
+        return "://" in self.db
+
+
+# --- value parsers: (raw value, came from a flag) -> value; ValueError says why ------
+
+Parser = Callable[[Any, bool], Any]
+
+
+def _address(v: Any, flag: bool) -> Address:
+    if type(v) is not str:
+        raise ValueError(f"expected a string HOST:PORT, got {v!r}")
+    host, sep, port = v.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT (port 0..65535), got {v!r}")
+    return Address(host, int(port))
+
+
+def _number(lo: float, *, strict: bool = False, integer: bool = False,
+            hi: float | None = None) -> Parser:
+    def parse(v: Any, flag: bool) -> Any:
+        if flag:
+            try:
+                v = int(v) if integer else float(v)
+            except ValueError:
+                raise ValueError(f"expected {'an integer' if integer else 'a number'}, "
+                                 f"got {v!r}") from None
+        ok_types = (int,) if integer else (int, float)
+        if type(v) not in ok_types:
+            raise ValueError(f"expected {'an integer' if integer else 'a number'}, got {v!r}")
+        if (v <= lo if strict else v < lo) or (hi is not None and v > hi):
+            rng = f"> {lo}" if strict else f">= {lo}"
+            raise ValueError(f"expected a value {rng}" + (f" and <= {hi}" if hi else "")
+                             + f", got {v!r}")
+        return v
+    return parse
+
+
+def _string(v: Any, flag: bool) -> str:
+    if type(v) is not str or not v:
+        raise ValueError(f"expected a non-empty string, got {v!r}")
+    return v
+
+
+def _path(v: Any, flag: bool) -> Path:
+    return Path(_string(v, flag))
+
+
+def _db(v: Any, flag: bool) -> str:
+    v = _string(v, flag)
+    scheme = v.split("://", 1)[0] if "://" in v else None
+    if scheme is not None and scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"expected a SQLite file path or a postgres:// URL, got {v!r}")
+    return v
+
+
+def _level(v: Any, flag: bool) -> str:
+    if v not in ("debug", "info", "warning", "error"):
+        raise ValueError(f"expected one of debug, info, warning, error, got {v!r}")
+    return v
+
+
+_PARSERS: dict[str | None, dict[str, Parser]] = {
+    None: {"listen": _address, "http": _address, "db": _db, "token_file": _path,
+           "log_level": _level},
+    "tls": {"cert": _path, "key": _path, "client_ca": _path},
+    "retention": {"max_age_days": _number(0), "max_bytes": _number(0, integer=True),
+                  "prune_interval_s": _number(0, strict=True)},
+    "limits": {"max_connections": _number(1, integer=True),
+               "max_batch_records": _number(1, integer=True, hi=MAX_BATCH_RECORDS),
+               "max_frame_bytes": _number(1024, integer=True, hi=MAX_FRAME_BYTES),
+               "max_inflight_records": _number(1, integer=True),
+               "read_timeout_s": _number(0, strict=True)},
+    "clock": {"ping_interval_s": _number(0, strict=True),
+              "samples": _number(1, integer=True, hi=10_000),
+              "drift_ppm": _number(0), "save_interval_s": _number(0, strict=True)},
+}
+_TABLE_TYPES = {"tls": TLSConfig, "retention": RetentionConfig, "limits": LimitsConfig,
+                "clock": ClockConfig}
+_FLAGS: dict[str, tuple[str | None, str]] = {
+    "--" + ((t + "-") if t else "").replace("_", "-") + k.replace("_", "-"): (t, k)
+    for t, keys in _PARSERS.items() for k in keys}
+
+
+# --- loading -------------------------------------------------------------------
+
+def load_config(path: str | Path | None = None,
+                flags: dict[tuple[str | None, str], str] | None = None) -> CollectorConfig:
+    """The configuration from the TOML file at ``path`` (optional) with ``flags``
+    ((table, key) -> string value) on top; ConfigError lists every problem."""
+    problems: list[str] = []
+    doc: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+        except OSError as e:
+            problems.append(f"config file {path}: cannot read it: {e.strerror or e}")
+        except tomllib.TOMLDecodeError as e:
+            problems.append(f"config file {path}: not valid TOML: {e}")
+    values: dict[str | None, dict[str, Any]] = {t: {} for t in _PARSERS}
+    where = f"{path}: " if path is not None else ""
+    for key, v in doc.items():
+        if key in _TABLE_TYPES:
+            if type(v) is not dict:
+                problems.append(f"{where}[{key}] must be a table, got {v!r}")
+                continue
+            for k, x in v.items():
+                _take(values, key, k, x, False, f"{where}{key}.{k}", problems)
+        else:
+            _take(values, None, key, v, False, f"{where}{key}", problems)
+    for (table, key), v in (flags or {}).items():
+        name = "--" + ((table + "-") if table else "").replace("_", "-") + key.replace("_", "-")
+        _take(values, table, key, v, True, name, problems)
+    cfg = CollectorConfig(**{k: v for k, v in values[None].items()}, **{
+        t: _TABLE_TYPES[t](**values[t]) for t in _TABLE_TYPES})
+    cfg = _check(cfg, problems)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def _take(values: dict, table: str | None, key: str, v: Any, flag: bool, name: str,
+          problems: list[str]) -> None:
+    parser = _PARSERS[table].get(key)
+    if parser is None:
+        known = ", ".join(_PARSERS[table]) + ("" if table else ", [" + "], [".join(_TABLE_TYPES) + "]")
+        problems.append(f"{name}: unknown key; known here: {known}")
+        return
+    try:
+        values[table][key] = parser(v, flag)
+    except ValueError as e:
+        problems.append(f"{name}: {e}")
+
+
+def _check(cfg: CollectorConfig, problems: list[str]) -> CollectorConfig:
+    """Cross-key checks and the token file; returns cfg with the token read."""
+    tls = cfg.tls
+    if (tls.cert is None) != (tls.key is None):
+        problems.append("tls: cert and key go together; set both or neither")
+    if tls.client_ca is not None and tls.cert is None:
+        problems.append("tls.client_ca needs tls.cert and tls.key (mTLS runs over TLS)")
+    for name in ("cert", "key", "client_ca"):
+        p = getattr(tls, name)
+        if p is not None and not os.access(p, os.R_OK):
+            problems.append(f"tls.{name}: cannot read {p}")
+    lim = cfg.limits
+    if lim.max_inflight_records < lim.max_batch_records:
+        problems.append(f"limits.max_inflight_records ({lim.max_inflight_records}) must be at "
+                        f"least limits.max_batch_records ({lim.max_batch_records})")
+    if lim.read_timeout_s <= cfg.clock.ping_interval_s:
+        problems.append(f"limits.read_timeout_s ({lim.read_timeout_s}) must exceed "
+                        f"clock.ping_interval_s ({cfg.clock.ping_interval_s}): idle agents "
+                        "send nothing but pongs")
+    token = None
+    if cfg.token_file is not None:
+        try:
+            token = cfg.token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            problems.append(f"token_file: cannot read {cfg.token_file}: "
+                            f"{getattr(e, 'strerror', None) or e}")
+        else:
+            if not token:
+                problems.append(f"token_file: {cfg.token_file} is empty")
+                token = None
+            elif len(token.encode()) > MAX_NAME_BYTES or any(c.isspace() for c in token):
+                problems.append(f"token_file: the token in {cfg.token_file} must be one word "
+                                f"of at most {MAX_NAME_BYTES} bytes")
+                token = None
+    if cfg.token_file is None and not cfg.listen.is_loopback:
+        problems.append(f"listen {cfg.listen} is not a loopback address: a token is required "
+                        "(set token_file or --token-file FILE; agents send the same token); "
+                        "refusing to accept unauthenticated agents from the network")
+    return replace(cfg, token=token)
+
+
+def parse_args(argv: list[str]) -> CollectorConfig:
+    """The configuration for ``firstfault collector ARGS`` (argv without the command).
+
+    ConfigError lists every problem (unknown flags included); HelpRequested on --help."""
+    problems: list[str] = []
+    flags: dict[tuple[str | None, str], str] = {}
+    config_path: str | None = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if arg in ("-h", "--help"):
+            raise HelpRequested(USAGE)
+        name, eq, value = arg.partition("=")
+        if not name.startswith("-"):
+            problems.append(f"{arg!r}: unexpected argument (every setting is a --flag)")
+            continue
+        if name != "--config" and name not in _FLAGS:
+            problems.append(f"{name}: unknown flag (see --help)")
+            if not eq and i < len(argv) and not argv[i].startswith("-"):
+                i += 1  # its value
+            continue
+        if not eq:
+            if i >= len(argv) or argv[i].startswith("--"):
+                problems.append(f"{name}: needs a value")
+                continue
+            value = argv[i]
+            i += 1
+        if name == "--config":
+            config_path = value
+        else:
+            flags[_FLAGS[name]] = value
+    try:
+        cfg = load_config(config_path, flags)
+    except ConfigError as e:
+        problems.extend(e.problems)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def describe(cfg: CollectorConfig) -> str:
+    """One key=value line of the effective configuration, for the start-up log (no token)."""
+    parts = []
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        if f.name == "token":
+            continue
+        if f.name == "db" and "@" in v:  # a URL's password stays out of logs
+            scheme, _, rest = v.partition("://")
+            v = f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+        if is_dataclass(v) and not isinstance(v, Address):
+            parts += [f"{f.name}.{g.name}={getattr(v, g.name)}" for g in fields(v)]
+        else:
+            parts.append(f"{f.name}={v}")
+    return " ".join(parts)

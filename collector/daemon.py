@@ -1,0 +1,152 @@
+"""``firstfault collector``: load the configuration, open the store, run the ingest server.
+
+    firstfault collector --listen 0.0.0.0:7140 --db /var/lib/firstfault/firstfault.db \\
+        --token-file /etc/firstfault/token
+
+Logs go to stderr, one ``key=value`` line per event (journald adds the time under
+systemd). SIGTERM or SIGINT stops gracefully: no new connections, batches being
+stored are finished and acked, clock estimates saved, the store closed; a second
+signal exits at once (nothing acked is lost: acks follow commits). Retention
+pruning runs at start and every ``retention.prune_interval_s``.
+
+Exit codes: 0 stopped by a signal, 1 could not start (store, TLS files, address
+in use), 2 configuration or usage error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from collector.config import USAGE, CollectorConfig, ConfigError, HelpRequested, describe, parse_args
+from collector.server import IngestServer, make_ssl_context
+from collector.store.base import Store, StoreError
+
+log = logging.getLogger("collector.daemon")
+
+
+class StartError(Exception):
+    """The collector cannot start; the message says what to do."""
+
+
+def open_store(db: str) -> Store:
+    """The store for ``db``: a SQLite file path (postgres:// URLs: not supported yet)."""
+    if db.startswith(("postgres://", "postgresql://")):
+        raise StartError(f"db {db.split('@')[-1]!r}: PostgreSQL is not supported yet; "
+                         "use a SQLite file path (--db /var/lib/firstfault/firstfault.db)")
+    from collector.store.sqlite import SqliteStore  # the default backend
+
+    return SqliteStore(db)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        cfg = parse_args(argv)
+    except HelpRequested:
+        print(USAGE)
+        return 0
+    except ConfigError as e:
+        print(f"firstfault collector: {e}", file=sys.stderr)
+        return 2
+    _setup_logging(cfg.log_level)
+    try:
+        return asyncio.run(run(cfg))
+    except StartError as e:
+        log.error("cannot start: %s", e)
+        return 1
+
+
+def _setup_logging(level: str) -> None:
+    root = logging.getLogger()
+    if not _logs_to_stderr():
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+        root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
+def _logs_to_stderr() -> bool:
+    return any(isinstance(h, logging.StreamHandler) and getattr(h, "stream", None) is sys.stderr
+               for h in logging.getLogger().handlers)
+
+
+async def run(cfg: CollectorConfig) -> int:
+    """Serve until SIGTERM/SIGINT; StartError when something needed is missing."""
+    loop = asyncio.get_running_loop()
+    log.info("starting %s", describe(cfg))
+    writer = ThreadPoolExecutor(1, thread_name_prefix="firstfault-store")
+    try:
+        try:
+            # opened on the store thread: every later call runs there too
+            store = await loop.run_in_executor(writer, open_store, cfg.db)
+        except (StoreError, OSError) as e:
+            raise StartError(f"cannot open the store db={cfg.db}: {e}") from e
+        try:
+            return await _serve(cfg, store, writer)
+        finally:
+            await loop.run_in_executor(writer, store.close)
+    finally:
+        writer.shutdown(wait=True)
+
+
+async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor) -> int:
+    loop = asyncio.get_running_loop()
+    try:
+        ssl_context = make_ssl_context(cfg.tls)
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+        raise StartError(f"tls: cannot load cert/key/client_ca: {e}") from e
+    server = IngestServer(store, token=cfg.token, limits=cfg.limits, clock=cfg.clock,
+                          ssl_context=ssl_context, writer=writer)
+    try:
+        await server.start(cfg.listen.host, cfg.listen.port)
+    except OSError as e:
+        raise StartError(f"cannot listen on {cfg.listen}: {e.strerror or e}") from e
+    stop = asyncio.Event()
+    signals = []
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            log.warning("second signal=%s: exiting now", signal.Signals(signum).name)
+            os._exit(1)
+        log.info("stopping signal=%s", signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+        signals.append(signum)
+    pruner = asyncio.create_task(_prune_loop(cfg, store, server), name="firstfault-prune")
+    try:
+        await stop.wait()
+    finally:
+        pruner.cancel()
+        await server.stop()
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+    return 0
+
+
+async def _prune_loop(cfg: CollectorConfig, store: Store, server: IngestServer) -> None:
+    r = cfg.retention
+    if not r.max_age_days and not r.max_bytes:
+        log.info("retention off (max_age_days=0 max_bytes=0)")
+        return
+    while True:
+        try:
+            n = await server.call(lambda: store.prune(
+                max_age_s=r.max_age_days * 86400 if r.max_age_days else None,
+                max_bytes=r.max_bytes or None))
+            if n:
+                log.info("pruned records=%d max_age_days=%s max_bytes=%s", n,
+                         r.max_age_days, r.max_bytes)
+        except Exception as e:  # keep serving; say why data was not pruned
+            log.error("prune failed error=%s: %s", type(e).__name__, e)
+        await asyncio.sleep(r.prune_interval_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""collector/daemon.py: exit codes, a whole run in-process on the FakeStore, and the
+real thing as a subprocess on SqliteStore: SIGTERM, and kill -9 mid-stream (slow)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from ingest_helpers import Agent, ClosedByServer, FakeStore, make_records
+
+from collector import daemon
+from collector.config import parse_args
+
+ROOT = Path(__file__).resolve().parents[3]
+HAVE_SQLITE = (ROOT / "collector" / "store" / "sqlite.py").exists()
+needs_sqlite = pytest.mark.skipif(not HAVE_SQLITE, reason="collector/store/sqlite.py not there yet")
+
+
+def test_usage_and_config_errors(capsys):
+    assert daemon.main(["--help"]) == 0
+    assert "usage: firstfault collector" in capsys.readouterr().out
+    assert daemon.main(["--listen", "0.0.0.0:7140", "--nope"]) == 2
+    err = capsys.readouterr().err
+    assert "2 problems" in err and "--nope: unknown flag" in err and "token is required" in err
+
+
+def test_postgres_is_not_supported_yet(caplog):
+    assert daemon.main(["--db", "postgres://ff:secret@db/ff", "--listen", "127.0.0.1:0"]) == 1
+    assert "PostgreSQL is not supported yet" in caplog.text and "secret" not in caplog.text
+
+
+def test_run_in_process_until_sigterm(monkeypatch, caplog):
+    """The daemon's loop on the FakeStore: serves, prunes, stops on SIGTERM with exit 0."""
+    caplog.set_level("INFO")
+    store = FakeStore()
+    pruned = []
+    store.prune = lambda **kw: pruned.append(kw) or 0
+    monkeypatch.setattr(daemon, "open_store", lambda db: store)
+    cfg = parse_args(["--listen", "127.0.0.1:0", "--retention-max-age-days", "2",
+                      "--retention-max-bytes", "1000000"])
+    result: dict = {}
+
+    def agent():
+        try:
+            deadline = time.monotonic() + 10
+            while not (m := re.search(r"ingest listening address=([\d.]+):(\d+)", caplog.text)):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            a = Agent((m.group(1), int(m.group(2))))
+            a.hello()
+            a.stream_records(0, batches=3, size=10)
+            os.kill(os.getpid(), signal.SIGTERM)
+            result["error"] = a.expect_error()
+            a.close()
+        except BaseException as e:
+            result["exc"] = e
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    t = threading.Thread(target=agent)
+    t.start()
+    assert asyncio.run(daemon.run(cfg)) == 0
+    t.join(10)
+    assert "exc" not in result, result.get("exc")
+    assert result["error"].code == "shutdown"
+    assert store.seqs("gpu-01", "s1") == list(range(30))
+    assert pruned == [{"max_age_s": 2 * 86400, "max_bytes": 1000000}]
+    assert "stopping signal=SIGTERM" in caplog.text
+
+
+class Collector:
+    """``python -m collector.daemon`` as a subprocess; its stderr collected."""
+
+    def __init__(self, db: Path, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "collector.daemon", "--listen", "127.0.0.1:0", "--db", str(db),
+             "--clock-ping-interval-s", "0.5", *extra],
+            cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self.address = None
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self.ready.wait(20), "collector did not start:\n" + "".join(self.lines)
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            m = re.search(r"ingest listening address=([\d.]+):(\d+)", line)
+            if m:
+                self.address = (m.group(1), int(m.group(2)))
+                self.ready.set()
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(20)
+
+
+def _stored_seqs(db: Path, node: str, stream: str) -> list[int]:
+    from collector.store.base import Selection
+    from collector.store.sqlite import SqliteStore
+
+    with SqliteStore(db) as store:
+        return [r.seq for r in store.records(Selection(nodes=(node,))) if r.stream == stream]
+
+
+@needs_sqlite
+def test_subprocess_on_sqlite_stops_on_sigterm(tmp_path):
+    db = tmp_path / "ff.db"
+    c = Collector(db)
+    a = Agent(c.address)
+    assert a.hello().high_seq is None
+    a.stream_records(0, batches=5, size=200)
+    time.sleep(0.7)  # a ping or two
+    assert c.stop() == 0
+    assert a.expect_error().code == "shutdown"
+    a.close()
+    assert sorted(_stored_seqs(db, "gpu-01", "s1")) == list(range(1000))
+    assert any("stopping signal=SIGTERM" in line for line in c.lines)
+    c = Collector(db)  # a restart knows where the stream stands
+    b = Agent(c.address)
+    assert b.hello().high_seq == 999
+    b.close()
+    assert c.stop() == 0
+
+
+@needs_sqlite
+@pytest.mark.slow
+def test_kill_9_mid_stream_loses_nothing_acked(tmp_path):
+    """The agent keeps up to 3 batches unacked; the collector is SIGKILLed while
+    batches are in flight, restarted, and the agent resends after high_seq."""
+    db = tmp_path / "ff.db"
+    total, size = 60_000, 500
+    acked = -1
+    for attempt in range(4):
+        c = Collector(db)
+        a = Agent(c.address, timeout=20)
+        high = a.hello().high_seq
+        high = -1 if high is None else high
+        assert high >= acked, f"acked up to {acked} but the store has {high}"
+        nxt, unacked = high + 1, []
+        kill_at = (attempt + 1) * 15_000 if attempt < 3 else None
+        try:
+            while nxt < total or unacked:
+                while nxt < total and len(unacked) < 3:
+                    n = min(size, total - nxt)
+                    a.send_batch(make_records("gpu-01", "s1", nxt, n))
+                    unacked.append(nxt + n - 1)
+                    nxt += n
+                if kill_at is not None and acked >= kill_at:
+                    c.proc.kill()  # three batches sent and not acked
+                seq = unacked.pop(0)
+                a.wait_ack(seq, timeout=20)
+                acked = max(acked, seq)
+        except (ClosedByServer, ConnectionError, OSError):
+            assert kill_at is not None
+        a.close()
+        if kill_at is None:
+            assert c.stop() == 0
+            break
+        assert c.proc.wait(20) == -signal.SIGKILL
+    seqs = _stored_seqs(db, "gpu-01", "s1")
+    assert len(seqs) == len(set(seqs)) == total and sorted(seqs) == list(range(total))

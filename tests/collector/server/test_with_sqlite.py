@@ -1,0 +1,56 @@
+"""The ingest server on the real SqliteStore (its insert_columns fast path)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from collector.config import ClockConfig
+
+ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.skipif(not (ROOT / "collector" / "store" / "sqlite.py").exists(),
+                                reason="collector/store/sqlite.py not there yet")
+
+
+def test_agents_into_sqlite(serve, tmp_path):
+    from collector.store.base import Selection
+    from collector.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "ff.db")
+    srv = serve(store, clock=ClockConfig(ping_interval_s=0.1, save_interval_s=0.2))
+    assert srv.server._insert_columns is not None  # the fast path is taken
+    errors = []
+
+    def run(i):
+        try:
+            a = srv.agent(node=f"gpu-{i}", stream="s")
+            a.hello()
+            a.stream_records(0, batches=10, size=300)
+            a.close()
+            b = srv.agent(node=f"gpu-{i}", stream="s")  # reconnect: resend the last batch
+            assert b.hello().high_seq == 2999
+            b.stream_records(2700, batches=1, size=600)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    srv.settle(lambda: len(srv.server.clocks.nodes()) == 4)
+    srv.stop()  # saves the clock estimates
+    m = srv.metrics
+    assert m.records_stored == 4 * 3300 and m.records_duplicate == 4 * 300
+    store.close()
+    with SqliteStore(tmp_path / "ff.db") as again:
+        for i in range(4):
+            recs = list(again.records(Selection(nodes=(f"gpu-{i}",))))
+            assert sorted(r.seq for r in recs) == list(range(3300))
+        assert recs[0].message.startswith("[2026-12-02") and recs[0].job == "12345"
+        clocks = again.clocks()
+        assert set(clocks) == {f"gpu-{i}" for i in range(4)}
+        assert all(abs(c.offset_ns) <= c.uncertainty_ns + 5_000_000 for c in clocks.values())
