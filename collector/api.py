@@ -22,7 +22,8 @@ import ipaddress
 import itertools
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -84,16 +85,20 @@ def _iso_ns(v: str, name: str) -> int:
 
 class Api:
     def __init__(self, store: Store, catalog: Catalog, *, token: str | None = None,
-                 metrics: Callable[[], str] | None = None) -> None:
+                 metrics: Callable[[], str] | None = None,
+                 call: Callable[..., Awaitable[Any]] | None = None) -> None:
+        """``call(fn, *args)`` runs a store call on the store's own thread (the daemon
+        passes the ingest server's, so one thread owns the SQLite connection)."""
         self.store = store
         self.catalog = catalog
         self.token = token
         self.metrics = metrics
+        self.call = call or asyncio.to_thread
         self.lock = asyncio.Lock()  # one store call at a time
 
     async def _call(self, fn, *args):
         async with self.lock:
-            return await asyncio.to_thread(fn, *args)
+            return await self.call(fn, *args)
 
     @web.middleware
     async def auth(self, request: web.Request, handler):

@@ -170,10 +170,17 @@ def parser() -> argparse.ArgumentParser:
     ck.add_argument("--world-size", type=int, metavar="N", help="data-parallel world size (default: inferred)")
     ck.set_defaults(func=cmd_checkpoint)
     cli_query.add_parsers(sub)
+    # listed for --help; main() hands its arguments to the daemon's own parser
+    sub.add_parser("collector", add_help=False, help="run the collector daemon (firstfault collector --help)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["collector"]:
+        from .daemon import main as collector_main
+
+        return collector_main(argv[1:])
     a = parser().parse_args(argv)
     try:
         return a.func(a)

@@ -3,6 +3,9 @@
     firstfault collector --listen 0.0.0.0:7140 --db /var/lib/firstfault/firstfault.db \\
         --token-file /etc/firstfault/token
 
+The read-only HTTP API (collector/api.py) listens on ``--http`` (loopback by
+default; elsewhere it needs the same token, as ``Authorization: Bearer``).
+
 Logs go to stderr, one ``key=value`` line per event (journald adds the time under
 systemd). SIGTERM or SIGINT stops gracefully: no new connections, batches being
 stored are finished and acked, clock estimates saved, the store closed; a second
@@ -22,7 +25,11 @@ import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from collector.config import USAGE, CollectorConfig, ConfigError, HelpRequested, describe, parse_args
+from collector.analysis.catalog import load_catalog
+from collector.api import Api
+from collector.api import start as start_http
+from collector.config import (USAGE, CollectorConfig, ConfigError, HelpRequested, describe, is_loopback_host,
+                              parse_args)
 from collector.server import IngestServer, make_ssl_context
 from collector.store.base import Store, StoreError
 
@@ -106,6 +113,15 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor)
         await server.start(cfg.listen.host, cfg.listen.port)
     except OSError as e:
         raise StartError(f"cannot listen on {cfg.listen}: {e.strerror or e}") from e
+    api = Api(store, load_catalog(), token=None if is_loopback_host(cfg.http.host) else cfg.token,
+              metrics=server.metrics.render_prometheus, call=server.call)
+    try:
+        http = await start_http(api, cfg.http.host, cfg.http.port)
+    except (OSError, ValueError) as e:
+        await server.stop()
+        raise StartError(f"cannot serve the HTTP API on {cfg.http}: {getattr(e, 'strerror', None) or e}") from e
+    for host, port, *_ in http.addresses:
+        log.info("http listening address=%s:%s auth=%s", host, port, api.token is not None)
     stop = asyncio.Event()
     signals = []
 
@@ -124,6 +140,7 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor)
         await stop.wait()
     finally:
         pruner.cancel()
+        await http.cleanup()
         await server.stop()
         for signum in signals:
             loop.remove_signal_handler(signum)

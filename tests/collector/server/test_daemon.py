@@ -80,7 +80,8 @@ class Collector:
 
     def __init__(self, db: Path, *extra: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "collector.daemon", "--listen", "127.0.0.1:0", "--db", str(db),
+            [sys.executable, "-m", "collector.daemon", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+             "--db", str(db),
              "--clock-ping-interval-s", "0.5", *extra],
             cwd=ROOT, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []

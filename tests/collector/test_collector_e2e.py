@@ -1,0 +1,131 @@
+"""A real collector process: agents (test clients speaking agent/wire.py) stream a real
+job's logs from two nodes; `firstfault report/jobs/timeline` over the HTTP API and on
+the SQLite file name the same first failure as `firstfault analyze` of the files."""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REAL = ROOT / "tests" / "data" / "real" / "deepspeed-exception-rank2-of-4"
+sys.path.insert(0, str(ROOT / "tests" / "collector" / "server"))
+sys.path.insert(0, str(ROOT / "tests" / "collector" / "analysis"))
+
+from ingest_helpers import Agent  # noqa: E402
+from test_records import ship_file  # noqa: E402
+
+from collector.cli import main  # noqa: E402
+
+JOB = "ds-4242"
+NODES = {"node-a": (0, 1), "node-b": (2, 3)}
+
+
+class Collector:
+    def __init__(self, db: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "collector.daemon", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+             "--db", str(db)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        self.ingest = self.http = None
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self.ready.wait(30), "collector did not start:\n" + "".join(self.lines)
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            m = re.search(r"(ingest|http) listening address=([\d.]+):(\d+)", line)
+            if m:
+                setattr(self, m.group(1), (m.group(2), int(m.group(3))))
+                if self.ingest and self.http:
+                    self.ready.set()
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(30)
+
+
+def _rank_files(ranks):
+    for p in sorted((REAL / "logs").glob("*.log")):
+        r = int(p.stem.rsplit("rank", 1)[1])
+        if r in ranks:
+            yield r, p
+
+
+@pytest.fixture(scope="module")
+def collector(tmp_path_factory):
+    db = tmp_path_factory.mktemp("collector") / "ff.db"
+    c = Collector(db)
+    for node, ranks in NODES.items():
+        records = []
+        for r, p in _rank_files(ranks):
+            records += ship_file(p, node, r, len(records))
+        records = [type(rec)(**{**{f: getattr(rec, f) for f in rec.__slots__}, "job": JOB, "stream": "s1"})
+                   for rec in records]
+        a = Agent(c.ingest, node=node, stream="s1")
+        assert a.hello().high_seq is None
+        for i in range(0, len(records), 500):
+            a.send_batch(records[i:i + 500])
+            a.wait_ack(records[min(i + 500, len(records)) - 1].seq)
+        a.close()
+    yield c, db
+    assert c.stop() == 0
+
+
+def _cli(capsys, *args) -> tuple[int, str]:
+    code = main(list(args))
+    return code, capsys.readouterr().out
+
+
+def test_report_over_http_equals_offline_analyze(collector, capsys):
+    c, _ = collector
+    url = f"http://{c.http[0]}:{c.http[1]}"
+    code, out = _cli(capsys, "report", JOB, "--collector", url, "--format", "json")
+    assert code == 0
+    live = json.loads(out)
+    args = ["analyze"] + [f"{node}={p}" for node, ranks in NODES.items() for _, p in _rank_files(ranks)]
+    code, out = _cli(capsys, *args, "--format", "json", "--tz", "UTC")
+    offline = json.loads(out)
+    for rep in (live, offline):
+        ff = rep["first_failure"]
+        assert (ff["rank"], ff["node"], ff["signature"], ff["phase"]) == (2, "node-b", "python.exception", "forward")
+    assert live["job"] == JOB
+    assert {r: v["node"] for r, v in live["ranks"].items()} == {r: v["node"] for r, v in offline["ranks"].items()}
+    assert [d["signature"] for d in live["distinct_failures"]] == [d["signature"] for d in offline["distinct_failures"]]
+
+
+def test_jobs_timeline_and_bundle(collector, capsys, tmp_path):
+    c, db = collector
+    url = f"http://{c.http[0]}:{c.http[1]}"
+    code, out = _cli(capsys, "jobs", "--collector", url, "--format", "json")
+    jobs = json.loads(out)["jobs"]
+    assert [j["job"] for j in jobs] == [JOB] and sorted(jobs[0]["nodes"]) == ["node-a", "node-b"]
+    code, out = _cli(capsys, "timeline", JOB, "--collector", url, "--rank", "2", "--grep", "ValueError",
+                     "--format", "jsonl")
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert rows and all(r["rank"] == 2 and "ValueError" in r["message"] for r in rows)
+    code, out = _cli(capsys, "timeline", JOB, "--collector", url, "--format", "json")
+    everything = json.loads(out)["records"]
+    total = sum(len(p.read_text(errors="replace").splitlines()) for _, p in _rank_files(range(4)))
+    assert 0 < len(everything) <= total  # tracebacks are one record each; nothing else is cut
+    assert [r["at"] for r in everything] == sorted(r["at"] for r in everything)
+    bundle = tmp_path / "b.tar.gz"
+    assert _cli(capsys, "report", JOB, "--collector", url, "--bundle", str(bundle))[0] == 0
+    with tarfile.open(bundle) as tar:
+        names = {Path(n).name for n in tar.getnames()}
+    assert names == {"report.md", "report.json", "timeline.jsonl", "config.txt", "README.txt"}
+
+
+def test_report_from_the_db_file_and_unknown_job(collector, capsys):
+    _, db = collector
+    code, out = _cli(capsys, "report", JOB, "--db", str(db), "--format", "json")
+    assert code == 0 and json.loads(out)["first_failure"]["rank"] == 2
+    assert main(["report", "nope", "--db", str(db)]) == 1
+    assert "no job 'nope'" in capsys.readouterr().err
