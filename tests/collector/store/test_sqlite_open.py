@@ -1,0 +1,122 @@
+"""Opening a store file: new, migrated, newer, foreign or corrupt."""
+
+import sqlite3
+
+import pytest
+
+from collector.store import sqlite as sq
+from collector.store.base import Selection, StoreError
+from collector.store.sqlite import SqliteStore
+
+
+def pragma(path, name):
+    db = sqlite3.connect(path)
+    try:
+        return db.execute(f"PRAGMA {name}").fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_a_new_file_gets_the_current_schema(tmp_path, rec):
+    path = tmp_path / "ff.db"
+    with SqliteStore(path) as s:
+        s.insert([rec(0)])
+    assert pragma(path, "user_version") == len(sq.MIGRATIONS)
+    assert pragma(path, "application_id") == sq.APPLICATION_ID
+    with SqliteStore(path) as s:  # reopened: the data is there, nothing migrates again
+        assert [r.seq for r in s.records(Selection())] == [0]
+
+
+def test_an_empty_file_becomes_a_store(tmp_path):
+    path = tmp_path / "ff.db"
+    path.touch()
+    SqliteStore(path).close()
+    assert pragma(path, "user_version") == len(sq.MIGRATIONS)
+
+
+def test_an_older_version_is_migrated_in_order(tmp_path, rec, monkeypatch):
+    path = tmp_path / "ff.db"
+    with SqliteStore(path) as s:  # a file of today's version
+        s.insert([rec(i) for i in range(5)])
+    done = []
+
+    def v_next(db):
+        done.append(len(done))
+        db.execute("ALTER TABLE records ADD COLUMN note TEXT")
+
+    def v_after(db):
+        done.append(len(done))
+        db.execute("CREATE INDEX records_note ON records (note)")
+    monkeypatch.setattr(sq, "MIGRATIONS", [*sq.MIGRATIONS, v_next, v_after])
+    with SqliteStore(path) as s:
+        assert [r.seq for r in s.records(Selection(job="job-1"))] == list(range(5))
+        assert s.insert([rec(5)]) == 1
+    assert done == [0, 1]
+    assert pragma(path, "user_version") == len(sq.MIGRATIONS)
+    SqliteStore(path).close()
+    assert done == [0, 1]  # applied once
+
+
+def test_a_failed_migration_changes_nothing(tmp_path, rec, monkeypatch):
+    path = tmp_path / "ff.db"
+    SqliteStore(path).close()
+
+    def v_bad(db):
+        db.execute("CREATE TABLE half_done (x)")
+        db.execute("CREATE TABLE records (x)")  # already exists: fails
+    monkeypatch.setattr(sq, "MIGRATIONS", [*sq.MIGRATIONS, v_bad])
+    with pytest.raises(StoreError, match=str(path)):
+        SqliteStore(path)
+    monkeypatch.undo()
+    assert pragma(path, "user_version") == len(sq.MIGRATIONS)
+    db = sqlite3.connect(path)
+    assert not db.execute("SELECT name FROM sqlite_master WHERE name = 'half_done'").fetchall()
+    db.close()
+    SqliteStore(path).close()
+
+
+def test_a_newer_version_is_refused(tmp_path):
+    path = tmp_path / "ff.db"
+    SqliteStore(path).close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 99")
+    db.close()
+    with pytest.raises(StoreError, match=r"schema version 99.*newer firstfault.*upgrade") as e:
+        SqliteStore(path)
+    assert str(path) in str(e.value)
+
+
+def test_another_programs_database_is_refused(tmp_path):
+    path = tmp_path / "other.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE accounts (id, name)")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="another program"):
+        SqliteStore(path)
+    assert pragma(path, "journal_mode") == "delete"  # left as it was
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA application_id = 1234")
+    db.close()
+    with pytest.raises(StoreError, match="not a firstfault store"):
+        SqliteStore(path)
+
+
+@pytest.mark.parametrize("content", [
+    b"\x00\x01garbage" * 100,
+    b"SQLite format 3\x00" + b"\xff" * 4080,
+    b"not a database at all\n",
+])
+def test_a_corrupt_file_is_a_clear_error_naming_the_path(tmp_path, content):
+    path = tmp_path / "ff.db"
+    path.write_bytes(content)
+    with pytest.raises(StoreError, match="not a usable SQLite database") as e:
+        SqliteStore(path)
+    assert str(path) in str(e.value)
+
+
+def test_a_missing_directory_is_a_clear_error(tmp_path):
+    path = tmp_path / "no" / "such" / "dir" / "ff.db"
+    with pytest.raises(StoreError) as e:
+        SqliteStore(path)
+    assert str(path) in str(e.value)
