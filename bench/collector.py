@@ -18,6 +18,13 @@ event loop thread and of the store thread for the throughput phase.
 
     python3 bench/collector.py [--clients 8] [--seconds 20] [--batch 1000]
                                [--rate 20000] [--latency-seconds 30] [--profile]
+                               [--null-store] [--group-commit]
+
+``--null-store`` adds throughput phases into a store that keeps nothing (the
+server's own cost); ``--group-commit`` gives SqliteStore an insert_columns_many
+(one transaction for the batches that queued while the store was busy) built on
+its private methods, to measure that proposal. The store alone (insert_columns
+on the same batches, no sockets) is measured too.
 """
 
 from __future__ import annotations
@@ -48,6 +55,37 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 # --- the collector child -------------------------------------------------------
 
+class NullStore:
+    """A store that keeps nothing: the server's own cost (bench --null-store)."""
+
+    def __init__(self, db: str) -> None:
+        pass
+
+    def high_seq(self, node: str, stream: str) -> None:
+        return None
+
+    def insert_columns(self, node: str, stream: str, seqs, cols) -> int:
+        return len(seqs)
+
+    def save_clock(self, clock) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _group_store(base: type) -> type:
+    """Bench only (--group-commit): SqliteStore plus insert_columns_many as sqlite.py
+    could offer it, several batches in one transaction; built on its private _write
+    and _insert_columns to measure the gain before anyone writes it for real."""
+
+    class GroupSqliteStore(base):
+        def insert_columns_many(self, batches: list) -> list[int]:
+            return self._write(lambda: [self._insert_columns(*b) for b in batches],
+                               f"insert of {len(batches)} batches")
+    return GroupSqliteStore
+
+
 def serve(db: str, profile: bool) -> None:
     import cProfile
     import logging
@@ -58,11 +96,17 @@ def serve(db: str, profile: bool) -> None:
     from collector.store.sqlite import SqliteStore
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    if os.environ.get("BENCH_GC"):
+        import gc
+        gc.freeze()
+        gc.set_threshold(*map(int, os.environ["BENCH_GC"].split(",")))
 
     async def main() -> dict:
         loop = asyncio.get_running_loop()
         writer = ThreadPoolExecutor(1, thread_name_prefix="firstfault-store")
-        store = await loop.run_in_executor(writer, SqliteStore, db)
+        kind = NullStore if db == "null" else (
+            _group_store(SqliteStore) if os.environ.get("BENCH_GROUP_COMMIT") else SqliteStore)
+        store = await loop.run_in_executor(writer, kind, db)
         server = IngestServer(store, writer=writer)
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -90,10 +134,39 @@ def serve(db: str, profile: bool) -> None:
         if profs:
             for name, p in zip(("event loop thread", "store thread"), profs):
                 print(f"--- cProfile: {name} (tottime) ---", file=sys.stderr)
-                pstats.Stats(p, stream=sys.stderr).sort_stats("tottime").print_stats(14)
+                pstats.Stats(p, stream=sys.stderr).sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(int(os.environ.get("BENCH_TOP", "14")))
         return stats
 
     print("STATS " + json.dumps(asyncio.run(main())), flush=True)
+
+
+def store_only(db: str, records: int, batch: int) -> None:
+    """The same batches straight into SqliteStore.insert_columns: the store's own bound."""
+    from collector.store.sqlite import SqliteStore
+
+    store = SqliteStore(db)
+    batches = [_columns(random.Random(f"gpu-{i:03d}"), batch) for i in range(8)]
+    offsets = list(range(batch))
+    seqs = [0] * 8
+    done, busy = 0, 0.0
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    while done < records:
+        i = (done // batch) % 8
+        cols = dict(batches[i])
+        now_ns = time.time_ns()
+        cols["occurred_ns"] = [None if s == "kmsg" else now_ns + o
+                               for s, o in zip(cols["source"], offsets)]
+        cols["observed_ns"] = [now_ns + o + 5000 for o in offsets]
+        t0 = time.perf_counter()
+        store.insert_columns(f"gpu-{i:03d}", "bench", range(seqs[i], seqs[i] + batch), cols)
+        busy += time.perf_counter() - t0
+        seqs[i] += batch
+        done += batch
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    store.close()
+    print(json.dumps({"phase": "store-only", "records": done, "wall_s": wall,
+                      "rate": done / wall, "cpu_us_per_record": cpu / done * 1e6,
+                      "insert_us_per_record": busy / done * 1e6}))
 
 
 class Child:
@@ -114,6 +187,15 @@ class Child:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
         return float("nan")
+
+    def switches(self) -> int:
+        """Context switches of every thread of the child so far."""
+        n = 0
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    n += int(line.split()[1])
+        return n
 
     def stop(self) -> dict:
         self.proc.send_signal(signal.SIGTERM)
@@ -225,23 +307,25 @@ async def run_agents(port: int, clients: int, seconds: float, **kw) -> tuple[Sta
 
 
 def phase(name: str, tmp: str, profile: bool, clients: int, seconds: float, **kw) -> dict:
-    db = os.path.join(tmp, f"{name}.db")
+    db = "null" if name.startswith("null") else os.path.join(tmp, f"{name}.db")
     child = Child(db, profile)
-    cpu0 = child.cpu_s()
+    cpu0, sw0 = child.cpu_s(), child.switches()
     stats, wall = asyncio.run(run_agents(child.port, clients, seconds, **kw))
-    cpu = child.cpu_s() - cpu0
+    cpu, switches = child.cpu_s() - cpu0, child.switches() - sw0
     rss = child.peak_rss_mb()
     server = child.stop()
     assert server["records_stored"] == stats.acked, (server, stats.acked)
     lat = sorted(stats.latencies)
     q = (lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1000) if lat else (lambda p: 0.0)
-    size = sum(os.path.getsize(db + s) for s in ("", "-wal") if os.path.exists(db + s))
+    size = sum(os.path.getsize(db + s) for s in ("", "-wal") if os.path.exists(db + s)
+               and db != "null")
     return {"phase": name, "records": stats.acked, "wall_s": wall, "rate": stats.acked / wall,
             "cpu_s": cpu, "cpu_us_per_record": cpu / max(stats.acked, 1) * 1e6,
             "store_s": server["store_s"], "peak_rss_mb": rss, "db_mb": size / 1e6,
             "p50_ms": q(0.50), "p99_ms": q(0.99), "max_ms": lat[-1] * 1000 if lat else 0.0,
             "mean_ms": statistics.fmean(lat) * 1000 if lat else 0.0,
             "inflight_peak": server["inflight_peak"], "errors": server["errors"],
+            "switches_per_batch": round(switches / max(server["batches"], 1), 1),
             "thread_us_per_record": {k: round(v / max(stats.acked, 1) * 1e6, 2)
                                      for k, v in server["thread_cpu_s"].items() if v}}
 
@@ -258,32 +342,61 @@ def main() -> None:
     ap.add_argument("--latency-seconds", type=float, default=30)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--group-commit", action="store_true",
+                    help="give the SqliteStore an insert_columns_many (bench-only experiment)")
+    ap.add_argument("--null-store", action="store_true",
+                    help="also run the throughput phase into a store that keeps nothing")
+    ap.add_argument("--store-only", metavar="DB", help=argparse.SUPPRESS)
+    ap.add_argument("--store-records", type=int, default=400_000)
     args = ap.parse_args()
     if args.serve:
         return serve(args.serve, args.profile)
+    if args.store_only:
+        return store_only(args.store_only, args.store_records, args.batch)
     os.sched_setaffinity(0, {1})  # the agents; the collector child has core 0
+    if args.group_commit:
+        os.environ["BENCH_GROUP_COMMIT"] = "1"  # read by the collector child
     wire_bytes = len(msgpack.packb(_columns(random.Random(1), 1000))) / 1000
     print(f"records: ~{wire_bytes:.0f} bytes each on the wire (columnar)")
     with tempfile.TemporaryDirectory(prefix="ff-bench-") as tmp:
         results = [phase("throughput", tmp, args.profile, args.clients, args.seconds,
                          batch=args.batch, window=args.window)]
+        if args.null_store:
+            for size in (args.batch, max(1, round(args.rate * 0.05 / args.latency_clients))):
+                results.append(phase(f"null-store-{size}", tmp, False, args.clients,
+                                     min(args.seconds, 10), batch=size, window=args.window))
+        out = subprocess.run(["taskset", "-c", "0", sys.executable, __file__, "--store-only",
+                              os.path.join(tmp, "store-only.db"), "--batch", str(args.batch),
+                              "--store-records", str(args.store_records)],
+                             capture_output=True, text=True, check=True, cwd=ROOT).stdout
+        store = json.loads(out)
         if not args.skip_latency:
             per_batch = max(1, round(args.rate * 0.05 / args.latency_clients))
             results.append(phase("latency", tmp, False, args.latency_clients,
                                  args.latency_seconds, batch=per_batch, window=1000,
                                  interval_s=0.05))
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in store.items()}))
     for r in results:
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}))
     t, lat = results[0], results[-1]
+    split = ", ".join(f"{k} {v:.2f}" for k, v in t["thread_us_per_record"].items())
     print(f"\nthroughput: {t['rate']:,.0f} records/s over {t['wall_s']:.1f} s "
           f"({t['records']:,} records, {args.clients} agents), collector CPU "
-          f"{t['cpu_us_per_record']:.2f} us/record ({t['cpu_s'] / t['wall_s']:.0%} of its core), "
-          f"store inserts {t['store_s']:.1f} s, peak RSS {t['peak_rss_mb']:.0f} MB, "
-          f"db {t['db_mb']:.0f} MB")
+          f"{t['cpu_us_per_record']:.2f} us/record ({split}) = {1e6 / t['cpu_us_per_record']:,.0f} "
+          f"records/s per free core; it had {t['cpu_s'] / t['wall_s']:.0%} of its core; "
+          f"peak RSS {t['peak_rss_mb']:.0f} MB, db {t['db_mb']:.0f} MB")
+    print(f"store alone (insert_columns, same batches, no sockets): {store['rate']:,.0f} "
+          f"records/s, CPU {store['cpu_us_per_record']:.2f} us/record")
+    for r in results:
+        if r["phase"].startswith("null-store"):
+            print(f"server alone ({r['phase']}): {r['rate']:,.0f} records/s, CPU "
+                  f"{r['cpu_us_per_record']:.2f} us/record ({r['cpu_s'] / r['wall_s']:.0%} of its core)")
     if not args.skip_latency:
         print(f"latency at {lat['rate']:,.0f} records/s: p50 {lat['p50_ms']:.1f} ms, p99 "
               f"{lat['p99_ms']:.1f} ms, max {lat['max_ms']:.1f} ms; collector CPU "
-              f"{lat['cpu_s'] / lat['wall_s']:.0%}, peak RSS {lat['peak_rss_mb']:.0f} MB")
+              f"{lat['cpu_us_per_record']:.2f} us/record = {lat['cpu_s'] / lat['wall_s']:.0%} of "
+              f"its core, peak RSS {lat['peak_rss_mb']:.0f} MB")
+    print(f"load average during the run: {os.getloadavg()[0]:.1f} (2 cores)")
 
 
 if __name__ == "__main__":

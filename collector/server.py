@@ -15,6 +15,9 @@ Per connection (one agent stream), in order:
    store thread; ``ack`` with the batch's highest seq is sent only after it
    returned, i.e. once the rows are durable. ``pong`` frames feed ClockTracker
    (t4 stamped on decoding); an agent's own ``ping`` is answered with ``pong``.
+   Batches that queue while the store thread is busy are stored together (one
+   ``store.insert_columns_many([(node, stream, seqs, cols), ...])`` transaction
+   where the store has it: group commit), each still acked only once durable.
 
 Guarantees
     * An ack covers only records the store has committed; a store failure sends
@@ -38,6 +41,7 @@ the executor the store was opened on (SQLite connections belong to their thread)
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hmac
 import logging
 import ssl
@@ -252,6 +256,9 @@ class IngestServer:
         self._own_writer = writer is None
         self._writer = writer or ThreadPoolExecutor(1, thread_name_prefix="firstfault-store")
         self._insert_columns = getattr(store, "insert_columns", None)
+        self._insert_many = getattr(store, "insert_columns_many", None)
+        self._queued: list[tuple[BatchColumns, asyncio.Future]] = []  # batches for the store
+        self._storing = False  # a group of batches is on the store thread
         self._server: asyncio.Server | None = None
         self._sessions: set[_Session] = set()
         self._tasks: list[asyncio.Task] = []
@@ -448,7 +455,7 @@ class IngestServer:
         m = self.metrics
         m.records_received += n
         try:
-            new, seconds = await self.call(self._insert, b)
+            new, seconds = await self._store_batch(b)
         except Exception as e:
             raise _Closing(ERR_INTERNAL, f"store failed: {type(e).__name__}: {e}",
                            level=logging.ERROR) from e
@@ -459,14 +466,70 @@ class IngestServer:
         self._give_back(s)  # stored: no longer in flight
         await self._send(s, Ack(b.seqs[-1]))
 
-    def _insert(self, b: BatchColumns) -> tuple[int, float]:  # on the store thread
-        """(records new, seconds the store took); Records are built here if need be."""
+    # Group commit: batches that arrive while the store thread is busy wait in
+    # _queued and go to it together, as one insert_columns_many() (one transaction)
+    # where the store has it, else one insert each. Under load this amortizes the
+    # per-transaction cost; when idle a batch goes alone at once.
+
+    async def _store_batch(self, b: BatchColumns) -> tuple[int, float]:
+        """(records new, seconds of the store call it was part of) once durable."""
+        fut = asyncio.get_running_loop().create_future()
+        self._queued.append((b, fut))
+        if not self._storing:
+            self._store_queued()
+        return await fut
+
+    def _store_queued(self) -> None:
+        group, self._queued = self._queued, []
+        self._storing = True
+        loop = asyncio.get_running_loop()
+        try:
+            job = self._writer.submit(self._insert_group, [b for b, _ in group])
+        except RuntimeError as e:  # the store thread is shut down
+            job = concurrent.futures.Future()
+            job.set_exception(e)
+            self._stored(group, job)
+            return
+        job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._stored, group, done))
+
+    def _stored(self, group: list[tuple[BatchColumns, asyncio.Future]], done: Any) -> None:
+        self._storing = False
+        try:
+            results = done.result()
+        except BaseException as e:  # the executor is gone (stop past its grace)
+            results = [e] * len(group)
+        for (_, fut), result in zip(group, results):
+            if fut.done():
+                continue  # its session was cancelled
+            if isinstance(result, BaseException):
+                fut.set_exception(result)
+            else:
+                fut.set_result(result)
+        if self._queued:
+            self._store_queued()
+
+    def _insert_group(self, batches: list[BatchColumns]) -> list[Any]:  # on the store thread
+        """Per batch (records new, seconds) or the exception its insert raised."""
         t0 = time.perf_counter()
-        if self._insert_columns is not None:
-            new = self._insert_columns(b.node, b.stream, b.seqs, b.cols)
-        else:
-            new = self.store.insert(b.records())
-        return new, time.perf_counter() - t0
+        if self._insert_many is not None and len(batches) > 1:
+            try:
+                news = self._insert_many([(b.node, b.stream, b.seqs, b.cols) for b in batches])
+            except Exception as e:
+                return [e] * len(batches)
+            seconds = time.perf_counter() - t0
+            return [(new, seconds) for new in news]
+        out: list[Any] = []
+        for b in batches:
+            try:
+                if self._insert_columns is not None:
+                    new = self._insert_columns(b.node, b.stream, b.seqs, b.cols)
+                else:  # the Store protocol: Records are built here, off the event loop
+                    new = self.store.insert(b.records())
+                out.append((new, time.perf_counter() - t0))
+            except Exception as e:
+                out.append(e)
+            t0 = time.perf_counter()
+        return out
 
     async def _send(self, s: _Session, msg: Any) -> None:
         s.writer.write(encode_message(msg))

@@ -11,13 +11,12 @@ import time
 
 import msgpack
 import pytest
-from ingest_helpers import Agent, ClosedByServer, FakeStore, make_records
+from ingest_helpers import ClosedByServer, FakeStore, make_records
 
 from agent import wire
-from agent.wire import Ack, Batch, Hello, Ping, Pong, Welcome, encode_message
-from collector.config import ClockConfig, LimitsConfig
+from agent.wire import Batch, Hello, Ping, Pong
+from collector.config import ClockConfig, LimitsConfig, TLSConfig
 from collector.server import Metrics, make_ssl_context
-from collector.config import TLSConfig
 
 
 def frame(obj) -> bytes:
@@ -102,6 +101,63 @@ def test_columns_fast_path_used_when_the_store_has_it(serve):
     a.stream_records(0, batches=3, size=7)
     assert [c[2] for c in store.column_calls] == [list(range(i, i + 7)) for i in (0, 7, 14)]
     assert store.seqs("gpu-01", "s1") == list(range(21))
+
+
+class GroupStore(FakeStore):
+    """A store with insert_columns_many: one call (one transaction) for several batches."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.groups: list[int] = []
+
+    def insert_columns(self, node, stream, seqs, cols):
+        return self.insert_columns_many([(node, stream, seqs, cols)])[0]
+
+    def insert_columns_many(self, batches):
+        self.groups.append(len(batches))
+        return [self.insert([wire.Record(node=node, stream=stream, seq=s, source=src, kind=k,
+                                         message=m, observed_ns=o)
+                             for s, src, k, m, o in zip(seqs, cols["source"], cols["kind"],
+                                                        cols["message"], cols["observed_ns"])])
+                for node, stream, seqs, cols in batches]
+
+
+def test_batches_queued_behind_a_busy_store_are_committed_together(serve):
+    gate = threading.Event()
+    store = GroupStore(gate=gate)
+    srv = serve(store)
+    agents = [srv.agent(stream=f"s{i}") for i in range(4)]
+    for a in agents:
+        a.hello()
+    agents[0].send_batch(make_records("gpu-01", "s0", 0, 5))
+    assert store.entered.wait(5)  # the store is busy with that one...
+    for i, a in enumerate(agents[1:], 1):  # ...while three more arrive
+        a.send_batch(make_records("gpu-01", f"s{i}", 0, 5))
+    srv.settle(lambda: len(srv.server._queued) == 3)
+    gate.set()
+    for a in agents:
+        a.wait_ack(4)
+    assert store.groups == [1, 3]
+    assert all(store.seqs("gpu-01", f"s{i}") == list(range(5)) for i in range(4))
+
+
+def test_a_failed_group_acks_none_of_its_batches(serve):
+    gate = threading.Event()
+    store = GroupStore(gate=gate)
+    srv = serve(store)
+    agents = [srv.agent(stream=f"s{i}") for i in range(3)]
+    for a in agents:
+        a.hello()
+    agents[0].send_batch(make_records("gpu-01", "s0", 0, 5))
+    assert store.entered.wait(5)
+    for i, a in enumerate(agents[1:], 1):
+        a.send_batch(make_records("gpu-01", f"s{i}", 0, 5))
+    srv.settle(lambda: len(srv.server._queued) == 2)
+    store.fail = OSError("disk full")  # the first batch, still in the store, fails too
+    gate.set()
+    for a in agents:
+        assert a.expect_error().code == wire.ERR_INTERNAL
+    assert store.seqs("gpu-01", "s1") == [] and srv.metrics.batches == 0
 
 
 def test_resend_after_a_dropped_connection_stores_each_record_once(serve):
