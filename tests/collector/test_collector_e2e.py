@@ -3,12 +3,8 @@ job's logs from two nodes; `firstfault report/jobs/timeline` over the HTTP API a
 the SQLite file name the same first failure as `firstfault analyze` of the files."""
 
 import json
-import re
-import signal
-import subprocess
 import sys
 import tarfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,37 +15,13 @@ sys.path.insert(0, str(ROOT / "tests" / "collector" / "server"))
 sys.path.insert(0, str(ROOT / "tests" / "collector" / "analysis"))
 
 from ingest_helpers import Agent  # noqa: E402
+from ingest_helpers import CollectorProcess as Collector  # noqa: E402
 from test_records import ship_file  # noqa: E402
 
 from collector.cli import main  # noqa: E402
 
 JOB = "ds-4242"
 NODES = {"node-a": (0, 1), "node-b": (2, 3)}
-
-
-class Collector:
-    def __init__(self, db: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "collector.daemon", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-             "--db", str(db)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
-        self.ingest = self.http = None
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-        assert self.ready.wait(30), "collector did not start:\n" + "".join(self.lines)
-
-    def _read(self) -> None:
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            m = re.search(r"(ingest|http) listening address=([\d.]+):(\d+)", line)
-            if m:
-                setattr(self, m.group(1), (m.group(2), int(m.group(3))))
-                if self.ingest and self.http:
-                    self.ready.set()
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(30)
 
 
 def _rank_files(ranks):

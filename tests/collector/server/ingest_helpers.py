@@ -5,11 +5,16 @@ speaks agent/wire.py over a real socket."""
 from __future__ import annotations
 
 import asyncio
+import re
+import signal
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, Callable
 
 from agent import wire
@@ -215,3 +220,36 @@ class Running:
         while not cond():
             assert time.monotonic() < deadline, "condition not reached"
             time.sleep(0.01)
+
+
+class CollectorProcess:
+    """``python -m collector.daemon`` as a subprocess on ports it picks; its stderr
+    collected, ``ingest`` and ``http`` the (host, port) it listens on."""
+
+    def __init__(self, db, *extra: str) -> None:
+        root = Path(__file__).resolve().parents[3]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "collector.daemon", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+             "--db", str(db), *extra], cwd=root, stderr=subprocess.PIPE, text=True)
+        self.ingest = self.http = None
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self.ready.wait(30), "collector did not start:\n" + "".join(self.lines)
+
+    @property
+    def address(self):
+        return self.ingest
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            m = re.search(r"(ingest|http) listening address=([\d.]+):(\d+)", line)
+            if m:
+                setattr(self, m.group(1), (m.group(2), int(m.group(3))))
+                if self.ingest and self.http:
+                    self.ready.set()
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(30)

@@ -7,20 +7,22 @@ import asyncio
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from ingest_helpers import Agent, ClosedByServer, FakeStore, make_records
+from ingest_helpers import Agent, ClosedByServer, CollectorProcess, FakeStore, make_records
 
 from collector import daemon
 from collector.config import parse_args
 
 ROOT = Path(__file__).resolve().parents[3]
 HAVE_SQLITE = (ROOT / "collector" / "store" / "sqlite.py").exists()
+def Collector(db: Path) -> CollectorProcess:  # noqa: N802
+    return CollectorProcess(db, "--clock-ping-interval-s", "0.5")
+
+
 needs_sqlite = pytest.mark.skipif(not HAVE_SQLITE, reason="collector/store/sqlite.py not there yet")
 
 
@@ -73,34 +75,6 @@ def test_run_in_process_until_sigterm(monkeypatch, caplog):
     assert store.seqs("gpu-01", "s1") == list(range(30))
     assert pruned == [{"max_age_s": 2 * 86400, "max_bytes": 1000000}]
     assert "stopping signal=SIGTERM" in caplog.text
-
-
-class Collector:
-    """``python -m collector.daemon`` as a subprocess; its stderr collected."""
-
-    def __init__(self, db: Path, *extra: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "collector.daemon", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-             "--db", str(db),
-             "--clock-ping-interval-s", "0.5", *extra],
-            cwd=ROOT, stderr=subprocess.PIPE, text=True)
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        self.address = None
-        threading.Thread(target=self._read, daemon=True).start()
-        assert self.ready.wait(20), "collector did not start:\n" + "".join(self.lines)
-
-    def _read(self) -> None:
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            m = re.search(r"ingest listening address=([\d.]+):(\d+)", line)
-            if m:
-                self.address = (m.group(1), int(m.group(2)))
-                self.ready.set()
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        self.proc.send_signal(sig)
-        return self.proc.wait(20)
 
 
 def _stored_seqs(db: Path, node: str, stream: str) -> list[int]:
