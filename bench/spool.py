@@ -27,29 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-@dataclass(slots=True, kw_only=True)
-class Draft:
-    """The shape of agent.sources.base.Draft (a Record without node, stream, seq)."""
-
-    source: str
-    kind: str
-    message: str = ""
-    occurred_ns: int | None = None
-    observed_ns: int
-    boot_id: str | None = None
-    mono_ns: int | None = None
-    job: str | None = None
-    rank: int | None = None
-    local_rank: int | None = None
-    pid: int | None = None
-    severity: int = 6
-    fields: dict = field(default_factory=dict)
+from agent.sources.base import Draft  # noqa: E402  (after the sys.path line)
 
 
 def lines(n: int, seed: int = 7) -> list[tuple]:
