@@ -29,6 +29,16 @@ needs_v1_memory = pytest.mark.skipif(not (IS_ROOT and HAS_V1_MEMORY),
                                      reason="needs root and the cgroup v1 memory controller")
 
 
+def remove_cgroup(cg: Path) -> None:
+    """Remove a test cgroup; the kernel refuses while its last task is still exiting, so retry a while."""
+    for _ in range(100):
+        try:
+            cg.rmdir()
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
 def _watched_fds() -> dict[str, str]:
     out = {}
     for fd in os.listdir("/proc/self/fd"):

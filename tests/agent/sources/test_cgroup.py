@@ -16,7 +16,7 @@ import pytest
 from agent.hostpaths import HostPaths
 from agent.sources.cgroup import CgroupSource, parse_keyed, parse_proc_cgroup, parse_value
 
-from .conftest import DATA, V1_MEMORY, IS_ROOT, needs_v1_memory
+from .conftest import DATA, V1_MEMORY, remove_cgroup, IS_ROOT, needs_v1_memory
 
 CG = DATA / "cgroup"
 PROC = DATA / "proc"
@@ -270,9 +270,4 @@ def test_kernfs_raises_pollpri_when_a_v2_events_file_changes():
         if child is not None:
             child.kill()
             child.wait()
-        for _ in range(100):
-            try:
-                cg.rmdir()
-                break
-            except OSError:
-                time.sleep(0.05)
+        remove_cgroup(cg)

@@ -20,7 +20,7 @@ from agent.sources.kmsg import KmsgSource
 from agent.sources.procs import (ProcsSource, exit_fields, parse_environ, parse_stat,
                                  rank_identity)
 
-from .conftest import DATA, V1_MEMORY, Sink, needs_v1_memory
+from .conftest import DATA, V1_MEMORY, remove_cgroup, Sink, needs_v1_memory
 
 PROC = DATA / "proc"
 TORCHRUN = json.loads((PROC / "torchrun" / "roles.json").read_text())
@@ -248,12 +248,7 @@ def test_a_rank_killed_by_the_kernel_oom_killer_seen_by_every_source(tmp_path, r
                 f"Memory cgroup out of memory: Killed process {rank.pid} "))
     finally:
         reap(rank)
-        for _ in range(100):
-            try:
-                cg.rmdir()
-                break
-            except OSError:
-                time.sleep(0.05)
+        remove_cgroup(cg)
     assert (start.job, start.rank, start.fields["cgroup"]) == ("4242", 1, f"/{cg.name}")
     assert oom.fields["cgroup"] == start.fields["cgroup"] and oom.fields["oom_kill"] == 1
     assert exit_.fields.get("code", -9) == -9 and exit_.fields["peak_rss_bytes"] > 0
