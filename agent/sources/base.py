@@ -29,6 +29,20 @@ The registry maps a name to its class. ``get(name)`` imports
 
 ``emit`` is called from the source's thread; it must be thread-safe and cheap.
 Drafts are plain slotted dataclasses: building one costs about a microsecond.
+In the agent ``emit`` is the spool's sink: when it returns the record is in the
+spool (durable as its fsync setting says), so a source may then commit its own
+position (a kmsg seq, a file offset). A source with many records at once uses
+``emit_many(emit)(rows)``: one spool append for the list, where a row is a Draft
+or a tuple of the wire columns in order (agent.spool.COLUMNS).
+
+``unavailable(paths)`` (a classmethod) says why a source can not run on this
+machine (no GPU, no systemd-python, no /dev/kmsg), None when it can: the agent
+skips an unavailable source that was on only by default and says so in an
+agent.status record (state = unavailable).
+
+Options: a source's keyword arguments are its ``[sources.NAME]`` table in the
+agent's TOML config (agent/config.py checks names against the signature); each
+raises ValueError naming the option for a bad value.
 """
 
 from __future__ import annotations
@@ -87,6 +101,20 @@ class Draft:
 Emit = Callable[[Draft], None]
 
 
+def emit_many(emit: Emit) -> Callable[[list], None]:
+    """The batch form of ``emit``: the agent's sink takes a whole list (one spool append)
+    through its ``many`` method; any other callable (a test's list.append) gets the rows
+    one by one."""
+    many = getattr(emit, "many", None)
+    if many is not None:
+        return many
+
+    def one_by_one(rows: list) -> None:
+        for row in rows:
+            emit(row)
+    return one_by_one
+
+
 def clip(text: str, limit: int = MAX_TEXT_BYTES) -> str:
     """``text`` cut to at most ``limit`` UTF-8 bytes, on a character boundary."""
     if len(text) <= limit // 4:
@@ -122,6 +150,11 @@ class Source:
     def __init__(self, *, paths: HostPaths | None = None, state_dir: str | None = None) -> None:
         self.paths = paths or HostPaths()
         self.state_dir = state_dir
+
+    @classmethod
+    def unavailable(cls, paths: HostPaths) -> str | None:
+        """Why this source can not run on this machine; None when it can."""
+        return None
 
     def draft(self, kind: str, message: str = "", **kw) -> Draft:
         """A Draft from this source, observed now unless ``observed_ns`` is given."""

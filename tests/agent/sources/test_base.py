@@ -191,3 +191,24 @@ def test_kmsg_time_to_wall_time_and_its_error_bound():
     fresh = clock.kmsg_error_ns(boot.at_boottime_ns // 1000, boot)
     day_old = clock.kmsg_error_ns(max(0, boot.at_boottime_ns // 1000 - 86_400 * 10**6), boot)
     assert fresh < 10**6 and fresh <= day_old <= fresh + 86_400 * 500_000  # 500 ppm of a day
+
+
+def test_emit_many_uses_the_sinks_batch_method_else_one_by_one():
+    from agent.sources.base import emit_many
+
+    class Sink:
+        def __init__(self):
+            self.calls = []
+
+        def __call__(self, d):
+            self.calls.append(("one", d))
+
+        def many(self, rows):
+            self.calls.append(("many", list(rows)))
+
+    sink = Sink()
+    emit_many(sink)([1, 2])
+    assert sink.calls == [("many", [1, 2])]
+    out: list = []
+    emit_many(out.append)([1, 2, 3])
+    assert out == [1, 2, 3]
