@@ -44,14 +44,14 @@ token_file at load time and kept out of repr().
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import tomllib
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from agent.wire import MAX_BATCH_RECORDS, MAX_FRAME_BYTES, MAX_NAME_BYTES
+import agent.settings as settings
+from agent.settings import Address, HelpRequested, is_loopback_host  # noqa: F401 (re-exported)
+from agent.wire import MAX_BATCH_RECORDS, MAX_FRAME_BYTES
 
 USAGE = """\
 usage: firstfault collector [--config FILE] [--listen HOST:PORT] [--http HOST:PORT]
@@ -64,41 +64,11 @@ Every key of the TOML file is a flag: top-level KEY is --KEY, key KEY of table T
 --T-KEY (dashes for underscores); flags win over the file."""
 
 
-class ConfigError(Exception):
-    """The configuration is unusable; ``problems`` lists every reason, one a line."""
+class ConfigError(settings.ConfigError):
+    """The collector's configuration is unusable; ``problems`` lists every reason."""
 
     def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
-        n = len(self.problems)
-        super().__init__(f"{n} problem{'s' if n != 1 else ''} in the collector configuration:\n"
-                         + "\n".join(f"  - {p}" for p in self.problems))
-
-
-class HelpRequested(Exception):
-    """``--help`` was given: print USAGE and exit 0."""
-
-
-@dataclass(frozen=True, slots=True)
-class Address:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-    @property
-    def is_loopback(self) -> bool:
-        return is_loopback_host(self.host)
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether ``host`` can only be reached from this machine (names other than localhost: no)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        super().__init__(problems, "collector")
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,67 +124,21 @@ class CollectorConfig:
         return "://" in self.db
 
 
-# --- value parsers: (raw value, came from a flag) -> value; ValueError says why ------
-
-Parser = Callable[[Any, bool], Any]
-
-
-def _address(v: Any, flag: bool) -> Address:
-    if type(v) is not str:
-        raise ValueError(f"expected a string HOST:PORT, got {v!r}")
-    host, sep, port = v.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"expected HOST:PORT (port 0..65535), got {v!r}")
-    return Address(host, int(port))
-
-
-def _number(lo: float, *, strict: bool = False, integer: bool = False,
-            hi: float | None = None) -> Parser:
-    def parse(v: Any, flag: bool) -> Any:
-        if flag:
-            try:
-                v = int(v) if integer else float(v)
-            except ValueError:
-                raise ValueError(f"expected {'an integer' if integer else 'a number'}, "
-                                 f"got {v!r}") from None
-        ok_types = (int,) if integer else (int, float)
-        if type(v) not in ok_types:
-            raise ValueError(f"expected {'an integer' if integer else 'a number'}, got {v!r}")
-        if (v <= lo if strict else v < lo) or (hi is not None and v > hi):
-            rng = f"> {lo}" if strict else f">= {lo}"
-            raise ValueError(f"expected a value {rng}" + (f" and <= {hi}" if hi else "")
-                             + f", got {v!r}")
-        return v
-    return parse
-
-
-def _string(v: Any, flag: bool) -> str:
-    if type(v) is not str or not v:
-        raise ValueError(f"expected a non-empty string, got {v!r}")
-    return v
-
-
-def _path(v: Any, flag: bool) -> Path:
-    return Path(_string(v, flag))
-
+# --- value parsers (agent/settings.py) --------------------------------------------
 
 def _db(v: Any, flag: bool) -> str:
-    v = _string(v, flag)
+    v = settings.string(v, flag)
     scheme = v.split("://", 1)[0] if "://" in v else None
     if scheme is not None and scheme not in ("postgres", "postgresql"):
         raise ValueError(f"expected a SQLite file path or a postgres:// URL, got {v!r}")
     return v
 
 
-def _level(v: Any, flag: bool) -> str:
-    if v not in ("debug", "info", "warning", "error"):
-        raise ValueError(f"expected one of debug, info, warning, error, got {v!r}")
-    return v
+_address, _number, _path = settings.address, settings.number, settings.path
+_level = settings.level
 
 
-_PARSERS: dict[str | None, dict[str, Parser]] = {
+_PARSERS: dict[str | None, dict[str, settings.Parser]] = {
     None: {"listen": _address, "http": _address, "db": _db, "token_file": _path,
            "log_level": _level},
     "tls": {"cert": _path, "key": _path, "client_ca": _path},
@@ -232,8 +156,7 @@ _PARSERS: dict[str | None, dict[str, Parser]] = {
 _TABLE_TYPES = {"tls": TLSConfig, "retention": RetentionConfig, "limits": LimitsConfig,
                 "clock": ClockConfig}
 _FLAGS: dict[str, tuple[str | None, str]] = {
-    "--" + ((t + "-") if t else "").replace("_", "-") + k.replace("_", "-"): (t, k)
-    for t, keys in _PARSERS.items() for k in keys}
+    settings.flag_name(t, k): (t, k) for t, keys in _PARSERS.items() for k in keys}
 
 
 # --- loading -------------------------------------------------------------------
@@ -243,15 +166,7 @@ def load_config(path: str | Path | None = None,
     """The configuration from the TOML file at ``path`` (optional) with ``flags``
     ((table, key) -> string value) on top; ConfigError lists every problem."""
     problems: list[str] = []
-    doc: dict[str, Any] = {}
-    if path is not None:
-        try:
-            with open(path, "rb") as f:
-                doc = tomllib.load(f)
-        except OSError as e:
-            problems.append(f"config file {path}: cannot read it: {e.strerror or e}")
-        except tomllib.TOMLDecodeError as e:
-            problems.append(f"config file {path}: not valid TOML: {e}")
+    doc = settings.read_toml(path, problems)
     values: dict[str | None, dict[str, Any]] = {t: {} for t in _PARSERS}
     where = f"{path}: " if path is not None else ""
     for key, v in doc.items():
@@ -264,8 +179,7 @@ def load_config(path: str | Path | None = None,
         else:
             _take(values, None, key, v, False, f"{where}{key}", problems)
     for (table, key), v in (flags or {}).items():
-        name = "--" + ((table + "-") if table else "").replace("_", "-") + key.replace("_", "-")
-        _take(values, table, key, v, True, name, problems)
+        _take(values, table, key, v, True, settings.flag_name(table, key), problems)
     cfg = CollectorConfig(**{k: v for k, v in values[None].items()}, **{
         t: _TABLE_TYPES[t](**values[t]) for t in _TABLE_TYPES})
     cfg = _check(cfg, problems)
@@ -306,21 +220,7 @@ def _check(cfg: CollectorConfig, problems: list[str]) -> CollectorConfig:
         problems.append(f"limits.read_timeout_s ({lim.read_timeout_s}) must exceed "
                         f"clock.ping_interval_s ({cfg.clock.ping_interval_s}): idle agents "
                         "send nothing but pongs")
-    token = None
-    if cfg.token_file is not None:
-        try:
-            token = cfg.token_file.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as e:
-            problems.append(f"token_file: cannot read {cfg.token_file}: "
-                            f"{getattr(e, 'strerror', None) or e}")
-        else:
-            if not token:
-                problems.append(f"token_file: {cfg.token_file} is empty")
-                token = None
-            elif len(token.encode()) > MAX_NAME_BYTES or any(c.isspace() for c in token):
-                problems.append(f"token_file: the token in {cfg.token_file} must be one word "
-                                f"of at most {MAX_NAME_BYTES} bytes")
-                token = None
+    token = settings.read_token(cfg.token_file, problems)
     if cfg.token_file is None and not cfg.listen.is_loopback:
         problems.append(f"listen {cfg.listen} is not a loopback address: a token is required "
                         "(set token_file or --token-file FILE; agents send the same token); "
@@ -332,34 +232,8 @@ def parse_args(argv: list[str]) -> CollectorConfig:
     """The configuration for ``firstfault collector ARGS`` (argv without the command).
 
     ConfigError lists every problem (unknown flags included); HelpRequested on --help."""
-    problems: list[str] = []
-    flags: dict[tuple[str | None, str], str] = {}
-    config_path: str | None = None
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        i += 1
-        if arg in ("-h", "--help"):
-            raise HelpRequested(USAGE)
-        name, eq, value = arg.partition("=")
-        if not name.startswith("-"):
-            problems.append(f"{arg!r}: unexpected argument (every setting is a --flag)")
-            continue
-        if name != "--config" and name not in _FLAGS:
-            problems.append(f"{name}: unknown flag (see --help)")
-            if not eq and i < len(argv) and not argv[i].startswith("-"):
-                i += 1  # its value
-            continue
-        if not eq:
-            if i >= len(argv) or argv[i].startswith("--"):
-                problems.append(f"{name}: needs a value")
-                continue
-            value = argv[i]
-            i += 1
-        if name == "--config":
-            config_path = value
-        else:
-            flags[_FLAGS[name]] = value
+    config_path, given, problems = settings.parse_argv(argv, set(_FLAGS), usage=USAGE)
+    flags = {_FLAGS[name]: value for name, value in given.items()}
     try:
         cfg = load_config(config_path, flags)
     except ConfigError as e:
