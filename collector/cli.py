@@ -172,6 +172,7 @@ def parser() -> argparse.ArgumentParser:
     cli_query.add_parsers(sub)
     # listed for --help; main() hands its arguments to the daemon's own parser
     sub.add_parser("collector", add_help=False, help="run the collector daemon (firstfault collector --help)")
+    sub.add_parser("agent", add_help=False, help="run the node agent (firstfault agent --help; firstfault/cli.py)")
     return p
 
 

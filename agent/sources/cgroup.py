@@ -69,6 +69,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from agent.hostpaths import HostPaths
 from agent.wire import KIND_CGROUP_MEMORY, KIND_CGROUP_OOM, SOURCE_CGROUP
 
 from .base import Draft, PollingSource, clip, printable, read_text, register
@@ -192,6 +193,15 @@ class CgroupSource(PollingSource):
 
     name = SOURCE_CGROUP
     interval_s = 5.0
+
+    @classmethod
+    def unavailable(cls, paths: HostPaths) -> str | None:
+        root = paths.cgroup_root
+        if not (os.path.isdir(os.path.join(root, "memory"))
+                or os.path.exists(os.path.join(root, "cgroup.controllers"))
+                or os.path.exists(os.path.join(root, "unified", "cgroup.controllers"))):
+            return f"no memory cgroup hierarchy under {root}"
+        return None
 
     def __init__(self, *, pids: Callable[[], Iterable[int]] | Iterable[int] = (),
                  cgroups: Iterable[str] = (), v1_root: str | None = None,

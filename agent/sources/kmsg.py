@@ -54,6 +54,7 @@ import time
 from typing import NamedTuple
 
 from agent.clock import BootWall, boot_wall, kmsg_error_ns, read_boot_id
+from agent.hostpaths import HostPaths
 from agent.wire import KIND_KERNEL_GAP, KIND_KERNEL_LINE, MAX_FIELDS, SOURCE_KMSG
 
 from .base import Draft, Emit, Source, SourceError, clip, register
@@ -171,6 +172,12 @@ class KmsgSource(Source):
     """Follows /dev/kmsg; see the module docstring."""
 
     name = SOURCE_KMSG
+
+    @classmethod
+    def unavailable(cls, paths: HostPaths) -> str | None:
+        if not os.access(paths.kmsg, os.R_OK):
+            return f"cannot read {paths.kmsg} (needs root or CAP_SYSLOG)"
+        return None
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)

@@ -499,3 +499,16 @@ def test_fast_column_checks_never_pass_a_bad_value(name, col):
 def test_fast_fields_check_agrees_on_maps(col):
     if wire._FAST_CHECKS["fields"](col):
         assert all(map(wire._fields_ok, col)), col
+
+
+def test_encode_columns_round_trips_contiguous_and_listed_seqs():
+    from agent.wire import BatchColumns, decode_batch_columns, encode_batch, encode_columns
+    recs = [Record(node="n1", stream="s", seq=s, source="kmsg", kind="kernel.line",
+                   message=f"line {s}", observed_ns=10 + s, fields={"k": s}) for s in (5, 6, 7)]
+    frame = encode_batch(recs)
+    cols = decode_batch_columns(frame)
+    assert type(cols.seqs) is range
+    assert encode_columns(cols) == frame
+    gapped = BatchColumns("n1", "s", [5, 9], {k: v[:2] for k, v in cols.cols.items()})
+    back = decode_batch_columns(encode_columns(gapped))
+    assert list(back.seqs) == [5, 9] and back.cols["message"] == ["line 5", "line 6"]

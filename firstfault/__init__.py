@@ -1,0 +1,1 @@
+"""The ``firstfault`` command: one entry point for the agent's and the collector's commands."""

@@ -1,0 +1,5 @@
+import sys
+
+from firstfault.cli import main
+
+sys.exit(main())
