@@ -153,6 +153,10 @@ class Agent:
         self.shipper = Shipper(self.spool, cfg.collectors, token=cfg.token, ssl_context=ctx,
                                server_name=cfg.tls.server_name, agent_version=version(),
                                on_ack=self.sink.acked).start()
+        for s in srcs:
+            since = s.saved_at_ns()
+            if since is not None:  # records spooled after its last saved position
+                s.catch_up(self.spool.recent_rows(since or None, s.name))
         self.runners = [sources.SourceRunner(s, self.sink, self._sources_stop).start() for s in srcs]
         if cfg.metrics is not None:
             try:

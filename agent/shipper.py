@@ -250,7 +250,7 @@ class _Session:
     async def _write(self) -> None:
         loop = asyncio.get_running_loop()
         spool, stats = self.s.spool, self.s.stats
-        max_records = self.max_records
+        max_records, woken = self.max_records, False
         while True:
             if self.sent is not None and self.sent - self.acked >= self.s.window_records:
                 self.ack_event.clear()
@@ -258,8 +258,11 @@ class _Session:
                 continue
             batch = spool.read_batch_after(self.sent, max_records, self.max_bytes)
             if batch is None:
-                await loop.run_in_executor(None, spool.wait, self.sent, 0.25)
+                if woken:  # told there is more, found none (its segment went): no spinning
+                    await asyncio.sleep(0.1)
+                woken = await loop.run_in_executor(None, spool.wait, self.sent, 0.25)
                 continue
+            woken = False
             try:
                 frame = wire.encode_columns(batch)
             except wire.WireError as e:

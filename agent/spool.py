@@ -942,16 +942,7 @@ class Spool:
         last one stopped; any other ``seq`` scans its segment from the start.
         """
         after = -1 if seq is None else seq
-        with self._lock:
-            self._check_open()
-            plan = []
-            for i, s in enumerate(self._segs):
-                end = s.size if i < len(self._segs) - 1 else self._vis_size
-                if s.last_seq is not None and s.last_seq > after and end:
-                    ceil = (self._segs[i + 1].base if i + 1 < len(self._segs)
-                            else self._vis_seq + 1)
-                    plan.append((s.path, s.base, end, ceil))
-            cursor = self._cursor
+        plan, cursor = self._plan(after)
         ranges: list[range] = []
         parts: list[list[Any]] = []
         taken = nbytes = 0
@@ -1003,6 +994,41 @@ class Spool:
         seqs = (range(ranges[0].start, ranges[-1].stop) if contiguous
                 else [s for r in ranges for s in r])
         return BatchColumns(self.node, self.stream, seqs, dict(zip(COLUMNS, cols)))
+
+    def _plan(self, after: int) -> tuple[list[tuple[str, int, int, int]], Any]:
+        """(path, base, readable end, ceil) of the segments holding seqs > ``after``; the cursor."""
+        with self._lock:
+            self._check_open()
+            plan = []
+            for i, s in enumerate(self._segs):
+                end = s.size if i < len(self._segs) - 1 else self._vis_size
+                if s.last_seq is not None and s.last_seq > after and end:
+                    ceil = (self._segs[i + 1].base if i + 1 < len(self._segs)
+                            else self._vis_seq + 1)
+                    plan.append((s.path, s.base, end, ceil))
+            return plan, self._cursor
+
+    def recent_rows(self, since_ns: int | None, source: str) -> Iterator[tuple]:
+        """The rows (wire columns in order, no seq) of ``source`` in segments written
+        at or after ``since_ns`` (file mtime; None: every segment), oldest first.
+
+        For a source that saves its position after emit: a crash between the two
+        leaves spooled records the saved position does not cover; they are here."""
+        plan, _ = self._plan(-1)
+        for path, base, end, ceil in plan:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                if since_ns is not None and os.fstat(fd).st_mtime_ns < since_ns:
+                    continue
+                for *_, payload in self._entries(fd, path, 0, end, base - 1, ceil):
+                    cols = msgpack.unpackb(payload, raw=False, strict_map_key=False)[1:]
+                    if source in cols[0]:
+                        yield from (r for r in zip(*cols) if r[0] == source)
+            finally:
+                os.close(fd)
 
     def read_after(self, seq: int | None, max_records: int = wire.MAX_BATCH_RECORDS,
                    max_bytes: int = DEFAULT_READ_BYTES) -> list[Record]:
@@ -1056,7 +1082,7 @@ class Spool:
 
     def wait(self, seq: int | None, timeout_s: float) -> bool:
         """Block until a record with seq > ``seq`` is readable; False on timeout or close."""
-        after = -1 if seq is None else seq
+        after = 0 if seq is None else seq  # seqs start at 1
         with self._cond:
             return self._cond.wait_for(lambda: self._closed or self._vis_seq > after,
                                        timeout_s) and not self._closed

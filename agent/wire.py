@@ -240,6 +240,7 @@ _COLUMNS: tuple[tuple[str, Check], ...] = (
                 f"bool, nil or str (at most {MAX_TEXT_BYTES} bytes)")),
 )
 _COLUMN_NAMES = tuple(name for name, _ in _COLUMNS)
+COLUMNS = _COLUMN_NAMES  # a record's batch columns, in wire order
 _NONE = type(None)
 
 

@@ -35,6 +35,13 @@ position (a kmsg seq, a file offset). A source with many records at once uses
 ``emit_many(emit)(rows)``: one spool append for the list, where a row is a Draft
 or a tuple of the wire columns in order (agent.spool.COLUMNS).
 
+A source that saves a position (a kmsg seq, file offsets) saves it after emit
+returned, so a crash between the two would repeat records. To make that exactly
+once the agent calls ``catch_up(rows)`` before ``run`` with this source's rows
+that the spool got at or after ``saved_at_ns()`` (the position's save time; 0:
+none saved yet, so every spooled row; None, the default: the source keeps no
+position), and the source takes what they reach as its position.
+
 ``unavailable(paths)`` (a classmethod) says why a source can not run on this
 machine (no GPU, no systemd-python, no /dev/kmsg), None when it can: the agent
 skips an unavailable source that was on only by default and says so in an
@@ -155,6 +162,13 @@ class Source:
     def unavailable(cls, paths: HostPaths) -> str | None:
         """Why this source can not run on this machine; None when it can."""
         return None
+
+    def saved_at_ns(self) -> int | None:
+        """When the saved position was written (0: never); None: no position kept."""
+        return None
+
+    def catch_up(self, rows: Iterable[tuple]) -> None:
+        """Take the spooled ``rows`` (wire columns) past the saved position as done."""
 
     def draft(self, kind: str, message: str = "", **kw) -> Draft:
         """A Draft from this source, observed now unless ``observed_ns`` is given."""

@@ -34,8 +34,9 @@ Resume: the state file ``<state_dir>/kmsg.json`` holds ``{"boot_id", "seq"}`` of
 the last record passed on, saved at most once a second and at stop (no fsync:
 it only matters within this boot, and a crashed agent's page cache survives).
 The same boot resumes after that seq; a new boot (or no state) starts at the
-beginning of the buffer. After an agent *crash* the records since the last save
-are sent again (at-least-once): the collector can drop them by (boot_id, seq).
+beginning of the buffer. After an agent *crash* the records spooled since the last
+save are found in the spool (``catch_up``, agent/sources/base.py) and not read
+again: exactly once.
 
 Known issues: the kernel also allows writes to /dev/kmsg (facility ``user``,
 rate-limited), so a ``kernel.line`` is not proof that the kernel said it: the
@@ -55,7 +56,7 @@ from typing import NamedTuple
 
 from agent.clock import BootWall, boot_wall, kmsg_error_ns, read_boot_id
 from agent.hostpaths import HostPaths
-from agent.wire import KIND_KERNEL_GAP, KIND_KERNEL_LINE, MAX_FIELDS, SOURCE_KMSG
+from agent.wire import COLUMNS, KIND_KERNEL_GAP, KIND_KERNEL_LINE, MAX_FIELDS, SOURCE_KMSG
 
 from .base import Draft, Emit, Source, SourceError, clip, register
 
@@ -183,6 +184,24 @@ class KmsgSource(Source):
         super().__init__(**kw)
         self.state_path = os.path.join(self.state_dir, "kmsg.json") if self.state_dir else None
         self._save_error: str | None = None
+        self._spooled: dict[str, int] = {}  # boot id -> highest seq found in the spool
+
+    def saved_at_ns(self) -> int | None:
+        if not self.state_path:
+            return None
+        try:
+            return os.stat(self.state_path).st_mtime_ns
+        except FileNotFoundError:
+            return 0
+
+    def catch_up(self, rows) -> None:
+        i_kind, i_boot, i_fields = (COLUMNS.index(c) for c in ("kind", "boot_id", "fields"))
+        for r in rows:
+            f = r[i_fields]
+            seq = f.get("seq") if r[i_kind] == KIND_KERNEL_LINE else f.get("last_seq")
+            boot = r[i_boot]
+            if type(seq) is int and boot and seq > self._spooled.get(boot, -1):
+                self._spooled[boot] = seq
 
     def load_state(self, boot_id: str) -> int | None:
         """The last seq passed on in boot ``boot_id``, or None (no state, other boot)."""
@@ -212,7 +231,11 @@ class KmsgSource(Source):
 
     def run(self, emit: Emit, stop: threading.Event) -> None:
         boot_id = read_boot_id(self.paths)
-        stream = KmsgStream(boot_id, self.load_state(boot_id), self.name)
+        saved, spooled = self.load_state(boot_id), self._spooled.get(boot_id)
+        if spooled is not None and (saved is None or spooled > saved):
+            log.info("kmsg resumes after the spool's seq=%d (saved state: %s)", spooled, saved)
+            saved = spooled
+        stream = KmsgStream(boot_id, saved, self.name)
         stored = stream.last_seq
         fd = os.open(self.paths.kmsg, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         saved_seq, saved_at = stored, time.monotonic()

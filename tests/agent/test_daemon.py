@@ -1,0 +1,165 @@
+"""``firstfault agent`` as a real process against a real collector process (SQLite):
+config checking, READY and /metrics, a /dev/kmsg line arriving, the SIGTERM flush,
+and exactly-once delivery across SIGKILLs of the agent and of the collector."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from ingest_helpers import CollectorProcess
+
+from collector.store.base import Selection
+from collector.store.sqlite import SqliteStore
+
+ROOT = Path(__file__).resolve().parents[2]
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="writes /dev/kmsg (root)")
+QUIET = ("--procs-enabled", "false", "--cgroup-enabled", "false")
+
+
+def agent_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "firstfault", "agent", *args]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class AgentProcess:
+    """``firstfault agent`` as a subprocess; stderr collected; ``metrics`` its address."""
+
+    def __init__(self, state_dir, collector, *extra: str, node: str = "node-a",
+                 env: dict | None = None) -> None:
+        self.proc = subprocess.Popen(
+            agent_cmd("--collector", f"{collector[0]}:{collector[1]}", "--state-dir", str(state_dir),
+                      "--node", node, "--metrics", "127.0.0.1:0", "--log-level", "debug", *extra),
+            cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+        self.lines: list[str] = []
+        self.metrics: str | None = None
+        self.started = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self.started.wait(30), "agent did not start:\n" + "".join(self.lines)
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            m = re.search(r"agent started .* metrics=(\S+)", line)
+            if m:
+                self.metrics = m.group(1)
+                self.started.set()
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(30)
+
+
+def write_kmsg(text: str) -> None:
+    with open("/dev/kmsg", "wb", buffering=0) as f:  # a fresh open: 10 writes per open per 5 s
+        f.write(f"<6>{text}\n".encode())
+
+
+def messages(db, node: str, grep: str) -> list[str]:
+    with SqliteStore(db) as store:
+        return [r.message for r in store.records(Selection(nodes=(node,), grep=grep))]
+
+
+def settle(cond, timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"{what} not reached"
+        time.sleep(0.05)
+
+
+def test_check_config_accepts_a_good_config_and_lists_every_problem(tmp_path):
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text('node = "n1"\ncollectors = ["127.0.0.1:7140"]\n[sources.cgroup]\ninterval_s = 2\n')
+    ok = subprocess.run(agent_cmd("--config", str(cfg), "--check-config", "--state-dir",
+                                  str(tmp_path)), cwd=ROOT, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "configuration ok" in ok.stdout and "sources.cgroup = on (interval_s=2)" in ok.stdout
+    cfg.write_text('collectors = ["10.0.0.9:7140"]\nfsync = "x"\n[sources.cgroup]\nbogus = 1\n'
+                   '[sources.nosuch]\n')
+    bad = subprocess.run(agent_cmd("--config", str(cfg), "--check-config", "--spool-fsync", "often"),
+                         cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2
+    for problem in ("fsync: unknown key", "spool-fsync: expected one of always, interval, never",
+                    "sources.cgroup.bogus: unknown option", "unknown source 'nosuch'",
+                    "10.0.0.9:7140 is not a loopback address: a token is required"):
+        assert problem in bad.stderr, bad.stderr
+
+
+@needs_root
+@pytest.mark.root
+def test_a_kmsg_line_reaches_the_collector_ready_metrics_and_sigterm_flush(tmp_path):
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify"))
+    notify.settimeout(30)
+    col = CollectorProcess(tmp_path / "c.db")
+    agent = AgentProcess(tmp_path / "agent", col.ingest, *QUIET,
+                         env={"NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "1000000"})
+    try:
+        assert notify.recv(4096).startswith(b"READY=1\nSTATUS=")
+        text = f"firstfault-agent-test {uuid.uuid4().hex}"
+        write_kmsg(text)
+        settle(lambda: messages(tmp_path / "c.db", "node-a", text) == [text], what="the kmsg line")
+        assert b"WATCHDOG=1" in notify.recv(4096)  # every WATCHDOG_USEC / 2
+        with urllib.request.urlopen(f"http://{agent.metrics}/metrics", timeout=10) as r:
+            body = r.read().decode()
+        assert re.search(r'firstfault_agent_records_total\{source="kmsg"\} [1-9]', body)
+        assert "firstfault_agent_connected 1" in body
+        assert agent.stop() == 0
+        assert any("agent stopped flushed=True unacked=0" in line for line in agent.lines)
+        rest = notify.recv(4096)
+        while b"STOPPING=1" not in rest:
+            rest = notify.recv(4096)
+    finally:
+        if agent.proc.poll() is None:
+            agent.stop(signal.SIGKILL)
+        col.stop()
+        notify.close()
+
+
+@needs_root
+@pytest.mark.root
+@pytest.mark.slow
+def test_every_line_arrives_exactly_once_across_agent_and_collector_kills(tmp_path):
+    port, db, state = free_port(), tmp_path / "c.db", tmp_path / "agent"
+    col = CollectorProcess(db, "--listen", f"127.0.0.1:{port}")
+    agent = AgentProcess(state, col.ingest, *QUIET)
+    tag = uuid.uuid4().hex[:12]
+    total = 900
+    try:
+        for i in range(total):
+            write_kmsg(f"ff-once {tag} {i:05d}")
+            time.sleep(0.002)
+            if i == 100:  # the agent dies under load (before kmsg saved any state) and comes back
+                agent.stop(signal.SIGKILL)
+                agent = AgentProcess(state, col.ingest, *QUIET)
+            if i == 600:  # the collector dies while the agent spools, and comes back
+                col.stop(signal.SIGKILL)
+                time.sleep(0.5)
+                col = CollectorProcess(db, "--listen", f"127.0.0.1:{port}")
+        want = [f"ff-once {tag} {i:05d}" for i in range(total)]
+        settle(lambda: len(set(messages(db, "node-a", tag))) == total, 60, "every line")
+        assert agent.stop() == 0
+        got = messages(db, "node-a", tag)
+        dups = {m: n for m, n in Counter(got).items() if n > 1}
+        assert not dups, f"{len(dups)} lines stored more than once"
+        assert sorted(got) == want
+    finally:
+        if agent.proc.poll() is None:
+            agent.stop(signal.SIGKILL)
+        col.stop()
