@@ -251,11 +251,11 @@ class NvmlSource(Source):
         nvml = Nvml().open()
         event_set = None
         try:
-            gpus = [self._gpu(nvml, i) for i in range(nvml.device_count())]
+            gpus = self.gpus(nvml)
             if self.events and gpus:
                 event_set = nvml.event_set()
                 for g in gpus:
-                    self._register(nvml, g, event_set)
+                    self.register(nvml, g, event_set)
             many = emit_many(emit)
             next_sample = time.monotonic()
             while not stop.is_set():
@@ -276,6 +276,10 @@ class NvmlSource(Source):
             finally:
                 nvml.close()
 
+    def gpus(self, nvml: Nvml) -> list[Gpu]:
+        """Every GPU NVML sees, with its UUID and PCI bus id where they can be read."""
+        return [self._gpu(nvml, i) for i in range(nvml.device_count())]
+
     def _gpu(self, nvml: Nvml, index: int) -> Gpu:
         try:
             g = Gpu(index, nvml.handle(index))
@@ -289,7 +293,8 @@ class NvmlSource(Source):
                 log.warning("nvml gpu=%d %s unknown error=%s", index, attr, e)
         return g
 
-    def _register(self, nvml: Nvml, g: Gpu, event_set) -> None:
+    def register(self, nvml: Nvml, g: Gpu, event_set) -> None:
+        """Register ``g`` in ``event_set`` for the Xid and ECC events it supports; why not in g.events_error."""
         if g.handle is None:
             return
         try:
