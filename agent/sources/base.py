@@ -48,7 +48,9 @@ raises ValueError naming the option for a bad value.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
+import os
 import pkgutil
 import random
 import threading
@@ -140,6 +142,50 @@ def printable(text: str, limit: int = MAX_TEXT_BYTES) -> str:
         return clip(text, limit)
     raw = text.encode("utf-8", "surrogateescape")
     return clip(raw.decode("utf-8", "backslashreplace"), limit)
+
+
+class StateFile:
+    """A source's saved position: ``<state_dir>/<name>.json`` (no state_dir: nothing is kept).
+
+    Written atomically (a temporary file renamed over it) without fsync: it only
+    bounds what a restart repeats. A save that fails is logged once per distinct error
+    and costs nothing else: after a restart the source sends again what it sent since
+    the last good save (at-least-once). An unreadable file counts as none (logged).
+    """
+
+    def __init__(self, state_dir: str | None, name: str) -> None:
+        self.path = os.path.join(state_dir, f"{name}.json") if state_dir else None
+        self._error: str | None = None
+
+    def load(self) -> dict | None:
+        if self.path is None:
+            return None
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                state = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            log.warning("source state unreadable, starting anew path=%s error=%s", self.path, e)
+            return None
+        return state if isinstance(state, dict) else None
+
+    def save(self, state: dict) -> bool:
+        """Write ``state``; False (logged once per error) when it could not be written."""
+        if self.path is None:
+            return False
+        tmp = f"{self.path}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(state, f)
+            os.replace(tmp, self.path)
+        except OSError as e:
+            if str(e) != self._error:
+                log.warning("source state not saved path=%s error=%s", self.path, e)
+            self._error = str(e)
+            return False
+        self._error = None
+        return True
 
 
 class Source:
