@@ -19,7 +19,7 @@ on that GPU are read at once. Emits, with fields ``gpu`` (NVML index), ``uuid``,
 ``pci_bus_id`` (NVML's ``00000000:3B:00.0``), ``event_type``:
 
 - ``gpu.xid``, severity err: message ``NVML: Xid 79 on GPU 1 (PCI:00000000:3B:00.0
-  GPU-8a47641b-...)``; fields ``xid``, ``pids`` (comma-separated compute processes
+  GPU-8a47641b-...)`` (``on an unknown GPU`` when NVML cannot name the device); fields ``xid``, ``pids`` (comma-separated compute processes
   on that GPU then; ``pids_from`` = ``query``, or ``sample`` when the query failed
   and the last sample's are given; Record.pid = that process when it is the only
   one), ``gpu_instance_id``/``compute_instance_id`` where attributable.
@@ -202,7 +202,7 @@ class Nvml:
 class Gpu:
     """One GPU as this run knows it."""
 
-    index: int
+    index: int | None  # None: an event's device whose index NVML could not say
     handle: object
     uuid: str | None = None
     pci_bus_id: str | None = None
@@ -215,6 +215,8 @@ class Gpu:
         return {"gpu": self.index, "uuid": self.uuid, "pci_bus_id": self.pci_bus_id}
 
     def label(self) -> str:
+        if self.index is None:
+            return "an unknown GPU"
         where = " ".join(x for x in (self.pci_bus_id and f"PCI:{self.pci_bus_id}", self.uuid) if x)
         return f"GPU {self.index}" + (f" ({where})" if where else "")
 
@@ -253,8 +255,13 @@ class NvmlSource(Source):
         try:
             gpus = self.gpus(nvml)
             if self.events and gpus:
-                event_set = nvml.event_set()
-                for g in gpus:
+                try:
+                    event_set = nvml.event_set()
+                except NvmlError as e:  # no events on this platform: samples only
+                    log.warning("nvml no event set error=%s", e)
+                    for g in gpus:
+                        g.events_error = g.events_error or str(e)
+                for g in gpus if event_set is not None else ():
                     self.register(nvml, g, event_set)
             many = emit_many(emit)
             next_sample = time.monotonic()
@@ -342,12 +349,10 @@ class NvmlSource(Source):
             g = next((x for x in gpus if x.index == index), None) or self._gpu(nvml, index)
         except NvmlError as e:
             log.warning("nvml event from an unknown GPU error=%s", e)
-            g = Gpu(-1, ev.device)
+            g = Gpu(None, ev.device)
         kinds = [name for c, name in EVENT_TYPES.items() if ev.type_bits & nvml.const(c)]
         etype = kinds[0] if kinds else f"0x{ev.type_bits:x}"
         fields = {**g.ids(), "event_type": etype}
-        if g.index < 0:
-            fields["gpu"] = None
         for key, v in (("gpu_instance_id", ev.gpu_instance_id), ("compute_instance_id", ev.compute_instance_id)):
             if v != NOT_ATTRIBUTED:
                 fields[key] = v

@@ -68,6 +68,18 @@ def test_xid_takes_the_last_sampled_processes_when_the_gpu_is_gone(fake, sink, r
     assert (d.pid, d.fields["pids"], d.fields["pids_from"]) == (4712, "4712", "sample")
 
 
+def test_xid_from_a_device_nvml_cannot_name(fake, sink, running):
+    with running(NvmlSource(interval_s=60), sink):
+        sink.wait_for(lambda d: d.kind == "gpu.memory")
+        fake.fail("nvmlDeviceGetIndex", fp.NVML_ERROR_GPU_IS_LOST)
+        fake.fail("nvmlDeviceGetComputeRunningProcesses", fp.NVML_ERROR_GPU_IS_LOST)
+        fake.push(1, fp.nvmlEventTypeXidCriticalError, 79)
+        d = sink.wait_for(lambda d: d.kind == "gpu.xid")
+    assert d.message == "NVML: Xid 79 on an unknown GPU" and d.pid is None
+    assert d.fields == {"gpu": None, "uuid": None, "pci_bus_id": None, "event_type": "xid", "xid": 79,
+                        "pids": "", "pids_from": "sample"}
+
+
 def test_ecc_events(fake, sink, running):
     with running(NvmlSource(interval_s=60), sink):
         sink.wait_for(lambda d: d.kind == "gpu.memory")
@@ -103,6 +115,16 @@ def test_a_gpu_that_cannot_register_events_says_so_and_the_others_still_report(f
     h0 = heads(sink)[0]
     assert h0.fields["events_error"] == "nvmlDeviceRegisterEvents: Not Supported (NVML_ERROR_NOT_SUPPORTED)"
     assert "events" not in h0.fields and h0.fields["used_bytes"] == 3 * GIB
+    assert [s.fields["state"] for s in sink.of("agent.status")] == ["running", "stopped"]
+
+
+def test_no_event_set_means_samples_that_say_why(fake, sink, running):
+    fake.fail("nvmlEventSetCreate", fp.NVML_ERROR_NOT_SUPPORTED)
+    with running(NvmlSource(interval_s=60), sink):
+        sink.wait_for(lambda d: d.kind == "gpu.memory" and d.fields["gpu"] == 1 and d.pid is None)
+    assert {h.fields["events_error"] for h in heads(sink)} == {
+        "nvmlEventSetCreate: Not Supported (NVML_ERROR_NOT_SUPPORTED)"}
+    assert fake.timeouts_ms == [] and fake.freed == [] and fake.inits == fake.shutdowns == 1
     assert [s.fields["state"] for s in sink.of("agent.status")] == ["running", "stopped"]
 
 
