@@ -55,7 +55,9 @@ raises ValueError naming the option for a bad value.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
+import os
 import pkgutil
 import random
 import threading
@@ -147,6 +149,59 @@ def printable(text: str, limit: int = MAX_TEXT_BYTES) -> str:
         return clip(text, limit)
     raw = text.encode("utf-8", "surrogateescape")
     return clip(raw.decode("utf-8", "backslashreplace"), limit)
+
+
+class StateFile:
+    """A source's saved position: ``<state_dir>/<name>.json`` (no state_dir: nothing is kept).
+
+    Written atomically (a temporary file renamed over it) without fsync: it only
+    bounds what a restart must look up in the spool (``catch_up``). A save that fails
+    is logged once per distinct error and costs nothing else: the spool's rows since
+    the last good save carry the source on. An unreadable file counts as none (logged).
+    """
+
+    def __init__(self, state_dir: str | None, name: str) -> None:
+        self.path = os.path.join(state_dir, f"{name}.json") if state_dir else None
+        self._error: str | None = None
+
+    def saved_at_ns(self) -> int | None:
+        """When the state was last written (0: never); None without a state_dir."""
+        if self.path is None:
+            return None
+        try:
+            return os.stat(self.path).st_mtime_ns
+        except FileNotFoundError:
+            return 0
+
+    def load(self) -> dict | None:
+        if self.path is None:
+            return None
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                state = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            log.warning("source state unreadable, starting anew path=%s error=%s", self.path, e)
+            return None
+        return state if isinstance(state, dict) else None
+
+    def save(self, state: dict) -> bool:
+        """Write ``state``; False (logged once per error) when it could not be written."""
+        if self.path is None:
+            return False
+        tmp = f"{self.path}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(state, f)
+            os.replace(tmp, self.path)
+        except OSError as e:
+            if str(e) != self._error:
+                log.warning("source state not saved path=%s error=%s", self.path, e)
+            self._error = str(e)
+            return False
+        self._error = None
+        return True
 
 
 class Source:

@@ -46,7 +46,6 @@ facility field tells. Stop latency is the poll timeout (0.25 s).
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import select
@@ -54,11 +53,11 @@ import threading
 import time
 from typing import NamedTuple
 
-from agent.clock import BootWall, boot_wall, kmsg_error_ns, read_boot_id
+from agent.clock import BootWall, boot_wall, kmsg_error_ns, kmsg_to_wall_ns, read_boot_id
 from agent.hostpaths import HostPaths
 from agent.wire import COLUMNS, KIND_KERNEL_GAP, KIND_KERNEL_LINE, MAX_FIELDS, SOURCE_KMSG
 
-from .base import Draft, Emit, Source, SourceError, clip, register
+from .base import Draft, Emit, Source, SourceError, StateFile, clip, register
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +106,22 @@ def parse_kmsg_record(data: bytes) -> KmsgEntry:
     return KmsgEntry(prio, seq, usec, parts[3] if len(parts) > 3 else "-", lines[0], props)
 
 
+def kernel_line(source: str, text: str, usec: int, boot: BootWall, prio: int, boot_id: str | None,
+                observed_ns: int, extra: dict, props: dict[str, str]) -> Draft:
+    """The kernel.line Draft of one kernel record stamped ``usec`` after boot, as kmsg and
+    journal ship it: occurred_ns on the wall clock of ``boot`` (agent/clock.py), severity =
+    level, fields ``facility``, ``level``, ``clock_error_ns``, then ``extra`` and the
+    record's ``KEY=value`` properties lower-cased (``subsystem``, ``device``)."""
+    fields = {"facility": prio >> 3, "level": prio & 7, "clock_error_ns": kmsg_error_ns(usec, boot),
+              **extra}
+    for key, value in props.items():
+        if len(fields) < MAX_FIELDS and key:
+            fields.setdefault(clip(key.lower(), 256), clip(value))
+    return Draft(source=source, kind=KIND_KERNEL_LINE, message=text,
+                 occurred_ns=kmsg_to_wall_ns(usec, boot), observed_ns=observed_ns, boot_id=boot_id,
+                 mono_ns=usec * 1000, severity=prio & 7, fields=fields)
+
+
 class KmsgStream:
     """Pure: kmsg reads -> Drafts, tracking seq to find gaps and skip records already sent.
 
@@ -147,17 +162,11 @@ class KmsgStream:
             out.append(self.gap(expected, e.seq - 1, reason, observed_ns))
         self._overrun = self._resuming = False
         self.last_seq = e.seq
-        fields = {"seq": e.seq, "facility": e.prio >> 3, "level": e.prio & 7,
-                  "clock_error_ns": kmsg_error_ns(e.usec, boot)}
+        extra = {"seq": e.seq}
         if e.flags != "-":
-            fields["flags"] = e.flags
-        for key, value in e.props.items():
-            if len(fields) < MAX_FIELDS and key:
-                fields.setdefault(clip(key.lower(), 256), clip(value))
-        out.append(Draft(source=self.source, kind=KIND_KERNEL_LINE, message=e.text,
-                         occurred_ns=boot.ns + e.usec * 1000, observed_ns=observed_ns,
-                         boot_id=self.boot_id, mono_ns=e.usec * 1000, severity=e.prio & 7,
-                         fields=fields))
+            extra["flags"] = e.flags
+        out.append(kernel_line(self.source, e.text, e.usec, boot, e.prio, self.boot_id, observed_ns,
+                               extra, e.props))
         return out
 
     def gap(self, first: int, last: int, reason: str, observed_ns: int) -> Draft:
@@ -182,17 +191,11 @@ class KmsgSource(Source):
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
-        self.state_path = os.path.join(self.state_dir, "kmsg.json") if self.state_dir else None
-        self._save_error: str | None = None
+        self.state = StateFile(self.state_dir, self.name)
         self._spooled: dict[str, int] = {}  # boot id -> highest seq found in the spool
 
     def saved_at_ns(self) -> int | None:
-        if not self.state_path:
-            return None
-        try:
-            return os.stat(self.state_path).st_mtime_ns
-        except FileNotFoundError:
-            return 0
+        return self.state.saved_at_ns()
 
     def catch_up(self, rows) -> None:
         i_kind, i_boot, i_fields = (COLUMNS.index(c) for c in ("kind", "boot_id", "fields"))
@@ -205,29 +208,10 @@ class KmsgSource(Source):
 
     def load_state(self, boot_id: str) -> int | None:
         """The last seq passed on in boot ``boot_id``, or None (no state, other boot)."""
-        if not self.state_path:
+        state = self.state.load()
+        if state is None or state.get("boot_id") != boot_id or type(state.get("seq")) is not int:
             return None
-        try:
-            with open(self.state_path, encoding="utf-8") as f:
-                state = json.load(f)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as e:
-            log.warning("kmsg state unreadable, starting from the buffer path=%s error=%s",
-                        self.state_path, e)
-            return None
-        seq = state.get("seq") if isinstance(state, dict) else None
-        if state.get("boot_id") != boot_id or type(seq) is not int:
-            return None
-        return seq
-
-    def save_state(self, boot_id: str, seq: int | None) -> None:
-        if not self.state_path or seq is None:
-            return
-        tmp = f"{self.state_path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"boot_id": boot_id, "seq": seq}, f)
-        os.replace(tmp, self.state_path)
+        return state["seq"]
 
     def run(self, emit: Emit, stop: threading.Event) -> None:
         boot_id = read_boot_id(self.paths)
@@ -282,15 +266,8 @@ class KmsgSource(Source):
                 self._save(boot_id, stream.last_seq, saved_seq)
 
     def _save(self, boot_id: str, seq: int | None, saved: int | None) -> int | None:
-        """save_state, or log why not (once per error) and go on: a restart then repeats
-        records (the collector drops them by boot_id and seq), nothing is lost.
-        Returns the seq now on disk."""
-        try:
-            self.save_state(boot_id, seq)
-        except OSError as e:
-            if str(e) != self._save_error:
-                log.warning("kmsg state not saved path=%s error=%s", self.state_path, e)
-            self._save_error = str(e)
+        """Save the position; the seq now on disk (the old one if the save failed: a
+        restart then repeats records, which the collector drops by boot_id and seq)."""
+        if seq is None or not self.state.save({"boot_id": boot_id, "seq": seq}):
             return saved
-        self._save_error = None
         return seq

@@ -5,7 +5,8 @@ lines teach the Context, every other Event (and each line of a multi-line except
 message) is matched against the catalog. Of repeated findings only the first of
 each (stream, rank, fingerprint) is kept, with a count; of progress lines only the
 latest of each rank. The findings come back in timeline order, kernel findings
-outside the window of the job's logs left out.
+outside the window of the job's logs left out, and an Xid that both the kernel
+log and NVML reported merged into one finding (``merge_xids``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from .verdict import Finding, fingerprint
 
 PROGRESS = "deepspeed.progress"
 KERNEL_WINDOW_NS = 10 * 60 * 1_000_000_000  # kernel events this far outside the job's logs are not its
+KERNEL_XID, NVML_XID = "nvidia.xid", "nvidia.xid_nvml"
+XID_SAME_NS = 2_000_000_000  # the kernel's and NVML's report of one Xid lie this close (plus uncertainties)
 MAX_KEPT = 200_000  # distinct findings kept in memory
 
 
@@ -36,7 +39,7 @@ class Read:
     dumps: list[Event]
     ctx: Context
     dropped: int
-    exits: list[Event]  # process exits the agents saw (fields["exit"]: code, signal)
+    procs: list[Event]  # process starts and exits the agents saw (pid, rank; fields["exit"]: code, signal)
 
 
 def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str, NodeClock] | None = None) -> Read:
@@ -53,10 +56,10 @@ def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str
     counts: dict[str, int] = defaultdict(int)
     dropped = 0
     dumps: dict[tuple, Event] = {}  # the latest stack dump of each (stream, rank, pid)
-    exits: list[Event] = []
+    procs: list[Event] = []
     for ev in events:
-        if ev.kind == KIND_RECORD and "exit" in ev.fields:
-            exits.append(ev)
+        if ev.kind == KIND_RECORD and "proc" in ev.fields:
+            procs.append(ev)
             continue
         if ev.kind == KIND_STREAM:
             summaries.append(ev)
@@ -82,7 +85,53 @@ def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str
     if window:
         findings = [f for f in findings if f.ev.source != "kernel" or f.ev.occurred_ns is None
                     or window[0] <= f.ev.occurred_ns <= window[1]]
-    return Read(findings, counts, list(dumps.values()), ctx, dropped, exits)
+    return Read(merge_xids(findings), counts, list(dumps.values()), ctx, dropped, procs)
+
+
+def _pci_key(pci: str | None) -> tuple[int, ...] | None:
+    """(domain, bus, device) of a PCI address as NVRM (``0000:3b:00``) or NVML (``00000000:3B:00.0``) writes it."""
+    parts = (pci or "").split(":")
+    parts[-1] = parts[-1].partition(".")[0]
+    try:
+        nums = tuple(int(p, 16) for p in parts)
+    except ValueError:
+        return None
+    return (0, *nums) if len(nums) == 2 else nums
+
+
+def _xid_key(f: Finding) -> tuple:
+    return f.ev.node, f.match.groups.get("xid"), _pci_key(f.match.groups.get("pci"))
+
+
+def merge_xids(findings: list[Finding]) -> list[Finding]:
+    """One Xid that the kernel log and NVML both reported is one finding: the kernel's line
+    (it names the pid and the driver's detail) takes the GPU, its UUID and its processes
+    from NVML's report, which is dropped. Each NVML Xid pairs with the nearest unpaired
+    kernel line of the same node, GPU and code within XID_SAME_NS (plus both uncertainties)."""
+    kernel = [f for f in findings if f.sig == KERNEL_XID]
+    paired: set[int] = set()
+    dropped: set[int] = set()
+    for f in findings:
+        if f.sig != NVML_XID or not kernel:
+            continue
+        key, best = _xid_key(f), None
+        for k in kernel:
+            if id(k) in paired or _xid_key(k) != key:
+                continue
+            a, b = k.ev.occurred_ns, f.ev.occurred_ns
+            dt = 0 if a is None or b is None else abs(a - b)
+            if dt <= XID_SAME_NS + k.ev.uncertainty_ns + f.ev.uncertainty_ns and (best is None or dt < best[0]):
+                best = (dt, k)
+        if best is None:
+            continue
+        k = best[1]
+        paired.add(id(k))
+        dropped.add(id(f))
+        k.ev.fields.update({x: v for x in ("gpu", "uuid", "pci_bus_id", "pids") if (v := f.ev.fields.get(x)) is not None})
+        if k.ev.pid is None and k.match.groups.get("pid") is None:
+            k.ev.pid = f.ev.pid  # NVRM wrote pid='<unknown>': NVML's one process on that GPU
+        k.links.append(f"NVML reported the same Xid ({f.ev.text.removeprefix('NVML: ')})")
+    return [f for f in findings if id(f) not in dropped]
 
 
 def _keep(f: Finding, latest: dict, kept: dict, counts: dict, clocks: Mapping[str, NodeClock] | None) -> int:

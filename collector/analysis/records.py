@@ -9,8 +9,13 @@ unless told), else the agent's receipt time (clock "agent": the agent tails
 live, so receipt follows writing by milliseconds). Kernel records carry the
 kmsg time the agent converted (clock "kmsg"); journal records the journal's.
 
-Records that are samples, not text (cgroup memory, GPU memory) give no Event;
-a process exit gives a KIND_RECORD Event whose fields hold the exit.
+Records that are samples, not text (cgroup memory, GPU memory) give no Event.
+A process start or exit (procs) gives a KIND_RECORD Event with its pid and rank
+(fields ``proc``: start | exit, and ``exit`` holding the exit), which teaches the
+pid -> rank map. An Xid that NVML delivered (nvml ``gpu.xid``) is a kernel Event
+like the driver's ``NVRM: Xid`` line (clock "agent": stamped on receipt), with
+the agent's message as its text and fields ``gpu``, ``uuid``, ``pci_bus_id``,
+``pids``; its pid is the GPU's one compute process, if it had one.
 """
 
 from __future__ import annotations
@@ -78,12 +83,24 @@ def _kernel_event(r: Record) -> Event:
     )
 
 
-def _exit_event(r: Record) -> Event:
+def _proc_event(r: Record) -> Event:
+    fields: dict = {"proc": r.kind.removeprefix("proc.")}
+    if r.kind == "proc.exit":
+        fields["exit"] = {k: r.fields.get(k) for k in ("code", "signal") if k in r.fields}
     return Event(
         text="", source="agent", kind=KIND_RECORD, node=r.node, rank=r.rank, local_rank=r.local_rank, pid=r.pid,
         job=r.job, occurred_ns=r.occurred_ns or r.observed_ns, observed_ns=r.observed_ns,
         clock="agent", uncertainty_ns=AGENT_UNCERTAINTY_NS, origin=_origin(r), stream=f"{r.node}:procs",
-        seq=r.seq, fields={"exit": {k: r.fields.get(k) for k in ("code", "signal") if k in r.fields}},
+        seq=r.seq, fields=fields,
+    )
+
+
+def _nvml_xid_event(r: Record) -> Event:
+    return Event(
+        text=r.message, source="kernel", kind=KIND_KERNEL, node=r.node, pid=r.pid, job=r.job,
+        occurred_ns=r.occurred_ns if r.occurred_ns is not None else r.observed_ns, observed_ns=r.observed_ns,
+        clock="agent", uncertainty_ns=AGENT_UNCERTAINTY_NS, origin=_origin(r), stream=f"{r.node}:nvml",
+        seq=r.seq, fields={k: r.fields[k] for k in ("gpu", "uuid", "pci_bus_id", "xid", "pids") if k in r.fields},
     )
 
 
@@ -95,5 +112,7 @@ def events_from_records(records: Iterable[Record], *, zones: dict[str, tzinfo] |
             yield _rank_event(r, zones.get(r.node, timezone.utc))
         elif r.source in _KERNEL_SOURCES and r.kind == "kernel.line":
             yield _kernel_event(r)
-        elif r.kind == "proc.exit":
-            yield _exit_event(r)
+        elif r.kind in ("proc.start", "proc.exit"):
+            yield _proc_event(r)
+        elif r.kind == "gpu.xid" and r.source == "nvml":
+            yield _nvml_xid_event(r)

@@ -81,6 +81,9 @@ def _evidence(f: Finding) -> dict:
     ev = f.ev
     out = {"node": ev.node, "rank": ev.rank, "source": ev.source, "at": iso(ev.occurred_ns),
            "origin": ev.origin, "text": _text(ev)}
+    gpu = {k: ev.fields[k] for k in ("gpu", "uuid", "pci_bus_id") if ev.fields.get(k) is not None}
+    if gpu:
+        out["gpu"] = gpu
     if f.links:
         out["linked_by"] = "; ".join(f.links)
     return out
@@ -101,16 +104,16 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     read = read_findings(events, catalog, inp.clocks)
     findings = read.findings
     rank_nodes = dict(inp.rank_nodes)
-    pids = _identify(findings, rank_nodes)
+    pids = _identify(findings, rank_nodes, read.procs)
     rank_dumps: dict[int, Event] = {}
     for d in sorted(read.dumps, key=timeline.order_key):
         r = d.rank if d.rank is not None else pids.get(d.pid or -1)
         if r is not None:
             rank_dumps[r] = d
     facts = _facts(findings, rank_nodes)
-    for ev in read.exits:  # what the agents saw of process exits
+    for ev in read.procs:  # what the agents saw of process exits
         r = ev.rank if ev.rank is not None else pids.get(ev.pid or -1)
-        if r is not None and ev.fields["exit"]:
+        if r is not None and ev.fields.get("exit"):
             facts.exits.setdefault(r, ev.fields["exit"])
             rank_nodes.setdefault(r, ev.node)
     progress = facts.progress
@@ -190,8 +193,9 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     }
 
 
-def _identify(findings: list[Finding], rank_nodes: dict[int, str | None]) -> dict[int, int]:
-    """Ranks and nodes for findings that lack them (in place); the pid -> rank map."""
+def _identify(findings: list[Finding], rank_nodes: dict[int, str | None], procs: Iterable[Event] = ()) -> dict[int, int]:
+    """Ranks and nodes for findings that lack them (in place); the pid -> rank map, from the
+    findings and from the agents' process records (``procs``)."""
     nodes = {n for n in rank_nodes.values() if n} | {f.ev.node for f in findings if f.ev.node}
     # local ranks name global ranks only on one node: not when a global rank exceeds every local rank seen
     ranks_seen = {f.ev.rank for f in findings if f.ev.rank is not None} | set(rank_nodes)
@@ -200,6 +204,9 @@ def _identify(findings: list[Finding], rank_nodes: dict[int, str | None]) -> dic
     single_node = len(nodes) <= 1 and not (ranks_seen and locals_seen and max(ranks_seen) > max(locals_seen))
     _failure_summary(findings, rank_nodes)
     pids = link_identity(findings, single_node=single_node)
+    for ev in procs:
+        if ev.pid and ev.rank is not None:
+            pids.setdefault(ev.pid, ev.rank)
     for f in findings:
         if f.ev.rank is not None and f.ev.source != "kernel":
             if f.ev.node:

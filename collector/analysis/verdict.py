@@ -136,6 +136,7 @@ def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Ma
         pid = _int(f.match.groups.get("pid"))
         if pid is not None:
             ev.pid = pid
+        pid = ev.pid  # NVML's Xid names no pid in its text: the GPU's one process
         if pid in pids:
             ev.rank = pids[pid]
             f.links.append(f"pid {pid} is rank {ev.rank}")
