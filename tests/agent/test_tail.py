@@ -1,4 +1,4 @@
-"""Tests of agent/tail.py: lines, rotation, the commit contract, a random model, inotify.
+"""Tests of agent/tail.py and agent/follow.py: lines, rotation, the commit contract, a random model, inotify.
 
 The model test (test_random_operations_against_a_model) follows Vector's file-source
 tests: random write / partial write / rename / copytruncate / truncate /
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import tail
-from agent.tail import (DELETED, LOST, ROTATED, STATE_RESET, TRUNCATED, FollowLoop,
-                        Line, Position, StateError, Tailer, TailError, compile_glob, cut_line,
-                        to_text)
+from agent import tailfile
+from agent.follow import FollowLoop, compile_glob
+from agent.tail import (DELETED, LOST, ROTATED, STATE_RESET, TRUNCATED, Line, Position,
+                        StateError, Tailer, TailError, cut_line, to_text)
 
 
 # -- leak fixture ----------------------------------------------------------------------
@@ -198,7 +198,7 @@ def test_long_lines_at_the_default_limit_among_short_ones(log, state):
     assert got[:1000] == short[:1000] and got[1001:2001] == short[1000:2000] and got[2002:] == short[2000:]
     assert got[1000].startswith(b"L" * 1000) and got[1000].endswith(b"bytes dropped]")
     assert got[2001] == b"M" * 65_536  # exactly at the limit: kept whole
-    assert tail._short_lines(b"x\n" * 40_000, 65_536) and not tail._short_lines(b"x" * 40_000, 65_536)
+    assert tailfile._short_lines(b"x\n" * 40_000, 65_536) and not tailfile._short_lines(b"x" * 40_000, 65_536)
 
 
 def test_cut_backs_off_to_a_utf8_character_start():
@@ -357,7 +357,7 @@ def test_state_file_format_and_atomic_write(log, state, tmp_path):
     st = os.stat(log)
     assert doc == {"format": "firstfault.tail", "version": 1, "files": [
         {"path": str(log), "dev": st.st_dev, "ino": st.st_ino, "fp_len": 4,
-         "fp": tail._fingerprint(b"x\ny\n"), "offset": 2}]}
+         "fp": tailfile._fingerprint(b"x\ny\n"), "offset": 2}]}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.log", "state.json"]
 
 
