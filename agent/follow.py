@@ -122,8 +122,10 @@ class FollowLoop:
     STOP_CHECK_S; ``stop()`` sets it and wakes the loop at once), then stops and
     joins the watchdog observer and closes the tailer. Each poll's lines go to
     ``on_lines(list[Line])`` (or ``on_batches(list[LineBatch])``), its events to
-    ``on_events(list[Event])`` first (otherwise they are only logged); all three
-    run in the loop's thread and their exceptions end ``run()``.
+    ``on_events(list[Event])`` first (otherwise they are only logged);
+    ``on_tick()`` after every wake, returning the ``tailer.clock`` time it wants to
+    be called again (None: no need), for a consumer that holds lines for a while.
+    All of them run in the loop's thread and their exceptions end ``run()``.
 
     Events queue the paths to poll (deduplicated; a path with more to read goes
     to the back, so big files take turns chunk by chunk); nothing polls on a
@@ -142,11 +144,13 @@ class FollowLoop:
                  on_lines: Callable[[list[Line]], object] | None, stop_event: threading.Event, *,
                  on_batches: Callable[[list[LineBatch]], object] | None = None,
                  on_events: Callable[[list[Event]], object] | None = None,
+                 on_tick: Callable[[], float | None] | None = None,
                  safety_poll_s: float = 5.0):
         if (on_lines is None) == (on_batches is None):
             raise ValueError("give exactly one of on_lines and on_batches")
         self.tailer, self.stop_event, self.safety_poll_s = tailer, stop_event, safety_poll_s
         self._on_lines, self._on_batches, self._on_events = on_lines, on_batches, on_events
+        self._on_tick, self._tick_at = on_tick, None
         self._specs = []
         for pattern in [globs] if isinstance(globs, str) else globs:
             g, rx = compile_glob(os.path.abspath(pattern))
@@ -192,6 +196,8 @@ class FollowLoop:
             while not self.stop_event.is_set():
                 timeout = min(next_safety - time.monotonic(), self.STOP_CHECK_S)
                 deadline = self.tailer.next_deadline()
+                if self._tick_at is not None:
+                    deadline = self._tick_at if deadline is None else min(deadline, self._tick_at)
                 if deadline is not None:  # a quiet partial line to flush (at most 20/s)
                     timeout = min(timeout, max(deadline - self.tailer.clock(), 0.05))
                 if timeout > 0:
@@ -212,6 +218,8 @@ class FollowLoop:
                     self._poll(path)
                 for path in self.tailer.due_paths():
                     self._poll(path)
+                if self._on_tick is not None:
+                    self._tick_at = self._on_tick()
         finally:
             observer.stop()
             if observer.is_alive():

@@ -9,7 +9,7 @@ nothing of sources, records or the wire. It reads per-rank log files such as
 API
     ``Tailer(state_path, *, max_line_bytes=65536, read_chunk=256 KiB,
     fingerprint_bytes=1024, partial_flush_s=5.0, clock=time.monotonic)``
-    follows a set of paths: ``add(path, fields=None)``, ``remove(path)``.
+    follows a set of paths: ``add(path, fields=None)``, ``remove(path)``, ``fields(path)``.
     ``poll_file(path) -> list[Line]`` reads what was appended since the last poll
     (at most ``read_chunk`` bytes a call; ``more(path)`` says there is more to read)
     and returns the complete lines; ``poll_batches(path) -> list[LineBatch]`` is
@@ -219,6 +219,12 @@ class Tailer(_Reader, _State):
     def paths(self) -> list[str]:
         with self._lock:
             return list(self._paths)
+
+    def fields(self, path: str) -> Mapping[str, str]:
+        """The ``fields`` given to ``add(path)`` (empty if it is not followed)."""
+        with self._lock:
+            ps = self._paths.get(path)
+            return ps.fields if ps is not None else _NO_FIELDS
 
     def saved_paths(self) -> list[str]:
         """Paths in the state file that have not been added (yet)."""
