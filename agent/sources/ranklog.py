@@ -30,12 +30,15 @@ reports it), else the ``job`` option; ``rank`` / ``local_rank``: the ``{rank}`` 
 ``{local_rank}`` parts, else the layout's (DeepSpeed: rank; torchrun: local rank).
 
 Exactly once across restarts: rows of one poll go to the spool in one
-``emit_many`` call, and only when it returned does the source commit the
-tailer's positions (``<state_dir>/ranklog.json``). Lines held for an open
-traceback are not committed, and nothing after the first held line is
-emitted before it (a path's records leave in one prefix of its stream, so the
-committed offset never passes an emitted line nor falls behind one): an agent
-killed at any point reads again exactly what the spool lacks.
+``emit_many`` call, and only after it returned are their positions committed
+(``<state_dir>/ranklog.json``, once per FollowLoop wake, after all its polls,
+and at stop). Lines held for an open traceback are not committed, and nothing
+after the first held line is emitted before it (a path's records leave in one
+prefix of its stream, so the committed offset never passes an emitted line).
+A stop, or an emit that raises, at any point: the restarted source reads again
+exactly what the spool lacks. Known issue: an agent *killed* between a spool
+append and the next commit (a few ms under load) sends that wake's lines again:
+exactly-once under SIGKILL needs the positions in the spool itself.
 
 Cost: the hot path builds no object per line: a chunk is decoded at once and
 its rows zipped from columns (bench/ranklog.py, bench/RESULTS.md); only chunks
@@ -131,6 +134,7 @@ class RankLines:
         self.clock = clock or tailer.clock
         self._ident: dict[str, tuple] = {}
         self._pending: dict[str, _Pending] = {}
+        self._emitted: dict[str, Position] = {}  # emitted, not yet committed
 
     def identity(self, path: str) -> tuple:
         """(job, rank, local_rank, fields) of a path, from the glob's named parts and the layout."""
@@ -195,7 +199,8 @@ class RankLines:
                     for t in p.open.values()), default=None)
 
     def tick(self) -> float | None:
-        """Ship the tracebacks that went quiet; the next time to call again."""
+        """Ship the tracebacks that went quiet, commit what was emitted; the next time
+        to call again. The FollowLoop calls it once a wake, after that wake's polls."""
         now = self.clock()
         rows: list[tuple] = []
         commit: dict[str, Position] = {}
@@ -206,6 +211,7 @@ class RankLines:
             if quiet:
                 self._drain(path, p, self.identity(path), rows, commit)
         self._ship(rows, commit)
+        self.commit()
         return self.next_tick()
 
     # -- grouping ----------------------------------------------------------------
@@ -213,8 +219,13 @@ class RankLines:
     def _ship(self, rows: list[tuple], commit: dict[str, Position]) -> None:
         if rows:
             self.emit_rows(rows)  # returns once the spool has them: only then commit
-        if commit:
-            self.tailer.commit(commit)
+        self._emitted.update(commit)
+
+    def commit(self) -> None:
+        """Commit the positions of everything emitted (one state file write)."""
+        if self._emitted:
+            positions, self._emitted = self._emitted, {}
+            self.tailer.commit(positions)
 
     def _group(self, p: _Pending, b: LineBatch, texts: list[str]) -> None:
         now = self.clock()
@@ -375,4 +386,7 @@ class RanklogSource(Source):
         except BaseException:
             tailer.close()
             raise
-        loop.run()  # closes the tailer
+        try:
+            loop.run()  # closes the tailer
+        finally:
+            engine.commit()  # what was emitted before a stop (or a failed emit)

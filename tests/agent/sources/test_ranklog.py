@@ -241,8 +241,9 @@ def test_an_open_traceback_waits_for_a_chain_then_ships_when_quiet(tmp_path):
         write(log, b"step 4\n" + b"\n".join(TB) + b"\n[rank1]: ValueError: boom\n[rank1]: \n")
         engine.batches(t.poll_batches(str(log)))
         assert [r.message for r in rows.records] == ["step 4"]  # the traceback may go on
+        assert committed(state, log) == 0  # emitted: committed at the end of the wake
+        assert engine.tick() == clock.t + 1.0
         assert committed(state, log) == len(b"step 4\n")  # held lines are not committed
-        assert engine.next_tick() == clock.t + 1.0
         clock.t += 0.5
         engine.tick()
         write(log, b"[rank1]: During handling of the above exception, another exception occurred:\n"
@@ -266,6 +267,7 @@ def test_lines_after_an_open_traceback_wait_for_it_and_a_restart_repeats_none(tm
         engine = RankLines(t, rows)
         t.add(str(log))
         engine.batches(t.poll_batches(str(log)))
+        engine.tick()
     assert rows.records == [] and committed(state, log) == 0  # nothing emitted, nothing committed
     write(log, b"\n".join([TB[2], b"[rank1]: ValueError: boom", b"[rank0]: step 6", b"[rank1]: x"]) + b"\n")
     clock = Clock()
@@ -273,6 +275,7 @@ def test_lines_after_an_open_traceback_wait_for_it_and_a_restart_repeats_none(tm
         engine = RankLines(t, rows)
         t.add(str(log))
         engine.batches(t.poll_batches(str(log)))
+        assert engine.tick() is None
     assert [r.kind for r in rows.records] == [KIND_RANK_TRACEBACK, KIND_RANK_LINE, KIND_RANK_LINE,
                                               KIND_RANK_LINE]
     assert rows.records[0].message.split("\n") == [to_text(x) for x in TB] + ["[rank1]: ValueError: boom"]
@@ -467,7 +470,8 @@ class SpoolModel(Model):
     def _poll_lines(self, path: str):
         batches = self.tailer.poll_batches(path)
         self.engine.events(self.tailer.take_events())
-        self.engine.batches(batches)  # emitted into the spool, then committed
+        self.engine.batches(batches)  # emitted into the spool,
+        self.engine.commit()  # then committed (the FollowLoop's wake would tick)
         return [ln for b in batches for ln in b.lines()]
 
     def op_poll(self, name: str) -> None:
