@@ -26,7 +26,7 @@ stamp, collector/analysis/records.py; ``observed_ns`` when the chunk was read):
 Identity, on every record: fields ``path`` (and the glob's other named parts,
 ``attempt`` for torchrun); ``job``: the ``{job}`` part, else torchrun's run id
 (the run folder's name less mkdtemp's suffix, = TORCHELASTIC_RUN_ID as procs
-reports it), else the ``job`` option; ``rank`` / ``local_rank``: the ``{rank}`` /
+reports it), else the agent's job label (``job_label``, wired by the daemon); ``rank`` / ``local_rank``: the ``{rank}`` /
 ``{local_rank}`` parts, else the layout's (DeepSpeed: rank; torchrun: local rank).
 
 Exactly once across restarts: rows of one poll go to the spool in one
@@ -127,10 +127,10 @@ class RankLines:
     ``next_tick`` (on ``clock``) is due.
     """
 
-    def __init__(self, tailer: Tailer, emit: Emit, *, job: str | None = None,
+    def __init__(self, tailer: Tailer, emit: Emit, *, job_label: str | None = None,
                  traceback_flush_s: float = 1.0, clock: Callable[[], float] | None = None) -> None:
         self.tailer, self.emit_rows = tailer, emit_many(emit)
-        self.job, self.traceback_flush_s = job, traceback_flush_s
+        self.job_label, self.traceback_flush_s = job_label, traceback_flush_s
         self.clock = clock or tailer.clock
         self._ident: dict[str, tuple] = {}
         self._pending: dict[str, _Pending] = {}
@@ -144,7 +144,8 @@ class RankLines:
         parts = dict(self.tailer.fields(path))
         lp = parse_log_path(path)
         fields: dict = {"path": printable(path)}
-        job = parts.pop("job", None) or (lp.run_id if lp and lp.layout == TORCHRUN else None) or self.job
+        job = (parts.pop("job", None) or (lp.run_id if lp and lp.layout == TORCHRUN else None)
+               or self.job_label)
         rank, local = _int(parts.pop("rank", None)), _int(parts.pop("local_rank", None))
         if lp is not None:
             rank = rank if rank is not None else lp.rank
@@ -185,7 +186,7 @@ class RankLines:
         for e in events:
             if e.kind not in GAP_EVENTS:
                 continue  # rotated, deleted: the tailer logged them; nothing is lost
-            job, rank, local, fields = self.identity(e.path) if e.path else (self.job, None, None, {})
+            job, rank, local, fields = self.identity(e.path) if e.path else (self.job_label, None, None, {})
             rows.append((SOURCE_RANKLOG, KIND_RANK_GAP, fit_message(f"{e.kind}: {e.detail}"), None,
                          e.observed_ns, None, None, job, rank, local, None, 4,
                          {**fields, "reason": e.kind, "offset": e.offset,
@@ -346,15 +347,15 @@ class RanklogSource(Source):
     name = SOURCE_RANKLOG
 
     def __init__(self, *, globs: list[str] | tuple[str, ...] = (), dirs: list[str] | tuple[str, ...] = (),
-                 job: str | None = None, max_line_bytes: int = MAX_MESSAGE_BYTES,
+                 job_label: str | None = None, max_line_bytes: int = MAX_MESSAGE_BYTES,
                  traceback_flush_s: float = 1.0, partial_flush_s: float = 5.0,
                  safety_poll_s: float = 5.0, **kw) -> None:
         super().__init__(**kw)
         self.globs = _option_paths("globs", globs, dirs=False)
         self.dirs = _option_paths("dirs", dirs, dirs=True)
-        if job is not None and not isinstance(job, str):
-            raise ValueError(f"ranklog: job must be a string, got {job!r}")
-        self.job = job or None
+        if job_label is not None and not isinstance(job_label, str):
+            raise ValueError(f"ranklog: job_label must be a string, got {job_label!r}")
+        self.job_label = job_label or None
         if (isinstance(max_line_bytes, bool) or not isinstance(max_line_bytes, int)
                 or not MIN_LINE_BYTES <= max_line_bytes <= MAX_MESSAGE_BYTES):
             raise ValueError(f"ranklog: max_line_bytes must be an int in {MIN_LINE_BYTES}.."
@@ -379,7 +380,8 @@ class RanklogSource(Source):
         tailer = Tailer(self.state_path, max_line_bytes=self.max_line_bytes,
                         partial_flush_s=self.partial_flush_s)
         try:
-            engine = RankLines(tailer, emit, job=self.job, traceback_flush_s=self.traceback_flush_s)
+            engine = RankLines(tailer, emit, job_label=self.job_label,
+                               traceback_flush_s=self.traceback_flush_s)
             loop = FollowLoop(tailer, self.patterns(), None, stop, on_batches=engine.batches,
                               on_events=engine.events, on_tick=engine.tick,
                               safety_poll_s=self.safety_poll_s)

@@ -146,7 +146,7 @@ TB = [b"[rank1]: Traceback (most recent call last):",
     ({"globs": "/logs/*.log"}, "globs"), ({"globs": ["logs/*.log"]}, "globs"),
     ({"globs": ["/logs/{1job}.log"]}, "globs"), ({"globs": ["/logs/{rank:(}.log"]}, "globs"),
     ({"dirs": ["/logs/*"]}, "dirs"), ({"dirs": ["logs"]}, "dirs"), ({"dirs": [""]}, "dirs"),
-    ({"job": 7}, "job"), ({"max_line_bytes": 100}, "max_line_bytes"),
+    ({"job_label": 7}, "job_label"), ({"max_line_bytes": 100}, "max_line_bytes"),
     ({"max_line_bytes": 1 << 20}, "max_line_bytes"), ({"max_line_bytes": True}, "max_line_bytes"),
     ({"traceback_flush_s": 0}, "traceback_flush_s"), ({"partial_flush_s": -1}, "partial_flush_s"),
     ({"safety_poll_s": "5"}, "safety_poll_s"),
@@ -158,12 +158,25 @@ def test_bad_option_values_raise_naming_the_option(opts, name):
 
 def test_options_make_the_followed_patterns():
     assert get("ranklog") is RanklogSource and RanklogSource.unavailable(None) is None
-    src = RanklogSource(globs=["/logs/{job}/rank{rank}.log"], dirs=["/runs/tr/"], job="")
-    assert src.job is None and src.state_path is None
+    src = RanklogSource(globs=["/logs/{job}/rank{rank}.log"], dirs=["/runs/tr/"], job_label="")
+    assert src.job_label is None and src.state_path is None
     assert src.patterns() == ["/logs/{job}/rank{rank}.log", "/runs/tr/*/attempt_*/*/stdout.log",
                               "/runs/tr/*/attempt_*/*/stderr.log", "/runs/tr/*/attempt_*/*/error.json",
                               "/runs/tr/*_rank*.log"]
-    assert RanklogSource(state_dir="/var/lib/ff", job="j1").state_path == "/var/lib/ff/ranklog.json"
+    assert RanklogSource(state_dir="/var/lib/ff", job_label="j1").state_path == "/var/lib/ff/ranklog.json"
+
+
+def test_the_agent_config_reaches_the_source(tmp_path):
+    from agent.config import parse_args
+    from agent.daemon import build_sources
+    cfg, _ = parse_args(["--collector", "127.0.0.1:7140", "--state-dir", str(tmp_path), "--job", "j-7",
+                      "--ranklog", "/logs/{job}/rank{rank}.log", "--ranklog", "/more/r{rank}.log",
+                      "--ranklog-dirs", "/runs", "--ranklog-traceback-flush-s", "0.5",
+                      "--kmsg-enabled", "false", "--cgroup-enabled", "false", "--procs-enabled", "false"])
+    (src,) = [s for s in build_sources(cfg, create_dirs=True)[0] if s.name == "ranklog"]
+    assert isinstance(src, RanklogSource) and src.job_label == "j-7" and src.traceback_flush_s == 0.5
+    assert src.globs == ["/logs/{job}/rank{rank}.log", "/more/r{rank}.log"] and src.dirs == ["/runs"]
+    assert src.state_path == str(tmp_path / "sources" / "ranklog" / "ranklog.json")
 
 
 # -- tracebacks on real captures -----------------------------------------------------------
@@ -300,7 +313,7 @@ def test_rotation_ends_an_open_traceback(tmp_path):
 
 def test_a_new_rank_file_is_picked_up_by_inotify(tmp_path, running):
     rows = Rows()
-    src = RanklogSource(globs=[str(tmp_path / "logs" / "{job}" / "rank{rank}.log")], job="fallback",
+    src = RanklogSource(globs=[str(tmp_path / "logs" / "{job}" / "rank{rank}.log")], job_label="fallback",
                         state_dir=str(tmp_path), safety_poll_s=3600)  # no polling to fall back on
     before = inotify_watches()
     with running(src, rows):
