@@ -26,8 +26,10 @@ stamp, collector/analysis/records.py; ``observed_ns`` when the chunk was read):
 Identity, on every record: fields ``path`` (and the glob's other named parts,
 ``attempt`` for torchrun); ``job``: the ``{job}`` part, else torchrun's run id
 (the run folder's name less mkdtemp's suffix, = TORCHELASTIC_RUN_ID as procs
-reports it), else the agent's job label (``job_label``, wired by the daemon); ``rank`` / ``local_rank``: the ``{rank}`` /
-``{local_rank}`` parts, else the layout's (DeepSpeed: rank; torchrun: local rank).
+reports it), else the agent's job label (``job_label``, wired by the daemon);
+``rank`` / ``local_rank``: the ``{rank}`` / ``{local_rank}`` parts (a part that is
+not a number is logged and dropped), else the layout's (DeepSpeed: rank; torchrun:
+local rank). Other named parts (``{node}``) become fields of that name.
 
 Exactly once across restarts: rows of one poll go to the spool in one
 ``emit_many`` call, and only after it returned are their positions committed
@@ -58,9 +60,11 @@ from itertools import repeat
 
 from agent.follow import FollowLoop, compile_glob
 from agent.layouts import TORCHRUN, layout_globs, parse_log_path
-from agent.tail import MIN_LINE_BYTES, ERROR, LOST, STATE_RESET, TRUNCATED, Event, LineBatch, Position, Tailer, cut_line
+from agent.tail import (ERROR, LOST, MIN_LINE_BYTES, STATE_RESET, TRUNCATED, Event, LineBatch,
+                        Position, Tailer, cut_line)
 from agent.tracebacks import END, HELD, START_MARK, Grouping, prefix_of, starts
-from agent.wire import KIND_RANK_LINE, KIND_RANK_TRACEBACK, MAX_MESSAGE_BYTES, MAX_NAME_BYTES, SOURCE_RANKLOG
+from agent.wire import (KIND_RANK_LINE, KIND_RANK_TRACEBACK, MAX_MESSAGE_BYTES, MAX_NAME_BYTES,
+                        SOURCE_RANKLOG)
 
 from .base import Emit, Source, emit_many, printable, register
 
@@ -69,6 +73,7 @@ log = logging.getLogger(__name__)
 KIND_RANK_GAP = "rank.gap"  # not (yet) in wire.KINDS; new kinds decode as-is
 GAP_EVENTS = (LOST, TRUNCATED, ERROR, STATE_RESET)
 MAX_TRACEBACK_BYTES = 4 * MAX_MESSAGE_BYTES  # a traceback held longer is shipped as it is
+MAX_PATHS_KNOWN = 4096  # identities cached; the cache starts over beyond (paths come and go)
 _GLOB_CHARS = set("*?[]{}")
 _START_MARK = START_MARK.encode()
 
@@ -146,7 +151,10 @@ class RankLines:
         fields: dict = {"path": printable(path)}
         job = (parts.pop("job", None) or (lp.run_id if lp and lp.layout == TORCHRUN else None)
                or self.job_label)
-        rank, local = _int(parts.pop("rank", None)), _int(parts.pop("local_rank", None))
+        named = parts.pop("rank", None), parts.pop("local_rank", None)
+        rank, local = map(_int, named)
+        if (rank, local).count(None) > named.count(None):
+            log.warning("ranklog: a rank part of path=%s is not a number %s: not used", path, named)
         if lp is not None:
             rank = rank if rank is not None else lp.rank
             local = local if local is not None else lp.local_rank
@@ -155,6 +163,8 @@ class RankLines:
         for k, v in parts.items():
             fields.setdefault(k, printable(v))
         got = (printable(job, MAX_NAME_BYTES) if job else None, rank, local, fields)
+        if len(self._ident) >= MAX_PATHS_KNOWN:
+            self._ident.clear()
         self._ident[path] = got
         return got
 
@@ -172,7 +182,7 @@ class RankLines:
                 p = self._pending.get(b.path)
             texts, marked = decode_lines(b.data)
             if p is None and not marked:
-                rows += _rows(texts, b.observed_ns, ident, KIND_RANK_LINE, 6)
+                rows += _line_rows(texts, b.observed_ns, ident)
                 commit[b.path] = b.position
                 continue
             if p is None:
@@ -304,11 +314,12 @@ class RankLines:
             del self._pending[path]
 
 
-def _rows(texts: list[str], observed_ns: int, ident: tuple, kind: str, severity: int) -> list[tuple]:
+def _line_rows(texts: list[str], observed_ns: int, ident: tuple) -> list[tuple]:
+    """rank.line rows (agent.spool.COLUMNS order) of one chunk, zipped from columns."""
     job, rank, local, fields = ident
-    return list(zip(repeat(SOURCE_RANKLOG), repeat(kind), texts, repeat(None), repeat(observed_ns),
-                    repeat(None), repeat(None), repeat(job), repeat(rank), repeat(local),
-                    repeat(None), repeat(severity), repeat(fields)))
+    return list(zip(repeat(SOURCE_RANKLOG), repeat(KIND_RANK_LINE), texts, repeat(None),
+                    repeat(observed_ns), repeat(None), repeat(None), repeat(job), repeat(rank),
+                    repeat(local), repeat(None), repeat(6), repeat(fields)))
 
 
 def _int(v: str | None) -> int | None:

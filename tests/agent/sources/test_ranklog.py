@@ -86,7 +86,8 @@ class Rows:
         with self.cond:
             while not pred(self):
                 left = deadline - time.monotonic()
-                assert left > 0, f"not there after {timeout} s; last: {[r.message for r in self.records[-5:]]}"
+                last = [r.message for r in self.records[-5:]]
+                assert left > 0, f"not there after {timeout} s; last: {last}"
                 self.cond.wait(min(left, 0.1))
 
 
@@ -177,6 +178,23 @@ def test_the_agent_config_reaches_the_source(tmp_path):
     assert isinstance(src, RanklogSource) and src.job_label == "j-7" and src.traceback_flush_s == 0.5
     assert src.globs == ["/logs/{job}/rank{rank}.log", "/more/r{rank}.log"] and src.dirs == ["/runs"]
     assert src.state_path == str(tmp_path / "sources" / "ranklog" / "ranklog.json")
+
+
+def test_identity_from_named_parts_layouts_and_the_label():
+    with Tailer(None) as t:
+        engine = RankLines(t, Rows(), job_label="label")
+        t.add("/n/gpu-3/r7.log", {"node": "gpu-3", "rank": "7"})
+        t.add("/x/rank-a.log", {"rank": "a"})
+        t.add("/runs/20261202113547_rank5.log")
+        t.add("/tr/myrun_ab_c1234/attempt_2/3/stderr.log", {"job": "j9"})
+        assert engine.identity("/n/gpu-3/r7.log") == ("label", 7, None, {"path": "/n/gpu-3/r7.log",
+                                                                          "node": "gpu-3"})
+        assert engine.identity("/x/rank-a.log") == ("label", None, None, {"path": "/x/rank-a.log"})
+        assert engine.identity("/runs/20261202113547_rank5.log")[:3] == ("label", 5, None)
+        assert engine.identity("/tr/myrun_ab_c1234/attempt_2/3/stderr.log") == (
+            "j9", None, 3, {"path": "/tr/myrun_ab_c1234/attempt_2/3/stderr.log", "attempt": 2})
+        t.add("/tr/myrun_ab_c1234/attempt_0/0/stdout.log")
+        assert engine.identity("/tr/myrun_ab_c1234/attempt_0/0/stdout.log")[0] == "myrun"
 
 
 # -- tracebacks on real captures -----------------------------------------------------------
