@@ -39,7 +39,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from agent.tail import FollowLoop, Tailer  # noqa: E402
+from agent.follow import FollowLoop  # noqa: E402
+from agent.tail import Tailer  # noqa: E402
 
 WRITER = r"""
 import os, sys

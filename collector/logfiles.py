@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 
+from agent.layouts import TORCHRUN, parse_log_path
+
 from .analysis.kernel import ParseStats, detect_kernel_format, parse_kernel_log
 from .analysis import traceback as tb
 from .analysis.model import KIND_RECORD, KIND_TRACEBACK, Event
@@ -38,8 +40,6 @@ from .analysis.parse import looks_srun_labelled
 from .analysis.scan import Needles, StreamInfo, scan_stream
 
 CHUNK = 1 << 20
-_TORCHRUN = re.compile(r"attempt_(?P<attempt>\d+)[/\\](?P<local>\d+)[/\\](?P<name>stdout\.log|stderr\.log|error\.json)$")
-_DS_RANK = re.compile(r"_rank(?P<rank>\d+)\.log$")
 _SKIP_DIRS = re.compile(r"^(global_step\d+|\..*|__pycache__)$")
 # Not logs: checkpoints and other binary data, and the sources and configs that often sit
 # beside logs (a training script's own "raise ValueError" is no failure).
@@ -106,13 +106,12 @@ def discover(paths: list[str], *, node: str | None = None, kernel: list[str] | N
 
 
 def _source(path: str, node: str | None) -> Source:
-    m = _TORCHRUN.search(path)
-    if m:
-        kind = "error.json" if m.group("name") == "error.json" else "log"
-        return Source(path, node, local_rank=int(m.group("local")), kind=kind, attempt=int(m.group("attempt")))
-    m = _DS_RANK.search(path)
-    if m:
-        return Source(path, node, rank=int(m.group("rank")))
+    lp = parse_log_path(path)  # the launchers' layouts: agent/layouts.py
+    if lp is not None and lp.layout == TORCHRUN:
+        kind = "error.json" if lp.name == "error.json" else "log"
+        return Source(path, node, local_rank=lp.local_rank, kind=kind, attempt=lp.attempt)
+    if lp is not None:
+        return Source(path, node, rank=lp.rank)
     if path.endswith("error.json"):
         return Source(path, node, kind="error.json")
     return Source(path, node)

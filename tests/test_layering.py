@@ -1,5 +1,6 @@
 """Layering: the agent never imports the collector; the collector imports from the agent only what
-both daemons share (the wire format, the configuration rules, sd_notify); the analysis does no
+both daemons share (the wire format, the configuration rules, sd_notify,
+the launchers' log layouts); the analysis does no
 I/O of its own (no open, sockets or subprocesses)."""
 
 import ast
@@ -24,7 +25,9 @@ def test_agent_never_imports_collector():
         assert not bad, f"{path} imports {bad}"
 
 
-SHARED = {"agent.wire", "agent.settings", "agent.sdnotify"}  # the contract both daemons share
+# The contract both daemons share; agent.layouts: the launchers' rank-log layouts, which
+# the agent follows live and the collector's offline reader walks (one place for them).
+SHARED = {"agent.wire", "agent.settings", "agent.sdnotify", "agent.layouts"}
 
 
 def test_collector_imports_only_the_shared_modules_from_agent():

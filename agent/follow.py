@@ -1,0 +1,299 @@
+"""Follow every file matching globs with a Tailer (agent/tail.py), woken by inotify.
+
+``FollowLoop(tailer, globs, on_lines, stop_event)`` drives a Tailer from watchdog
+(inotify) events; ``compile_glob`` turns ``/logs/{job}/rank{rank}.log`` into a
+glob and a regex with named parts. A FollowLoop runs in the thread that calls
+run(). Idle cost (bench/tail.py): ~0.06% CPU.
+
+Known issue: the kernel's inotify queue can overflow; watchdog then only logs it:
+the safety poll (every ``safety_poll_s``) catches up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat as _stat
+import threading
+import time
+from collections.abc import Callable, Iterable
+from glob import glob as _glob
+from typing import Any
+
+from agent.tail import Event, Line, LineBatch, StateError, TailError, Tailer
+
+log = logging.getLogger(__name__)
+
+# -- globs with named parts ----------------------------------------------------------
+
+_PART = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([^{}/]*))?\}")
+
+
+def compile_glob(pattern: str) -> tuple[str, re.Pattern[str]]:
+    """``/logs/{job}/rank{rank:\\d+}.log`` -> (``/logs/*/rank*.log``, regex with groups job, rank).
+
+    ``{name}`` matches one or more characters but ``/``; ``{name:regex}`` a regex
+    without ``/`` or braces; ``*``, ``?`` and ``[...]`` (``[!...]`` negated) as in
+    glob, never across ``/``; ``**`` is not special. Match with ``regex.fullmatch``;
+    the named parts are ``match.groupdict()`` (strings: the consumer converts).
+    """
+    globs: list[str] = []
+    rx: list[str] = []
+    names: set[str] = set()
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "{":
+            m = _PART.match(pattern, i)
+            if m is None:
+                raise ValueError(f"bad named part at {i} in {pattern!r}: write {{name}} or {{name:regex}}")
+            name, part = m.group(1), m.group(2)
+            if name in names:
+                raise ValueError(f"named part {name!r} twice in {pattern!r}")
+            if part is not None:
+                re.compile(part)  # fails early with re.error
+            names.add(name)
+            globs.append("*")
+            rx.append(f"(?P<{name}>{part or '[^/]+'})")
+            i = m.end()
+            continue
+        if c == "}":
+            raise ValueError(f"unmatched '}}' at {i} in {pattern!r}")
+        if c == "*":
+            globs.append("*")
+            rx.append("[^/]*")
+        elif c == "?":
+            globs.append("?")
+            rx.append("[^/]")
+        elif c == "[" and (j := pattern.find("]", i + 2)) > 0 and "/" not in pattern[i:j]:
+            body = pattern[i + 1:j]
+            neg = body.startswith("!")
+            body = (body[1:] if neg else body).replace("\\", "\\\\").replace("^", "\\^")
+            globs.append(pattern[i:j + 1])
+            rx.append(f"[{'^/' if neg else ''}{body}]")
+            i = j + 1
+            continue
+        else:
+            globs.append("[[]" if c == "[" else c)
+            rx.append(re.escape(c))
+        i += 1
+    return "".join(globs), re.compile("".join(rx))
+
+
+def _watch_base(glob_pattern: str) -> tuple[str, bool]:
+    """The directory to watch for a glob, and whether it must be watched recursively."""
+    parts = glob_pattern.split("/")
+    for i, part in enumerate(parts):
+        if any(ch in part for ch in "*?["):
+            return "/".join(parts[:i]) or "/", i < len(parts) - 1
+    return os.path.dirname(glob_pattern) or "/", False
+
+
+# -- the event loop --------------------------------------------------------------------
+
+def _dir_stat(path: str) -> os.stat_result | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st if _stat.S_ISDIR(st.st_mode) else None
+
+
+def _handler(loop: FollowLoop) -> Any:
+    from watchdog.events import FileSystemEventHandler, FileSystemMovedEvent
+
+    class Handler(FileSystemEventHandler):  # runs in watchdog's observer thread
+        def dispatch(self, event: Any) -> None:
+            if event.is_directory:  # a new or moved directory may hold files; a gone one a watch
+                loop._notify(None)
+                return
+            loop._notify(event.src_path)
+            if isinstance(event, FileSystemMovedEvent) and event.dest_path:
+                loop._notify(event.dest_path)
+
+    return Handler()
+
+
+class FollowLoop:
+    """Follow every file matching ``globs`` with a Tailer, woken by inotify.
+
+    ``run()`` blocks until ``stop_event`` is set (checked at least every
+    STOP_CHECK_S; ``stop()`` sets it and wakes the loop at once), then stops and
+    joins the watchdog observer and closes the tailer. Each poll's lines go to
+    ``on_lines(list[Line])`` (or ``on_batches(list[LineBatch])``), its events to
+    ``on_events(list[Event])`` first (otherwise they are only logged);
+    ``on_tick()`` after every wake, returning the ``tailer.clock`` time it wants to
+    be called again (None: no need), for a consumer that holds lines for a while.
+    All of them run in the loop's thread and their exceptions end ``run()``.
+
+    Events queue the paths to poll (deduplicated; a path with more to read goes
+    to the back, so big files take turns chunk by chunk); nothing polls on a
+    timer but the safety poll every ``safety_poll_s``, which globs again, polls
+    every followed path (a missed event, an inotify overflow) and forgets paths
+    that are gone and fully confirmed. Watched: the glob's directory up to its
+    first wildcard (recursively when a directory part has one); while that
+    directory does not exist, its nearest existing ancestor, so its creation is
+    seen. At start, saved paths matching a glob are followed even when gone, to
+    drain what was rotated while the agent was stopped.
+    """
+
+    STOP_CHECK_S = 0.5
+
+    def __init__(self, tailer: Tailer, globs: str | Iterable[str],
+                 on_lines: Callable[[list[Line]], object] | None, stop_event: threading.Event, *,
+                 on_batches: Callable[[list[LineBatch]], object] | None = None,
+                 on_events: Callable[[list[Event]], object] | None = None,
+                 on_tick: Callable[[], float | None] | None = None,
+                 safety_poll_s: float = 5.0):
+        if (on_lines is None) == (on_batches is None):
+            raise ValueError("give exactly one of on_lines and on_batches")
+        self.tailer, self.stop_event, self.safety_poll_s = tailer, stop_event, safety_poll_s
+        self._on_lines, self._on_batches, self._on_events = on_lines, on_batches, on_events
+        self._on_tick, self._tick_at = on_tick, None
+        self._specs = []
+        for pattern in [globs] if isinstance(globs, str) else globs:
+            g, rx = compile_glob(os.path.abspath(pattern))
+            self._specs.append((g, rx, *_watch_base(g)))
+        self._qlock = threading.Lock()
+        self._queue: dict[str, None] = {}
+        self._rescan = False
+        self._wake = threading.Event()
+        self._followed: set[str] = set()
+        self._watches: dict[tuple[str, bool, int], Any] = {}
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self._wake.set()
+
+    def _notify(self, path: str | None) -> None:
+        with self._qlock:
+            if path is None:
+                self._rescan = True
+            else:
+                self._queue[path] = None
+        self._wake.set()
+
+    def run(self) -> None:
+        try:
+            from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent,
+                                         FileCreatedEvent, FileDeletedEvent, FileModifiedEvent,
+                                         FileMovedEvent)
+            from watchdog.observers.inotify import InotifyObserver
+        except ImportError as exc:
+            raise TailError("FollowLoop needs watchdog 7: pip install 'watchdog>=7,<8'") from exc
+        # Only what can change a followed file: our own reads (open, access,
+        # close-nowrite) must not come back as events.
+        self._filter = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileDeletedEvent,
+                        DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
+        observer = InotifyObserver()
+        handler = _handler(self)
+        try:
+            self._sync_watches(observer, handler)
+            observer.start()
+            self._scan(first=True)
+            next_safety = time.monotonic() + self.safety_poll_s
+            while not self.stop_event.is_set():
+                timeout = min(next_safety - time.monotonic(), self.STOP_CHECK_S)
+                deadline = self.tailer.next_deadline()
+                if self._tick_at is not None:
+                    deadline = self._tick_at if deadline is None else min(deadline, self._tick_at)
+                if deadline is not None:  # a quiet partial line to flush (at most 20/s)
+                    timeout = min(timeout, max(deadline - self.tailer.clock(), 0.05))
+                if timeout > 0:
+                    self._wake.wait(timeout)
+                self._wake.clear()
+                if self.stop_event.is_set():
+                    break
+                with self._qlock:
+                    queue, self._queue = self._queue, {}
+                    rescan, self._rescan = self._rescan, False
+                safety = time.monotonic() >= next_safety
+                if rescan or safety:
+                    self._sync_watches(observer, handler)
+                    self._scan(poll_all=safety)
+                    if safety:
+                        next_safety = time.monotonic() + self.safety_poll_s
+                for path in queue:
+                    self._poll(path)
+                for path in self.tailer.due_paths():
+                    self._poll(path)
+                if self._on_tick is not None:
+                    self._tick_at = self._on_tick()
+        finally:
+            observer.stop()
+            if observer.is_alive():
+                observer.join()
+            self._watches.clear()
+            self.tailer.close()
+
+    def _sync_watches(self, observer: Any, handler: Any) -> None:
+        want: dict[tuple[str, bool, int], None] = {}
+        for _, _, base, recursive in self._specs:
+            d = base
+            while (st := _dir_stat(d)) is None and d != os.path.dirname(d):
+                d, recursive = os.path.dirname(d), False  # watch for its creation
+            if st is None:
+                continue
+            want[(d, recursive, st.st_ino)] = None
+        for key in [k for k in self._watches if k not in want]:  # gone or replaced directories
+            try:
+                observer.unschedule(self._watches.pop(key))
+            except (KeyError, OSError):
+                pass
+        for key in want:
+            d, recursive, _ = key
+            if key in self._watches or (not recursive and (d, True, key[2]) in want):
+                continue
+            try:
+                self._watches[key] = observer.schedule(handler, d, recursive=recursive,
+                                                       event_filter=self._filter)
+            except OSError as exc:
+                log.warning("tail cannot watch dir=%s: %s; the safety poll still reads it", d, exc)
+
+    def _scan(self, *, first: bool = False, poll_all: bool = False) -> None:
+        new = []
+        candidates = [p for g, *_ in self._specs for p in sorted(_glob(g))]
+        if first:
+            candidates += self.tailer.saved_paths() + self.tailer.paths()
+        for path in candidates:
+            if path not in self._followed and self._follow(path):
+                new.append(path)
+        for path in (sorted(self._followed) if poll_all else new):
+            self._poll(path)
+        if poll_all:
+            for path in [p for p in self._followed if not os.path.lexists(p)]:
+                if self.tailer.settled(path):
+                    try:
+                        self.tailer.remove(path)
+                    except StateError as exc:
+                        log.warning("tail cannot forget path=%s: %s", path, exc)
+                        continue
+                    self._followed.discard(path)
+
+    def _follow(self, path: str) -> bool:
+        for _, rx, _, _ in self._specs:
+            m = rx.fullmatch(path)
+            if m is not None:
+                self.tailer.add(path, m.groupdict())
+                self._followed.add(path)
+                return True
+        return False
+
+    def _poll(self, path: str) -> None:
+        if path not in self._followed and not self._follow(path):
+            return
+        batches = self.tailer.poll_batches(path)
+        events = self.tailer.take_events()
+        if events and self._on_events is not None:
+            self._on_events(events)
+        if batches:
+            if self._on_batches is not None:
+                self._on_batches(batches)
+            else:
+                lines: list[Line] = []
+                for b in batches:
+                    lines += b.lines()
+                self._on_lines(lines)
+        if self.tailer.more(path):
+            self._notify(path)
