@@ -26,8 +26,9 @@ journald read it, on both clocks), so an entry of an earlier boot gets its own
 boot's time. No ``seq``: journald does not keep the kmsg sequence number.
 
 Resume: ``<state_dir>/journal.json`` holds ``{"cursor"}`` of the last entry
-passed on, saved after each batch was emitted (in the spool), so a restart
-repeats nothing and loses nothing. If that entry is gone (the journal was rotated
+passed on, saved after each batch was emitted (in the spool); after a crash
+between the two the newest cursor the spool holds wins (``catch_up``), so a
+restart repeats nothing and loses nothing. If that entry is gone (the journal was rotated
 or vacuumed past it) a ``kernel.gap`` (``reason`` = ``cursor_gone``) comes first.
 Without a cursor it starts at ``start_at``: ``boot`` (the first entry stamped
 since this machine booted, what /dev/kmsg would hold) or ``head`` (everything
@@ -48,7 +49,7 @@ import uuid
 
 from agent.clock import BootWall, boot_wall
 from agent.hostpaths import HostPaths
-from agent.wire import KIND_KERNEL_GAP, KIND_KERNEL_LINE, MAX_MESSAGE_BYTES, SOURCE_JOURNAL
+from agent.wire import COLUMNS, KIND_KERNEL_GAP, KIND_KERNEL_LINE, MAX_MESSAGE_BYTES, SOURCE_JOURNAL
 
 from .base import Draft, Emit, Source, SourceError, StateFile, clip, emit_many, register
 from .kmsg import kernel_line
@@ -130,6 +131,17 @@ class JournalSource(Source):
             raise ValueError(f"{self.name}: start_at must be one of {', '.join(START_AT)}, got {start_at!r}")
         self.directory, self.start_at = directory, start_at
         self.state = StateFile(self.state_dir, self.name)
+        self._spooled_cursor: str | None = None  # the newest entry found in the spool
+
+    def saved_at_ns(self) -> int | None:
+        return self.state.saved_at_ns()
+
+    def catch_up(self, rows) -> None:
+        i = COLUMNS.index("fields")
+        for r in rows:  # oldest first: the last cursor is the newest
+            c = r[i].get("cursor")
+            if isinstance(c, str) and c:
+                self._spooled_cursor = c
 
     @classmethod
     def unavailable(cls, paths: HostPaths) -> str | None:
@@ -167,7 +179,7 @@ class JournalSource(Source):
     def _seek(self, reader) -> list[Draft]:
         """Position the reader; a kernel.gap to send first if the saved entry is gone."""
         state = self.state.load() or {}
-        cursor = state.get("cursor")
+        cursor = self._spooled_cursor or state.get("cursor")
         if not isinstance(cursor, str) or not cursor:
             if self.start_at == "head":
                 reader.seek_head()
