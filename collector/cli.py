@@ -172,7 +172,8 @@ def parser() -> argparse.ArgumentParser:
     cli_query.add_parsers(sub)
     # listed for --help; main() hands its arguments to the daemon's own parser
     sub.add_parser("collector", add_help=False, help="run the collector daemon (firstfault collector --help)")
-    sub.add_parser("agent", add_help=False, help="run the node agent (firstfault agent --help; firstfault/cli.py)")
+    sub.add_parser("agent", add_help=False, help="run the node agent (firstfault agent --help)")
+    sub.add_parser("demo", add_help=False, help="collector + agent + a real failing job here, then the report")
     return p
 
 

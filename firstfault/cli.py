@@ -1,4 +1,5 @@
-"""``firstfault COMMAND``: ``agent`` runs the node agent (agent/daemon.py); every other
+"""``firstfault COMMAND``: ``agent`` runs the node agent (agent/daemon.py), ``demo`` the
+whole path on this machine (firstfault/demo.py); every other
 command (analyze, checkpoint, collector, jobs, report, timeline) is the collector's
 (collector/cli.py). The only module that knows both packages."""
 
@@ -13,6 +14,10 @@ def main(argv: list[str] | None = None) -> int:
         from agent.daemon import main as agent_main
 
         return agent_main(argv[1:])
+    if argv[:1] == ["demo"]:
+        from firstfault.demo import main as demo_main
+
+        return demo_main(argv[1:])
     from collector.cli import main as collector_main
 
     return collector_main(argv)

@@ -204,16 +204,19 @@ def _identify(findings: list[Finding], rank_nodes: dict[int, str | None], procs:
     single_node = len(nodes) <= 1 and not (ranks_seen and locals_seen and max(ranks_seen) > max(locals_seen))
     _failure_summary(findings, rank_nodes)
     pids = link_identity(findings, single_node=single_node)
+    started: dict[str | None, int] = {}
     for ev in procs:
         if ev.pid and ev.rank is not None:
             pids.setdefault(ev.pid, ev.rank)
+        if ev.fields.get("proc") == "start" and ev.occurred_ns is not None:
+            started[ev.node] = min(started.get(ev.node, ev.occurred_ns), ev.occurred_ns)
     for f in findings:
         if f.ev.rank is not None and f.ev.source != "kernel":
             if f.ev.node:
                 rank_nodes[f.ev.rank] = rank_nodes.get(f.ev.rank) or f.ev.node
             else:
                 rank_nodes.setdefault(f.ev.rank, None)
-    link_kernel(findings, pids, rank_nodes)
+    link_kernel(findings, pids, rank_nodes, started)
     return pids
 
 

@@ -26,7 +26,7 @@ import re
 import signal as _signal
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .catalog import Match
 from .model import Event
@@ -122,8 +122,14 @@ def link_identity(findings: list[Finding], single_node: bool) -> dict[int, int]:
     return pids
 
 
-def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Mapping[int, str]) -> None:
-    """Tie kernel findings to ranks by pid, else an OOM kill to the one SIGKILLed rank."""
+def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Mapping[int, str],
+                started: Mapping[str | None, int] | None = None) -> None:
+    """Tie kernel findings to ranks by pid, else an OOM kill to the one SIGKILLed rank.
+
+    ``started``: per node, when the job's first process there started (the agents'
+    process records). A kernel kill of a pid that is none of the job's ranks, from
+    before that, was another job's (back-to-back jobs share a node's kernel log):
+    it becomes context, never the job's failure."""
     killed: dict[str | None, set[int]] = defaultdict(set)
     for f in findings:
         ex = exit_of(f)
@@ -137,6 +143,13 @@ def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Ma
         if pid is not None:
             ev.pid = pid
         pid = ev.pid  # NVML's Xid names no pid in its text: the GPU's one process
+        first = (started or {}).get(ev.node)
+        if (pid is not None and pid not in pids and f.category == "host-memory" and first is not None
+                and ev.occurred_ns is not None and ev.occurred_ns + ev.uncertainty_ns < first):
+            f.match = replace(f.match, role="context")
+            f.links.append(f"pid {pid} is no rank of this job and was killed before its processes "
+                           f"started on {ev.node}: another job's")
+            continue
         if pid in pids:
             ev.rank = pids[pid]
             f.links.append(f"pid {pid} is rank {ev.rank}")

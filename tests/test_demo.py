@@ -1,0 +1,53 @@
+"""``firstfault demo``: the real daemons and a real failing job on this machine, the report
+from the collector's HTTP API, and nothing left behind. As root the victim rank is killed by
+the real kernel OOM killer in a real memory cgroup: the agent's kmsg, cgroup and procs
+records are all the collector has to name it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def demo(*args: str) -> tuple[dict, str]:
+    out = subprocess.run([sys.executable, "-m", "firstfault", "demo", "--format", "json", *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout), out.stderr
+
+
+def leftovers() -> list[str]:
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [ln for ln in ps.splitlines() if "firstfault-demo-" in ln or "firstfault.demo_rank" in ln]
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="the memory cgroup needs root")
+def test_a_rank_killed_by_the_kernel_oom_killer_is_named_from_the_agents_records():
+    rep, err = demo("--mode", "oom")
+    first = rep["first_failure"]
+    assert first["rank"] == 2 and first["signature"] == "kernel.memcg_oom_kill"
+    assert first["category"] == "host-memory" and rep["blame"] == "resources"
+    assert any(ev.get("linked_by", "").endswith("is rank 2") for ev in first["evidence"])
+    assert rep["ranks"]["2"]["exit"]["signal"] == "SIGKILL"
+    assert "is READY" in err and "OOM-killed by the kernel" in err
+    assert not leftovers()
+    memcgs = [p for root in (Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup"))
+              if root.is_dir() for p in root.glob("firstfault-demo-*")]
+    assert not memcgs
+
+
+def test_a_rank_that_raises_is_named_with_its_traceback():
+    rep, err = demo("--mode", "exception", "--ranks", "3")
+    first = rep["first_failure"]
+    assert first["rank"] == 2
+    assert "expected 16 features per sample, got 17" in json.dumps(first["evidence"])
+    assert not leftovers()
