@@ -173,6 +173,7 @@ def parser() -> argparse.ArgumentParser:
     # listed for --help; main() hands its arguments to the daemon's own parser
     sub.add_parser("collector", add_help=False, help="run the collector daemon (firstfault collector --help)")
     sub.add_parser("agent", add_help=False, help="run the node agent (firstfault agent --help; firstfault/cli.py)")
+    sub.add_parser("mark", add_help=False, help="mark a job's start or end for this node's agent (firstfault mark --help)")
     return p
 
 

@@ -1,4 +1,5 @@
-"""``firstfault COMMAND``: ``agent`` runs the node agent (agent/daemon.py); every other
+"""``firstfault COMMAND``: ``agent`` runs the node agent (agent/daemon.py), ``mark`` marks a
+job's start or end for it (agent/mark.py); every other
 command (analyze, checkpoint, collector, jobs, report, timeline) is the collector's
 (collector/cli.py). The only module that knows both packages."""
 
@@ -13,6 +14,10 @@ def main(argv: list[str] | None = None) -> int:
         from agent.daemon import main as agent_main
 
         return agent_main(argv[1:])
+    if argv[:1] == ["mark"]:
+        from agent.mark import main as mark_main
+
+        return mark_main(argv[1:])
     from collector.cli import main as collector_main
 
     return collector_main(argv)
