@@ -10,7 +10,9 @@ live, so receipt follows writing by milliseconds). Kernel records carry the
 kmsg time the agent converted (clock "kmsg"); journal records the journal's.
 
 Records that are samples, not text (cgroup memory, GPU memory) give no Event;
-a process exit gives a KIND_RECORD Event whose fields hold the exit.
+a process exit gives a KIND_RECORD Event whose fields hold the exit. Job marks
+(``job.mark``, from a scheduler's prolog/epilog) give no Event either:
+``mark_of`` turns one into the report's ``Inputs.marks`` entry.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone, tzinfo
 
-from agent.wire import Record
+from agent.wire import KIND_JOB_MARK, Record
 
 from . import traceback as tb
 from .kernel import unescape_kmsg
@@ -85,6 +87,15 @@ def _exit_event(r: Record) -> Event:
         clock="agent", uncertainty_ns=AGENT_UNCERTAINTY_NS, origin=_origin(r), stream=f"{r.node}:procs",
         seq=r.seq, fields={"exit": {k: r.fields.get(k) for k in ("code", "signal") if k in r.fields}},
     )
+
+
+def mark_of(r: Record) -> dict | None:
+    """A job.mark record as {node, event, step, nodes, at}; None for any other record."""
+    if r.kind != KIND_JOB_MARK:
+        return None
+    f = r.fields
+    return {"node": r.node, "event": f.get("event"), "step": f.get("step"), "nodes": f.get("nodes"),
+            "at": r.occurred_ns if r.occurred_ns is not None else r.observed_ns}
 
 
 def events_from_records(records: Iterable[Record], *, zones: dict[str, tzinfo] | None = None) -> Iterator[Event]:
