@@ -1,7 +1,7 @@
 """``firstfault COMMAND``: ``agent`` runs the node agent (agent/daemon.py), ``mark`` marks a
-job's start or end for it (agent/mark.py); every other
-command (analyze, checkpoint, collector, jobs, report, timeline) is the collector's
-(collector/cli.py). The only module that knows both packages."""
+job's start or end for it (agent/mark.py); every other command (analyze, checkpoint,
+collector, jobs, report, timeline) is the collector's (collector/cli.py). The only module
+that knows both packages."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ SLURM = ROOT / "deploy" / "slurm"
 def _firstfault(tmp_path: Path) -> Path:
     """A `firstfault` command running this tree."""
     exe = tmp_path / "firstfault"
-    exe.write_text(f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m collector.cli \"$@\"\n")
+    exe.write_text(f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m firstfault.cli \"$@\"\n")
     exe.chmod(0o755)
     return exe
 
