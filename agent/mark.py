@@ -18,9 +18,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from agent.config import DEFAULT_STATE_DIR
 from agent.sources.marks import EVENTS, MarkError, write_mark
 
-DEFAULT_STATE_DIR = "/var/lib/firstfault-agent"  # as the agent's own default (agent.config)
+
 
 
 def parser() -> argparse.ArgumentParser:
