@@ -37,6 +37,9 @@ Emits
     ``marks/rejected/`` (deleted if it can not be moved); nothing of its content is
     shipped. Then the source goes on.
 
+The directory is ``marks/`` in the agent's state_dir (the daemon passes it as
+``agent_state_dir``; the source's own state dir is private to the agent's user).
+
 Delivery: a mark is deleted after ``emit`` returned (the record is in the spool),
 so a crash in between sends it twice, never zero times. The directory is watched
 with inotify (watchdog) and scanned at start and every ``rescan_s`` seconds (an
@@ -195,20 +198,22 @@ class MarksSource(Source):
 
     name = SOURCE_MARKS
 
-    def __init__(self, *, rescan_s: float = 5.0, **kw) -> None:
+    def __init__(self, *, rescan_s: float = 5.0, agent_state_dir: str | None = None, **kw) -> None:
         super().__init__(**kw)
         if rescan_s <= 0:
             raise ValueError(f"marks: rescan_s must be > 0, got {rescan_s}")
         self.rescan_s = float(rescan_s)
+        # the daemon wires the agent's state_dir (the sources' own ones are private, 0700)
+        self.agent_state_dir = agent_state_dir or self.state_dir
         self._stuck: set[str] = set()  # names that could be neither shipped nor removed
 
     def run(self, emit: Emit, stop: threading.Event) -> None:
-        if not self.state_dir:
+        if not self.agent_state_dir:
             raise SourceError("marks: no state_dir to watch")
         from watchdog.events import FileSystemEventHandler
         from watchdog.observers import Observer
 
-        directory = marks_dir(self.state_dir)
+        directory = marks_dir(self.agent_state_dir)
         os.makedirs(directory, exist_ok=True)
         wake = threading.Event()
 

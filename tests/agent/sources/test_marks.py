@@ -143,3 +143,15 @@ def test_firstfault_mark_exit_codes(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli_main(["mark", "start", "--state-dir", str(tmp_path)])
     assert e.value.code == 2
+
+
+def test_the_agent_watches_the_marks_directory_that_firstfault_mark_writes(tmp_path, sink, running):
+    from agent.config import load_config
+    from agent.daemon import build_sources
+
+    cfg = load_config(None, {(None, "collectors"): "127.0.0.1:7140", (None, "state_dir"): str(tmp_path)})
+    built, _ = build_sources(cfg, create_dirs=True)
+    source = next(s for s in built if s.name == "marks")
+    write_mark(str(tmp_path), "start", "wired", now_ns=3)  # as `firstfault mark --state-dir` does
+    with running(source, sink):
+        assert sink.wait_for(lambda d: d.kind == KIND_JOB_MARK).job == "wired"
