@@ -67,12 +67,18 @@ class Container:
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
-        self.leader = self._find_leader(60)
-        # systemctl fails until PID 1 serves its private socket; then --wait waits for the boot
-        state = self.wait_for("systemd answering", lambda: self.run(
-            "systemctl is-system-running --wait", check=False, timeout=180).stdout.strip(), timeout=60)
-        if state not in ("running", "degraded"):
-            raise RuntimeError(f"container {name} did not boot: {state}\n{self.tail()}")
+        try:
+            self.leader = self._find_leader(60)
+            # systemctl fails until PID 1 serves its private socket; then --wait waits for the boot
+            # ("offline": no manager to talk to yet)
+            state = self.wait_for("systemd answering", lambda: self.run(
+                "systemctl is-system-running --wait", check=False, timeout=180).stdout.strip().replace(
+                "offline", ""), timeout=60)
+            if state not in ("running", "degraded"):
+                raise RuntimeError(f"container {name} did not boot: {state}\n{self.tail()}")
+        except BaseException:
+            self.stop()
+            raise
 
     def _find_leader(self, timeout: float) -> int:
         """The container's PID 1 (systemd), a child of systemd-nspawn."""
