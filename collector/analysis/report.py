@@ -16,10 +16,10 @@ from collector.checkpoint_files import DiskCheckpoint
 
 from . import timeline
 from .catalog import Catalog
-from .hostlist import HostlistError, expand_hostlist
 from .checkpoint import SaveMark, checkpoint_report
 from .context import NEEDLES as CONTEXT_NEEDLES
 from .findings import MAX_KEPT, PROGRESS, read_findings
+from .hostlist import HostlistError, expand_hostlist
 from .model import Event
 from .phase import phase_from_frames
 from .timeline import NodeClock
