@@ -64,7 +64,8 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
     """(the wanted sources, [(name, why skipped)] of default-on ones unavailable here).
 
     The daemon wires what configuration cannot say: every source gets the host
-    paths and its own state dir; the procs source the job label; a source taking
+    paths and its own state dir (and the agent's, to a source that asks for
+    ``agent_state_dir``); the procs source the job label; a source taking
     ``pids`` (cgroup) follows the procs source's rank processes. ConfigError for
     options a source rejects, or an explicitly wanted source that cannot run."""
     paths = paths or HostPaths()
@@ -89,6 +90,8 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
             kw["job_label"] = cfg.job
         if "pids" in accepts and "procs" in built:
             kw["pids"] = built["procs"].pids
+        if "agent_state_dir" in accepts:  # the marks source: <state_dir>/marks, shared with `firstfault mark`
+            kw["agent_state_dir"] = str(cfg.state_dir)
         state_dir = os.path.join(cfg.state_dir, "sources", sc.name)
         try:
             if create_dirs:

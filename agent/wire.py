@@ -117,8 +117,9 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 SOURCE_RANKLOG, SOURCE_KMSG, SOURCE_JOURNAL = "ranklog", "kmsg", "journal"
 SOURCE_CGROUP, SOURCE_PROCS, SOURCE_NVML, SOURCE_AGENT = "cgroup", "procs", "nvml", "agent"
+SOURCE_MARKS = "marks"
 SOURCES = frozenset({SOURCE_RANKLOG, SOURCE_KMSG, SOURCE_JOURNAL, SOURCE_CGROUP,
-                     SOURCE_PROCS, SOURCE_NVML, SOURCE_AGENT})
+                     SOURCE_PROCS, SOURCE_NVML, SOURCE_MARKS, SOURCE_AGENT})
 
 KIND_RANK_LINE, KIND_RANK_TRACEBACK = "rank.line", "rank.traceback"
 KIND_KERNEL_LINE, KIND_KERNEL_GAP = "kernel.line", "kernel.gap"

@@ -174,6 +174,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("collector", add_help=False, help="run the collector daemon (firstfault collector --help)")
     sub.add_parser("agent", add_help=False, help="run the node agent (firstfault agent --help)")
     sub.add_parser("demo", add_help=False, help="collector + agent + a real failing job here, then the report")
+    sub.add_parser("mark", add_help=False, help="mark a job's start or end for this node's agent (firstfault mark --help)")
     return p
 
 

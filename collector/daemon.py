@@ -12,6 +12,12 @@ stored are finished and acked, clock estimates saved, the store closed; a second
 signal exits at once (nothing acked is lost: acks follow commits). Retention
 pruning runs at start and every ``retention.prune_interval_s``.
 
+Under systemd (``Type=notify``, deploy/systemd/firstfault-collector.service) it
+says READY=1 once both listeners (ingest and HTTP) are up, with a STATUS line;
+pings WATCHDOG=1 from the event loop every WatchdogSec / 2 (a blocked loop stops
+the pings and systemd restarts the collector), refreshing STATUS; and says
+STOPPING=1 when a signal arrives (agent/sdnotify.py, shared with the agent).
+
 Exit codes: 0 stopped by a signal, 1 could not start (store, TLS files, address
 in use), 2 configuration or usage error.
 """
@@ -25,6 +31,7 @@ import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+from agent.sdnotify import Notifier
 from collector.analysis.catalog import load_catalog
 from collector.api import Api
 from collector.api import start as start_http
@@ -82,8 +89,9 @@ def _logs_to_stderr() -> bool:
                for h in logging.getLogger().handlers)
 
 
-async def run(cfg: CollectorConfig) -> int:
+async def run(cfg: CollectorConfig, notifier: Notifier | None = None) -> int:
     """Serve until SIGTERM/SIGINT; StartError when something needed is missing."""
+    notifier = notifier or Notifier()
     loop = asyncio.get_running_loop()
     log.info("starting %s", describe(cfg))
     writer = ThreadPoolExecutor(1, thread_name_prefix="firstfault-store")
@@ -94,14 +102,29 @@ async def run(cfg: CollectorConfig) -> int:
         except (StoreError, OSError) as e:
             raise StartError(f"cannot open the store db={cfg.db}: {e}") from e
         try:
-            return await _serve(cfg, store, writer)
+            return await _serve(cfg, store, writer, notifier)
         finally:
             await loop.run_in_executor(writer, store.close)
     finally:
         writer.shutdown(wait=True)
+        notifier.close()
 
 
-async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor) -> int:
+def status_line(server: IngestServer) -> str:
+    """The STATUS systemd shows: connections and records so far."""
+    m = server.metrics
+    return (f"{m.connections_open} agents connected; {m.records_stored} records stored, "
+            f"{m.records_duplicate} resends")
+
+
+async def _watchdog_loop(notifier: Notifier, server: IngestServer) -> None:
+    """WATCHDOG=1 from the event loop itself: if the loop hangs, the pings stop."""
+    while True:
+        await asyncio.sleep(notifier.watchdog_s)
+        notifier.send(WATCHDOG=1, STATUS=status_line(server))
+
+
+async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor, notifier: Notifier) -> int:
     loop = asyncio.get_running_loop()
     try:
         ssl_context = make_ssl_context(cfg.tls)
@@ -130,16 +153,22 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor)
             log.warning("second signal=%s: exiting now", signal.Signals(signum).name)
             os._exit(1)
         log.info("stopping signal=%s", signal.Signals(signum).name)
+        notifier.stopping()
         stop.set()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
         signals.append(signum)
     pruner = asyncio.create_task(_prune_loop(cfg, store, server), name="firstfault-prune")
+    tasks = [pruner]
+    if notifier.watchdog_s:
+        tasks.append(asyncio.create_task(_watchdog_loop(notifier, server), name="firstfault-watchdog"))
+    notifier.ready(f"serving ingest on {cfg.listen}, http on {cfg.http}; " + status_line(server))
     try:
         await stop.wait()
     finally:
-        pruner.cancel()
+        for task in tasks:
+            task.cancel()
         await http.cleanup()
         await server.stop()
         for signum in signals:

@@ -11,11 +11,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict
 
-from agent.wire import KIND_AGENT_GAP, KIND_KERNEL_GAP, Record
+from agent.wire import KIND_AGENT_GAP, KIND_JOB_MARK, KIND_KERNEL_GAP, Record
 
 from .analysis.catalog import Catalog
 from .analysis.context import CONFIG_NEEDLE
-from .analysis.records import events_from_records
+from .analysis.records import events_from_records, mark_of
 from .analysis.report import Inputs, build_report, iso
 from .analysis.timeline import NodeClock
 from .reports import render
@@ -44,10 +44,17 @@ def _gap(r: Record) -> dict:
             "reason": r.message or r.kind, **{k: v for k, v in r.fields.items() if k != "source"}}
 
 
-def _with_gaps(records: Iterator[Record], gaps: list[dict]) -> Iterator[Record]:
+def _noting(records: Iterator[Record], inputs: Inputs) -> Iterator[Record]:
+    """Pass records through, noting in ``inputs`` the gaps, the job's marks and which nodes
+    sent records of the job."""
     for r in records:
         if r.kind in GAP_KINDS:
-            gaps.append(_gap(r))
+            inputs.gaps.append(_gap(r))
+        elif r.kind == KIND_JOB_MARK:
+            if r.job == inputs.job:
+                inputs.marks.append(mark_of(r))
+        elif r.job == inputs.job:
+            inputs.nodes_seen.add(r.node)
         yield r
 
 
@@ -57,11 +64,9 @@ def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = Non
     if info is None:
         raise QueryError(f"no job {job!r} in the store (firstfault jobs lists them)")
     clocks = {n: NodeClock(c.offset_ns, c.uncertainty_ns) for n, c in store.clocks().items()}
-    gaps: list[dict] = []
-    inputs = Inputs(job=job, gaps=gaps, clocks=clocks, generated_ns=time.time_ns(),
-                    rank_nodes={})
+    inputs = Inputs(job=job, clocks=clocks, generated_ns=time.time_ns(), rank_nodes={})
     sel = sel or Selection(job=job)
-    events = events_from_records(_with_gaps(store.records(sel), gaps))
+    events = events_from_records(_noting(store.records(sel), inputs))
     return build_report(events, catalog, inputs)
 
 

@@ -16,6 +16,8 @@ pid -> rank map. An Xid that NVML delivered (nvml ``gpu.xid``) is a kernel Event
 like the driver's ``NVRM: Xid`` line (clock "agent": stamped on receipt), with
 the agent's message as its text and fields ``gpu``, ``uuid``, ``pci_bus_id``,
 ``pids``; its pid is the GPU's one compute process, if it had one.
+Job marks (``job.mark``, from a scheduler's prolog/epilog) give no Event:
+``mark_of`` turns one into the report's ``Inputs.marks`` entry.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone, tzinfo
 
-from agent.wire import Record
+from agent.wire import KIND_JOB_MARK, Record
 
 from . import traceback as tb
 from .kernel import unescape_kmsg
@@ -102,6 +104,15 @@ def _nvml_xid_event(r: Record) -> Event:
         clock="agent", uncertainty_ns=AGENT_UNCERTAINTY_NS, origin=_origin(r), stream=f"{r.node}:nvml",
         seq=r.seq, fields={k: r.fields[k] for k in ("gpu", "uuid", "pci_bus_id", "xid", "pids") if k in r.fields},
     )
+
+
+def mark_of(r: Record) -> dict | None:
+    """A job.mark record as {node, event, step, nodes, at}; None for any other record."""
+    if r.kind != KIND_JOB_MARK:
+        return None
+    f = r.fields
+    return {"node": r.node, "event": f.get("event"), "step": f.get("step"), "nodes": f.get("nodes"),
+            "at": r.occurred_ns if r.occurred_ns is not None else r.observed_ns}
 
 
 def events_from_records(records: Iterable[Record], *, zones: dict[str, tzinfo] | None = None) -> Iterator[Event]:

@@ -19,6 +19,7 @@ from .catalog import Catalog
 from .checkpoint import SaveMark, checkpoint_report
 from .context import NEEDLES as CONTEXT_NEEDLES
 from .findings import MAX_KEPT, PROGRESS, read_findings
+from .hostlist import HostlistError, expand_hostlist
 from .model import Event
 from .phase import phase_from_frames
 from .timeline import NodeClock
@@ -57,6 +58,8 @@ class Inputs:
     clocks: Mapping[str, NodeClock] | None = None
     disk: DiskCheckpoint | None = None
     generated_ns: int | None = None
+    marks: list[dict] = field(default_factory=list)  # job marks (records.mark_of) of this job
+    nodes_seen: set[str] = field(default_factory=set)  # nodes that sent records of the job
 
 
 def iso(ns: int | None) -> str | None:
@@ -173,6 +176,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
             f"{read.dropped} findings beyond the first {MAX_KEPT} distinct ones were counted, not kept")})
     if world:
         gaps += [{"rank": r, "reason": "no log of this rank was given"} for r in range(world) if r not in rank_nodes]
+    nodes = _nodes(rank_nodes, inp.nodes_seen | {f.ev.node for f in findings if f.ev.node}, inp.marks, gaps)
     return {
         "schema": SCHEMA,
         "job": inp.job,
@@ -188,9 +192,42 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
             for g in groups
         ],
         "ranks": ranks_out,
+        "nodes": nodes,
         "context": read.ctx.to_report(world_size=world, launcher=inp.launcher),
         "checkpoint": ckpt,
     }
+
+
+def _nodes(rank_nodes: Mapping[int, str | None], seen: set[str], marks: list[dict], gaps: list[dict]) -> list[dict]:
+    """Every node of the job: those that sent its records, and those only its marks name (a
+    node's agent marked the job start, or the scheduler's node list names it), noted and
+    listed as gaps, since a node that ran the job but sent nothing is evidence too."""
+    ranks: dict[str, list[int]] = {}
+    for r, n in rank_nodes.items():
+        if n:
+            ranks.setdefault(n, []).append(r)
+    sent = seen | set(ranks)
+    marked: dict[str, set[str]] = {}
+    listed: dict[str, str] = {}  # node -> the node whose mark lists it
+    for m in marks:
+        marked.setdefault(m["node"], set()).add(m["event"])
+        try:
+            for n in expand_hostlist(m["nodes"] or ""):
+                listed.setdefault(n, m["node"])
+        except HostlistError as e:
+            gaps.append({"node": m["node"], "source": "marks", "reason": f"node list of its job mark unreadable: {e}"})
+    out = []
+    for n in sorted(sent | set(marked) | set(listed)):
+        note = None
+        if n not in sent and n in marked:
+            note = f"its agent marked the job ({', '.join(sorted(marked[n]))}) but sent no records of the job"
+        elif n not in sent:
+            note = f"in the job's node list (mark from {listed[n]}) but its agent sent no records of the job"
+        out.append({"node": n, "ranks": sorted(ranks.get(n, [])), "marked": sorted(marked.get(n, ())), "note": note})
+        if note:
+            gaps.append({"node": n, "reason": note})
+    return out
+
 
 
 def _identify(findings: list[Finding], rank_nodes: dict[int, str | None], procs: Iterable[Event] = ()) -> dict[int, int]:

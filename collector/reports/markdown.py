@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .text import nodes_line
+
 
 def _cell(v) -> str:
     s = "" if v is None else str(v)
@@ -66,6 +68,9 @@ def render_markdown(rep: dict) -> str:
             exit_s = "" if not ex else f"{ex.get('code')} {ex.get('signal') or ''}".strip()
             out.append(f"| {r} | {_cell(info.get('node'))} | {_cell(fe.get('role'))} | {_cell(fe.get('signature'))} "
                        f"| {_cell(fe.get('at'))} | {_cell(exit_s)} | {_cell(lp.get('step'))} |")
+    if rep.get("nodes"):
+        out.append("")
+        out.append(f"**Nodes ({len(rep['nodes'])}):** {_cell(nodes_line(rep['nodes']))}")
     ck = rep.get("checkpoint") or {}
     out.append("")
     out.append("### Checkpoint")

@@ -17,6 +17,14 @@ def _rank_line(r: str, info: dict) -> str:
     return f"  rank {r}{where}: [{fe['role']}] {fe['signature']} at {fe.get('at') or '?'}{tail}\n      {text[:160]}"
 
 
+def nodes_line(nodes: list[dict]) -> str:
+    """``gpu-01 (ranks 0, 1), gpu-02 (sent nothing)``: the notes themselves are listed as gaps."""
+    def one(n: dict) -> str:
+        what = f"ranks {', '.join(map(str, n['ranks']))}" if n.get("ranks") else "sent nothing" if n.get("note") else ""
+        return n["node"] + (f" ({what})" if what else "")
+    return ", ".join(map(one, nodes))
+
+
 def render_text(rep: dict) -> str:
     out: list[str] = []
     ff = rep.get("first_failure")
@@ -59,6 +67,9 @@ def render_text(rep: dict) -> str:
         out.append("First error of every rank:")
         for r, info in rep["ranks"].items():
             out.append(_rank_line(r, info))
+    if rep.get("nodes"):
+        out.append("")
+        out.append(f"Nodes ({len(rep['nodes'])}): {nodes_line(rep['nodes'])}")
     ck = rep.get("checkpoint") or {}
     out.append("")
     resume = f"; resume from {ck['resume_from']}" if ck.get("resume_from") else ""

@@ -7,6 +7,9 @@ import asyncio
 import os
 import re
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -142,3 +145,36 @@ def test_kill_9_mid_stream_loses_nothing_acked(tmp_path):
         assert c.proc.wait(20) == -signal.SIGKILL
     seqs = _stored_seqs(db, "gpu-01", "s1")
     assert len(seqs) == len(set(seqs)) == total and sorted(seqs) == list(range(total))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_speaks_sd_notify_ready_after_both_listeners_watchdog_and_stopping(tmp_path):
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify"))
+    notify.settimeout(30)
+    ingest, http = _free_port(), _free_port()
+    env = {**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "200000",
+           "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "collector.daemon", "--listen", f"127.0.0.1:{ingest}",
+                             "--http", f"127.0.0.1:{http}", "--db", str(tmp_path / "ff.db")],
+                            cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+    try:
+        first = notify.recv(4096).decode()
+        assert first.startswith("READY=1\nSTATUS=serving ingest on 127.0.0.1:")
+        for port in (ingest, http):  # READY came after both listen
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        pings = [notify.recv(4096).decode() for _ in range(2)]
+        assert all(p.startswith("WATCHDOG=1\nSTATUS=") and "records stored" in p for p in pings)
+        proc.send_signal(signal.SIGTERM)
+        while (msg := notify.recv(4096).decode()) != "STOPPING=1":
+            assert msg.startswith("WATCHDOG=1")
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        notify.close()
