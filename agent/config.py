@@ -45,7 +45,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from agent import settings
-from agent.settings import Address, ConfigError as _BaseConfigError, HelpRequested  # noqa: F401
+from agent.settings import Address, ConfigError as _BaseConfigError, HelpRequested  # noqa: F401 (re-exported)
 from agent.sources import base as sources
 from agent.wire import MAX_NAME_BYTES
 
@@ -191,7 +191,7 @@ def _option_parser(p: inspect.Parameter) -> settings.Parser:
     for t, parser in kinds:
         if t.__name__ in note.replace("|", " ").split():
             return parser
-    return settings.string
+    return settings.text  # the source checks its own strings
 
 
 def _source_table(name: str, table: Any, where: str, problems: list[str],

@@ -99,6 +99,13 @@ def string(v: Any, flag: bool) -> str:
     return v
 
 
+def text(v: Any, flag: bool) -> str:
+    """Any string, the empty one too."""
+    if type(v) is not str:
+        raise ValueError(f"expected a string, got {v!r}")
+    return v
+
+
 def path(v: Any, flag: bool) -> Path:
     return Path(string(v, flag))
 

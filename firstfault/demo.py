@@ -136,10 +136,7 @@ def run_job(workdir: Path, job: str, ranks: int, victim: int, mode: str,
         env = {**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks),
                "LOCAL_WORLD_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "TORCHELASTIC_RUN_ID": job, "PYTHONUNBUFFERED": "1"}
-        join = None
-        if r == victim and memcg is not None:
-            def join(path=memcg / "cgroup.procs"):  # in the child, before exec
-                path.write_text(str(os.getpid()))
+        join = _joiner(memcg) if r == victim and memcg is not None else None
         with open(logdir / f"rank{r}.log", "ab") as out:
             procs[r] = subprocess.Popen(
                 [sys.executable, "-m", "firstfault.demo_rank", "--victim", str(victim),
@@ -162,6 +159,13 @@ def run_job(workdir: Path, job: str, ranks: int, victim: int, mode: str,
                 p.kill()
                 codes[r] = p.wait()
     return codes
+
+
+def _joiner(memcg: Path):
+    """A preexec_fn: the child moves itself into ``memcg`` before it execs."""
+    def join() -> None:
+        (memcg / "cgroup.procs").write_text(str(os.getpid()))
+    return join
 
 
 def _free_port() -> int:
