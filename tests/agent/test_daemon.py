@@ -163,3 +163,27 @@ def test_every_line_arrives_exactly_once_across_agent_and_collector_kills(tmp_pa
         if agent.proc.poll() is None:
             agent.stop(signal.SIGKILL)
         col.stop()
+
+
+@needs_root
+@pytest.mark.root
+def test_a_real_nvrm_xid_line_written_to_dev_kmsg_arrives_as_a_kernel_record(tmp_path):
+    from collector.analysis.catalog import load_catalog
+    raw = next(ln for ln in (ROOT / "tests/data/kernel/nvrm.kmsg").read_text().splitlines()
+               if "): 79, " in ln)
+    text = raw.split(";", 1)[1]  # the driver's text: NVRM: Xid (PCI:...): 79, ... fallen off the bus.
+    col = CollectorProcess(tmp_path / "c.db")
+    agent = AgentProcess(tmp_path / "agent", col.ingest, *QUIET)
+    try:
+        write_kmsg(text)
+        settle(lambda: text in messages(tmp_path / "c.db", "node-a", "fallen off the bus"),
+               what="the Xid line")
+        with SqliteStore(tmp_path / "c.db") as store:
+            rec = next(r for r in store.records(Selection(nodes=("node-a",), grep="fallen off"))
+                       if r.message == text)
+        assert rec.source == "kmsg" and rec.kind == "kernel.line" and rec.boot_id
+        m = load_catalog().match(rec.message)
+        assert m is not None and m.signature.id == "nvidia.xid" and m.category == "hardware"
+    finally:
+        agent.stop()
+        col.stop()

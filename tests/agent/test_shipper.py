@@ -8,14 +8,14 @@ import socket
 import time
 
 import pytest
-from ingest_helpers import FakeStore, LoopThread
+from ingest_helpers import FakeStore, LoopThread, make_pki
 
 from agent.settings import Address
 from agent.shipper import Shipper
 from agent.sources.base import Draft
 from agent.spool import Spool
-from collector.config import ClockConfig, LimitsConfig
-from collector.server import IngestServer
+from collector.config import ClockConfig, LimitsConfig, TLSConfig
+from collector.server import IngestServer, make_ssl_context
 
 NODE = "gpu-01"
 
@@ -35,14 +35,16 @@ def free_port() -> int:
 class Collector:
     """An IngestServer on its own loop thread; stop() and start() again on the same port."""
 
-    def __init__(self, store: FakeStore, port: int | None = None, token: str | None = None) -> None:
-        self.store, self.token, self.lt = store, token, LoopThread()
+    def __init__(self, store: FakeStore, port: int | None = None, token: str | None = None,
+                 ssl_context=None) -> None:
+        self.store, self.token, self.lt, self.ssl = store, token, LoopThread(), ssl_context
         self.port = port or free_port()
         self.server = None
 
     def start(self) -> Collector:
         async def make():
-            server = IngestServer(self.store, token=self.token, limits=LimitsConfig(read_timeout_s=5),
+            server = IngestServer(self.store, token=self.token, ssl_context=self.ssl,
+                                  limits=LimitsConfig(read_timeout_s=5),
                                   clock=ClockConfig(ping_interval_s=0.2, save_interval_s=0.2))
             await server.start("127.0.0.1", self.port)
             return server
@@ -168,4 +170,26 @@ def test_stop_flushes_what_was_spooled(spool):
     spool.append(drafts(0, 5000))
     assert sh.stop(15.0) is True
     assert store.seqs(NODE, spool.stream) == list(range(1, 5001))
+    c.stop()
+
+
+def test_ships_over_mutual_tls_and_a_client_without_a_cert_is_refused(spool, tmp_path):
+    import ssl
+    pki = make_pki(tmp_path)
+    server_ctx = make_ssl_context(TLSConfig(cert=pki / "server.pem", key=pki / "server.key",
+                                            client_ca=pki / "ca.pem"))
+    store = FakeStore()
+    c = Collector(store, token="t0k", ssl_context=server_ctx).start()
+    addr = Address("localhost", c.port)
+    anon = ssl.create_default_context(cafile=str(pki / "ca.pem"))  # trusts it, shows no cert
+    spool.append(drafts(0, 300))
+    refused = fast(spool, [addr], token="t0k", ssl_context=anon).start()
+    settle(lambda: refused.stats.failures >= 2)
+    assert refused.stop(0) is False and store.seqs(NODE, spool.stream) == []
+    mine = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    mine.load_cert_chain(str(pki / "client.pem"), str(pki / "client.key"))
+    sh = fast(spool, [addr], token="t0k", ssl_context=mine).start()
+    settle(sh.flushed)
+    assert store.seqs(NODE, spool.stream) == list(range(1, 301))
+    sh.stop(0)
     c.stop()

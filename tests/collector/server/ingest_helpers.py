@@ -253,3 +253,41 @@ class CollectorProcess:
     def stop(self, sig: int = signal.SIGTERM) -> int:
         self.proc.send_signal(sig)
         return self.proc.wait(30)
+
+
+def make_pki(d):
+    """A CA, a server cert for localhost and a client cert, all signed by the CA."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(name, issuer_key, issuer_name, key, ca=False, san=None):
+        b = (x509.CertificateBuilder().subject_name(
+            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(issuer_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if san:
+            b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(san)]), critical=False)
+        return b.sign(issuer_key, hashes.SHA256())
+
+    def write(name, key, crt):
+        (d / f"{name}.key").write_bytes(key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption()))
+        (d / f"{name}.pem").write_bytes(crt.public_bytes(serialization.Encoding.PEM))
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
+    write("ca", ca_key, cert("test-ca", ca_key, ca_name, ca_key, ca=True))
+    for name in ("server", "client"):
+        key = ec.generate_private_key(ec.SECP256R1())
+        write(name, key, cert(name, ca_key, ca_name, key, san="localhost"))
+    return d
