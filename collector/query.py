@@ -44,12 +44,17 @@ def _gap(r: Record) -> dict:
             "reason": r.message or r.kind, **{k: v for k, v in r.fields.items() if k != "source"}}
 
 
-def _noting(records: Iterator[Record], inputs: Inputs) -> Iterator[Record]:
-    """Pass records through, noting in ``inputs`` the gaps, the job's marks and which nodes
-    sent records of the job."""
+def _noting(records: Iterator[Record], inputs: Inputs, first_ns: int) -> Iterator[Record]:
+    """Pass records through, noting in ``inputs`` the gaps, the job's marks, which nodes sent
+    records of the job and each rank's node (a rank that only logged progress is no
+    finding, yet it was there). build_report reads them after it has read the records.
+    A kernel gap noticed before the job's first record lost only what came before it."""
     for r in records:
+        if r.rank is not None and r.rank not in inputs.rank_nodes and r.job == inputs.job:
+            inputs.rank_nodes[r.rank] = r.node
         if r.kind in GAP_KINDS:
-            inputs.gaps.append(_gap(r))
+            if not (r.kind == KIND_KERNEL_GAP and r.observed_ns < first_ns):
+                inputs.gaps.append(_gap(r))
         elif r.kind == KIND_JOB_MARK:
             if r.job == inputs.job:
                 inputs.marks.append(mark_of(r))
@@ -66,7 +71,7 @@ def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = Non
     clocks = {n: NodeClock(c.offset_ns, c.uncertainty_ns) for n, c in store.clocks().items()}
     inputs = Inputs(job=job, clocks=clocks, generated_ns=time.time_ns(), rank_nodes={})
     sel = sel or Selection(job=job)
-    events = events_from_records(_noting(store.records(sel), inputs))
+    events = events_from_records(_noting(store.records(sel), inputs, info.first_ns))
     return build_report(events, catalog, inputs)
 
 

@@ -87,6 +87,9 @@ def _kernel_event(r: Record) -> Event:
 
 def _proc_event(r: Record) -> Event:
     fields: dict = {"proc": r.kind.removeprefix("proc.")}
+    ws = r.fields.get("world_size")
+    if isinstance(ws, str) and ws.isdigit():  # the launcher's WORLD_SIZE, as the rank saw it
+        fields["world_size"] = int(ws)
     if r.kind == "proc.exit":
         fields["exit"] = {k: r.fields.get(k) for k in ("code", "signal") if k in r.fields}
     return Event(

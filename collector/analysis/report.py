@@ -124,7 +124,8 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     errors = [f for f in findings if f.role in ("root", "cascade")]
     firsts = rank_firsts(errors)
     groups = distinct_failures(errors, firsts, read.counts)
-    world = read.ctx.world_size or inp.world_size
+    world = read.ctx.world_size or inp.world_size or max(
+        (ev.fields["world_size"] for ev in read.procs if "world_size" in ev.fields), default=None)
     known_ranks = set(rank_nodes) | (set(range(world)) if world else set())
 
     first_f: Finding | None = None
