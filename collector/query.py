@@ -15,11 +15,12 @@ from agent.wire import KIND_AGENT_GAP, KIND_JOB_MARK, KIND_KERNEL_GAP, Record
 
 from .analysis.catalog import Catalog
 from .analysis.context import CONFIG_NEEDLE
+from .analysis.marks import ReportMarker
 from .analysis.records import events_from_records, mark_of
 from .analysis.report import Inputs, build_report, iso
 from .analysis.timeline import NodeClock
 from .reports import render
-from .store.base import Selection, Store
+from .store.base import Selection, Store, needed_records
 
 GAP_KINDS = (KIND_AGENT_GAP, KIND_KERNEL_GAP)
 
@@ -66,7 +67,9 @@ def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = Non
     clocks = {n: NodeClock(c.offset_ns, c.uncertainty_ns) for n, c in store.clocks().items()}
     inputs = Inputs(job=job, clocks=clocks, generated_ns=time.time_ns(), rank_nodes={})
     sel = sel or Selection(job=job)
-    events = events_from_records(_noting(store.records(sel), inputs))
+    # only the records the report reads (analysis/marks.py), where the store kept marks
+    needed = needed_records(store, sel, ReportMarker(catalog).name)
+    events = events_from_records(_noting(needed, inputs))
     return build_report(events, catalog, inputs)
 
 

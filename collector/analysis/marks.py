@@ -17,7 +17,10 @@ What is marked, for the report to be the one all records give:
     * of the other rank lines holding a progress-only needle, per (fields
       ``path``, rank), the latest in block order whose text the catalog matches
       as progress (findings keeps the latest by occurred time, later in order on
-      ties: within a block that is the last; across blocks it reads them all).
+      ties: within a block that is the last; across blocks it reads them all);
+    * the block's last record: the report notes which nodes sent records of the
+      job (query.py), and a block keeps its last record longest (prune drops the
+      oldest first).
 
 ``name`` changes whenever what would be marked changes (the needles, the
 progress patterns, MARKS_VERSION): the store reads blocks marked under another
@@ -77,6 +80,8 @@ class ReportMarker:
         plain = ([True] * n if set(source) == {"ranklog"} and set(kind) == {"rank.line"}
                  else [s == "ranklog" and k == "rank.line" for s, k in zip(source, kind)])
         need = {i for i in range(n) if not plain[i]} if not all(plain) else set()
+        if n:
+            need.add(n - 1)
         need.update(self._hits(message))
         if self._latest:
             self._mark_latest(need, plain, message, occurred_ns, rank, fields)
