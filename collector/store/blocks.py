@@ -31,13 +31,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import compress, islice, repeat
-from operator import eq, le
+from itertools import islice
+from operator import le
 from typing import Any
 
 import msgpack
 
 BLOCK_MAX = 2000  # records a block holds at most
+_FEW = 64  # records of other jobs below which a batch's main job is cut out by deleting them
 # Record columns in wire order (agent/wire.py), as insert_columns takes them.
 COLUMNS = ("source", "kind", "message", "occurred_ns", "observed_ns", "boot_id", "mono_ns",
            "job", "rank", "local_rank", "pid", "severity", "fields")
@@ -94,16 +95,9 @@ def make_blocks(seqs: Sequence[int], cols: dict[str, Sequence[Any]],
     """The blocks of one stream's batch (seqs unique and rising): one or more per job, each in
     (t_ns, seq) order. A batch holds a job or two and its node's jobless records;
     the common case (one job, times rising) costs C-level passes only."""
-    job = cols["job"]
-    jobs = set(job)
     columns = [seqs, t, *(cols[c] for c in _STORED)]
     out = []
-    for j in sorted(jobs, key=lambda x: (x is not None, x or "")):
-        if len(jobs) == 1:
-            part = [list(c) for c in columns]
-        else:
-            mine = list(map(eq, job, repeat(j))) if j is not None else [x is None for x in job]
-            part = [list(compress(c, mine)) for c in columns]
+    for j, part in _by_job(cols["job"], columns):
         ts, ss = part[T], part[SEQ]
         if not all(map(le, ts, islice(ts, 1, None))):  # seqs rise: times alone decide
             order = sorted(range(len(ss)), key=lambda i: (ts[i], ss[i]))
@@ -117,6 +111,33 @@ def make_blocks(seqs: Sequence[int], cols: dict[str, Sequence[Any]],
 def pack_ranks(ranks: set[int]) -> bytes | None:
     """A block's ``ranks`` column: its distinct ranks, sorted, packed; None for none."""
     return pack(sorted(ranks)) if ranks else None
+
+
+def _by_job(job: Sequence[str | None], columns: list) -> list[tuple[str | None, list[list]]]:
+    """(job, its columns) of each job of a batch. The most frequent job's columns are
+    copies with the others' entries deleted (a few memmoves where the others are a
+    few jobless records among many); the others' are gathered by index."""
+    first = job[0]
+    if job.count(first) == len(job):
+        return [(first, [list(c) for c in columns])]
+    where: dict[str | None, list[int]] = {}
+    for i, x in enumerate(job):
+        where.setdefault(x, []).append(i)
+    main = max(where, key=lambda x: len(where[x]))
+    out = []
+    for j, idx in where.items():
+        if j is not main:
+            out.append((j, [[c[i] for i in idx] for c in columns]))
+    drop = sorted(i for j, idx in where.items() if j is not main for i in idx)
+    if len(drop) <= _FEW:
+        part = [list(c) for c in columns]
+        for c in part:
+            for i in reversed(drop):
+                del c[i]
+    else:
+        part = [[c[i] for i in where[main]] for c in columns]
+    out.append((main, part))
+    return out
 
 
 def unpack(data: bytes) -> list[list[Any]]:
