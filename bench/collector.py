@@ -18,13 +18,11 @@ event loop thread and of the store thread for the throughput phase.
 
     python3 bench/collector.py [--clients 8] [--seconds 20] [--batch 1000]
                                [--rate 20000] [--latency-seconds 30] [--profile]
-                               [--null-store] [--group-commit]
+                               [--null-store]
 
 ``--null-store`` adds throughput phases into a store that keeps nothing (the
-server's own cost); ``--group-commit`` gives SqliteStore an insert_columns_many
-(one transaction for the batches that queued while the store was busy) built on
-its private methods, to measure that proposal. The store alone (insert_columns
-on the same batches, no sockets) is measured too.
+server's own cost). The store alone (insert_columns on the same batches, no
+sockets) is measured too.
 """
 
 from __future__ import annotations
@@ -74,26 +72,14 @@ class NullStore:
         pass
 
 
-def _group_store(base: type) -> type:
-    """Bench only (--group-commit): SqliteStore plus insert_columns_many as sqlite.py
-    could offer it, several batches in one transaction; built on its private _write
-    and _insert_columns to measure the gain before anyone writes it for real."""
-
-    class GroupSqliteStore(base):
-        def insert_columns_many(self, batches: list) -> list[int]:
-            return self._write(lambda: [self._insert_columns(*b) for b in batches],
-                               f"insert of {len(batches)} batches")
-    return GroupSqliteStore
-
-
 def serve(db: str, profile: bool) -> None:
     import cProfile
     import logging
     import pstats
     from concurrent.futures import ThreadPoolExecutor
 
+    from collector.daemon import open_store
     from collector.server import IngestServer
-    from collector.store.sqlite import SqliteStore
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     if os.environ.get("BENCH_GC"):
@@ -104,9 +90,10 @@ def serve(db: str, profile: bool) -> None:
     async def main() -> dict:
         loop = asyncio.get_running_loop()
         writer = ThreadPoolExecutor(1, thread_name_prefix="firstfault-store")
-        kind = NullStore if db == "null" else (
-            _group_store(SqliteStore) if os.environ.get("BENCH_GROUP_COMMIT") else SqliteStore)
-        store = await loop.run_in_executor(writer, kind, db)
+        if db == "null":
+            store = NullStore(db)
+        else:  # as the daemon opens it: blocks, marked for reports, group commit
+            store = await loop.run_in_executor(writer, open_store, db)
         server = IngestServer(store, writer=writer)
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -142,9 +129,9 @@ def serve(db: str, profile: bool) -> None:
 
 def store_only(db: str, records: int, batch: int) -> None:
     """The same batches straight into SqliteStore.insert_columns: the store's own bound."""
-    from collector.store.sqlite import SqliteStore
+    from collector.daemon import open_store
 
-    store = SqliteStore(db)
+    store = open_store(db)  # as the daemon opens it
     batches = [_columns(random.Random(f"gpu-{i:03d}"), batch) for i in range(8)]
     offsets = list(range(batch))
     seqs = [0] * 8
@@ -342,8 +329,6 @@ def main() -> None:
     ap.add_argument("--latency-seconds", type=float, default=30)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
-    ap.add_argument("--group-commit", action="store_true",
-                    help="give the SqliteStore an insert_columns_many (bench-only experiment)")
     ap.add_argument("--null-store", action="store_true",
                     help="also run the throughput phase into a store that keeps nothing")
     ap.add_argument("--store-only", metavar="DB", help=argparse.SUPPRESS)
@@ -354,8 +339,6 @@ def main() -> None:
     if args.store_only:
         return store_only(args.store_only, args.store_records, args.batch)
     os.sched_setaffinity(0, {1})  # the agents; the collector child has core 0
-    if args.group_commit:
-        os.environ["BENCH_GROUP_COMMIT"] = "1"  # read by the collector child
     wire_bytes = len(msgpack.packb(_columns(random.Random(1), 1000))) / 1000
     print(f"records: ~{wire_bytes:.0f} bytes each on the wire (columnar)")
     with tempfile.TemporaryDirectory(prefix="ff-bench-") as tmp:

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import islice
-from operator import le
+from collections import Counter
+from itertools import compress, islice, repeat
+from operator import eq, le, ne
 from typing import Any
 
 import msgpack
@@ -117,25 +118,23 @@ def _by_job(job: Sequence[str | None], columns: list) -> list[tuple[str | None, 
     """(job, its columns) of each job of a batch. The most frequent job's columns are
     copies with the others' entries deleted (a few memmoves where the others are a
     few jobless records among many); the others' are gathered by index."""
-    first = job[0]
-    if job.count(first) == len(job):
-        return [(first, [list(c) for c in columns])]
+    counts = Counter(job)
+    if len(counts) == 1:
+        return [(job[0], [list(c) for c in columns])]
+    main = max(counts, key=counts.__getitem__)
+    drop = list(compress(range(len(job)), map(ne, job, repeat(main))))
     where: dict[str | None, list[int]] = {}
-    for i, x in enumerate(job):
-        where.setdefault(x, []).append(i)
-    main = max(where, key=lambda x: len(where[x]))
-    out = []
-    for j, idx in where.items():
-        if j is not main:
-            out.append((j, [[c[i] for i in idx] for c in columns]))
-    drop = sorted(i for j, idx in where.items() if j is not main for i in idx)
+    for i in drop:
+        where.setdefault(job[i], []).append(i)
+    out = [(j, [[c[i] for i in idx] for c in columns]) for j, idx in where.items()]
     if len(drop) <= _FEW:
         part = [list(c) for c in columns]
         for c in part:
             for i in reversed(drop):
                 del c[i]
     else:
-        part = [[c[i] for i in where[main]] for c in columns]
+        keep = list(compress(range(len(job)), map(eq, job, repeat(main))))
+        part = [[c[i] for i in keep] for c in columns]
     out.append((main, part))
     return out
 

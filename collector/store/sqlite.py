@@ -3,7 +3,8 @@
 The file (with its ``-wal`` and ``-shm``) holds every record the agents shipped, the
 jobs derived from them and the nodes' clock estimates. It implements the Store
 protocol of base.py, plus ``insert_columns`` (the ingest server's fast path: a
-wire batch's columns, no Record objects) and ``needed`` (a report's records).
+wire batch's columns, no Record objects), ``insert_columns_many`` (several in one
+transaction: the server's group commit) and ``needed`` (a report's records).
 
 Schema (version ``len(MIGRATIONS)`` = 2, kept in ``PRAGMA user_version``; ``PRAGMA
 application_id`` is 0x66666c74, "fflt"; sqlite_schema.py has the DDL and migrations)
@@ -306,6 +307,12 @@ class SqliteStore(Reading, Pruning):
             return 0
         return self._write(lambda: self._insert_columns(node, stream, seqs, cols),
                            f"insert of {len(seqs)} records of node={node} stream={stream}")
+
+    def insert_columns_many(self, batches: Sequence[tuple]) -> list[int]:
+        """insert_columns of several (node, stream, seqs, cols) in one transaction (the
+        ingest server's group commit): all committed on return, or none; new counts."""
+        return self._write(lambda: [self._insert_columns(*b) if len(b[2]) else 0
+                                    for b in batches], f"insert of {len(batches)} batches")
 
     def _insert_columns(self, node: str, stream: str, seqs: Sequence[int],
                         cols: dict[str, Sequence[Any]]) -> int:
