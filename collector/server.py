@@ -18,6 +18,9 @@ Per connection (one agent stream), in order:
    Batches that queue while the store thread is busy are stored together (one
    ``store.insert_columns_many([(node, stream, seqs, cols), ...])`` transaction
    where the store has it: group commit), each still acked only once durable.
+   When nothing waits, the idle store thread runs ``store.mark_pending()`` steps
+   (where the store has it) until it returns 0: the report marks that group
+   commits left for later (collector/store/sqlite.py).
 
 Guarantees
     * An ack covers only records the store has committed; a store failure sends
@@ -129,6 +132,8 @@ class IngestServer:
         self._writer = writer or ThreadPoolExecutor(1, thread_name_prefix="firstfault-store")
         self._insert_columns = getattr(store, "insert_columns", None)
         self._insert_many = getattr(store, "insert_columns_many", None)
+        self._mark_pending = getattr(store, "mark_pending", None)
+        self._marks_behind = self._mark_pending is not None  # the file may hold some
         self._queued: list[tuple[BatchColumns, asyncio.Future]] = []  # batches for the store
         self._storing = False  # a group of batches is on the store thread
         self._server: asyncio.Server | None = None
@@ -377,8 +382,32 @@ class IngestServer:
                 fut.set_exception(result)
             else:
                 fut.set_result(result)
+        if self._insert_many is not None and len(group) > 1:
+            self._marks_behind = True  # stored unmarked: the store was behind
+        self._next()
+
+    def _next(self) -> None:
+        """Store what queued; else, while the store thread is idle, a step of marks."""
         if self._queued:
             self._store_queued()
+        elif self._marks_behind and not self._stopping:
+            self._storing = True  # batches arriving meanwhile queue, then go at once
+            loop = asyncio.get_running_loop()
+            try:
+                job = self._writer.submit(self._mark_pending)
+            except RuntimeError:  # the store thread is shut down
+                self._storing = self._marks_behind = False
+                return
+            job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._marked, done))
+
+    def _marked(self, done: Any) -> None:
+        self._storing = False
+        try:
+            self._marks_behind = done.result() > 0
+        except Exception as e:  # marks only speed reports up: log, go on without
+            log.warning("store marking failed error=%s", e)
+            self._marks_behind = False
+        self._next()
 
     def _insert_group(self, batches: list[BatchColumns]) -> list[Any]:  # on the store thread
         """Per batch (records new, seconds) or the exception its insert raised."""

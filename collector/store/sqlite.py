@@ -4,7 +4,8 @@ The file (with its ``-wal`` and ``-shm``) holds every record the agents shipped,
 jobs derived from them and the nodes' clock estimates. It implements the Store
 protocol of base.py, plus ``insert_columns`` (the ingest server's fast path: a
 wire batch's columns, no Record objects), ``insert_columns_many`` (several in one
-transaction: the server's group commit) and ``needed`` (a report's records).
+transaction: the server's group commit), ``needed`` (a report's records) and
+``mark_pending`` (marks for blocks stored unmarked, when the server is idle).
 
 Schema (version ``len(MIGRATIONS)`` = 2, kept in ``PRAGMA user_version``; ``PRAGMA
 application_id`` is 0x66666c74, "fflt"; sqlite_schema.py has the DDL and migrations)
@@ -22,6 +23,12 @@ application_id`` is 0x66666c74, "fflt"; sqlite_schema.py has the DDL and migrati
           blocks_seq  (sid, seq_hi)                   resends' idempotency look-ups
           blocks_job  (jid, t_lo)                     a job's blocks in time order
           blocks_free (sid, t_lo) WHERE jid IS NULL   a stream's jobless blocks
+          blocks_unmarked (bid) WHERE mid IS NULL     blocks waiting for marks
+        A block is marked at insert by insert_columns (and insert), or later by
+        mark_pending when it came through insert_columns_many (the server's group
+        commit: the store is behind, marks wait) or from a version 1 file. A block
+        marked by another marker (an older catalog) is not marked again: reports
+        read it whole.
     markers(mid, name): the markers that marked blocks, by name.
     jobs(jid, job, first_ns, last_ns, records, failed), job_nodes(jid, node),
     job_ranks(jid, rank): derived on insert, one update per job per batch.
@@ -95,7 +102,9 @@ from typing import Any
 from agent.wire import KIND_PROC_EXIT, KIND_RANK_TRACEBACK, Record
 
 from .base import JobInfo, Marker, NodeClock, StoreError
-from .blocks import COLUMNS, FIELDS, KIND, MESSAGE, OCCURRED, RANK, SOURCE, make_blocks, seqs_of, times
+from .blocks import (
+    COLUMNS, FIELDS, KIND, MESSAGE, OCCURRED, RANK, SOURCE, Block, make_blocks, seqs_of, times, unpack,
+)
 from .sqlite_prune import Pruning
 from .sqlite_read import JOB_MARGIN_NS, Reading, merge
 from .sqlite_schema import INSERT_BLOCK, MIGRATIONS, block_row
@@ -111,6 +120,7 @@ PAGE_SIZE = 16384  # new files: ~10% cheaper inserts than 4 KiB pages (bench/RES
 WAL_AUTOCHECKPOINT = 1024  # pages (16 MiB)
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 MIN_SQLITE = (3, 8, 3)  # partial indexes, WITHOUT ROWID
+MARK_STEP_RECORDS = 20_000  # records mark_pending marks per call (~20-40 ms of the store thread)
 
 _column_getters = tuple(map(attrgetter, COLUMNS))
 _node_stream = attrgetter("node", "stream")
@@ -310,12 +320,42 @@ class SqliteStore(Reading, Pruning):
 
     def insert_columns_many(self, batches: Sequence[tuple]) -> list[int]:
         """insert_columns of several (node, stream, seqs, cols) in one transaction (the
-        ingest server's group commit): all committed on return, or none; new counts."""
-        return self._write(lambda: [self._insert_columns(*b) if len(b[2]) else 0
+        ingest server's group commit): all committed on return, or none; new counts.
+        The server calls it when batches queued up: the store is behind, so the
+        blocks are not marked now but by mark_pending, when it has time."""
+        return self._write(lambda: [self._insert_columns(*b, mark=False) if len(b[2]) else 0
                                     for b in batches], f"insert of {len(batches)} batches")
 
+    def mark_pending(self, max_records: int = MARK_STEP_RECORDS) -> int:
+        """Mark blocks stored unmarked (by insert_columns_many, or migrated), about
+        max_records records' worth in one transaction; return how many blocks were
+        marked: 0 when none waits (or the store has no marker)."""
+        if self._marker is None:
+            return 0
+
+        def work() -> int:
+            db = self._conn()
+            mid, done, count = self._marker_id(), 0, 0
+            for bid, n in db.execute("SELECT bid, n FROM blocks INDEXED BY blocks_unmarked "
+                                     "WHERE mid IS NULL LIMIT 1000").fetchall():
+                (data,) = db.execute("SELECT data FROM blocks WHERE bid = ?", (bid,)).fetchone()
+                b = Block(None, unpack(data))
+                self._mark(b)
+                db.execute("UPDATE blocks SET mid = ?, marked = ? WHERE bid = ?",
+                           (mid, b.marked_data(), bid))
+                count, done = count + 1, done + n
+                if done >= max_records:
+                    break
+            return count
+        return self._write(work, "marking blocks")
+
+    def _mark(self, b: Block) -> None:
+        c = b.cols
+        b.marked = self._marker.mark(source=c[SOURCE], kind=c[KIND], message=c[MESSAGE],
+                                     occurred_ns=c[OCCURRED], rank=c[RANK], fields=c[FIELDS])
+
     def _insert_columns(self, node: str, stream: str, seqs: Sequence[int],
-                        cols: dict[str, Sequence[Any]]) -> int:
+                        cols: dict[str, Sequence[Any]], mark: bool = True) -> int:
         db = self._conn()
         sid = self._sids.get((node, stream))
         if sid is None:
@@ -333,15 +373,12 @@ class SqliteStore(Reading, Pruning):
         failed = set() if _FAIL_KINDS.isdisjoint(kind) else {
             job[i] for i, k in enumerate(kind) if k in _FAIL_KINDS and _is_failure(k, fields[i])}
         blocks = make_blocks(seqs, cols, times(cols))
-        mid = self._marker_id() if self._marker is not None else None
+        mid = self._marker_id() if mark and self._marker is not None else None
         per_job: dict[str, list] = {}  # job -> [first, last, count, ranks]
         rows, free = [], []
         for b in blocks:
             if mid is not None:
-                c = b.cols
-                b.marked = self._marker.mark(source=c[SOURCE], kind=c[KIND], message=c[MESSAGE],
-                                             occurred_ns=c[OCCURRED], rank=c[RANK],
-                                             fields=c[FIELDS])
+                self._mark(b)
             _, _, t_lo, t_hi = b.bounds()
             if b.job is None:
                 free.append((t_lo, t_hi))

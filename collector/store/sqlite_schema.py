@@ -10,6 +10,7 @@ Version 2, the tables (sqlite.py's docstring says what each holds):
         blocks_seq  (sid, seq_hi)                     idempotency look-ups of resends
         blocks_job  (jid, t_lo)                       a job's blocks in time order
         blocks_free (sid, t_lo) WHERE jid IS NULL     a stream's jobless blocks
+        blocks_unmarked (bid) WHERE mid IS NULL       blocks waiting for marks
     markers(mid, name), jobs(...), job_nodes, job_ranks, node_clocks (as in version 1)
 """
 
@@ -92,6 +93,7 @@ CREATE TABLE blocks (
 CREATE INDEX blocks_seq ON blocks (sid, seq_hi);
 CREATE INDEX blocks_job ON blocks (jid, t_lo);
 CREATE INDEX blocks_free ON blocks (sid, t_lo) WHERE jid IS NULL;
+CREATE INDEX blocks_unmarked ON blocks (bid) WHERE mid IS NULL;
 CREATE TABLE markers (mid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 """
 

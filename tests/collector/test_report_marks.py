@@ -138,3 +138,26 @@ def test_adversarial_streams_report_the_same_from_marks(tmp_path, seed):
     assert _report(marked, "j") == _report(plain, "j")
     needed = list(marked.needed(Selection(job="j"), ReportMarker(CATALOG).name))
     assert len(needed) < len(list(plain.records(Selection(job="j")))) / 2
+
+
+def test_group_committed_blocks_are_marked_later(tmp_path):
+    from collector.store.blocks import COLUMNS
+
+    rnd = random.Random(7)
+    _, marked, plain = _stores(tmp_path)
+    records = _adversarial(rnd, 4000, "gpu-01")
+    batches = [("gpu-01", "s1", [r.seq for r in records[i:i + 500]],
+                {c: [getattr(r, c) for r in records[i:i + 500]] for c in COLUMNS})
+               for i in range(0, len(records), 500)]
+    assert marked.insert_columns_many(batches) == plain.insert_columns_many(batches) == [500] * 8
+    name = ReportMarker(CATALOG).name
+    before = len(list(marked.needed(Selection(job="j"), name)))
+    assert before == len(list(marked.records(Selection(job="j"))))  # nothing marked yet
+    blocks = marked._db.execute("SELECT count(*) FROM blocks").fetchone()[0]
+    assert 0 < marked.mark_pending(max_records=1000) < blocks  # a step, not all at once
+    while marked.mark_pending():
+        pass
+    assert marked._db.execute("SELECT count(*) FROM blocks WHERE mid IS NULL").fetchone()[0] == 0
+    assert plain.mark_pending() == 0  # no marker, nothing to do
+    assert len(list(marked.needed(Selection(job="j"), name))) < before / 2
+    assert _report(marked, "j") == _report(plain, "j")

@@ -199,13 +199,15 @@ def test_queries_use_the_indexes_without_sorting(store, rec):
                        "AND t_hi >= 0",
         "key": "SELECT data FROM blocks INDEXED BY blocks_seq WHERE sid = 1 AND seq_hi >= 1 "
                "AND seq_lo <= 2",
+        "unmarked": "SELECT bid, n FROM blocks INDEXED BY blocks_unmarked WHERE mid IS NULL "
+                    "LIMIT 1000",
     }
     for name, sql in plans.items():
         plan = " | ".join(row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + sql))
         assert "TEMP B-TREE" not in plan and "USING" in plan and "INDEX" in plan, (name, plan)
     indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' "
                                         "AND tbl_name = 'blocks' AND sql IS NOT NULL")}
-    assert indexes == {"blocks_seq", "blocks_job", "blocks_free"}
+    assert indexes == {"blocks_seq", "blocks_job", "blocks_free", "blocks_unmarked"}
 
 
 def test_another_store_on_the_same_file_sees_new_streams_and_jobs(tmp_path, rec, clock):
