@@ -13,7 +13,9 @@ each on a fresh database file:
    latency = batch written to the socket -> its ack read (p50/p99/max).
 
 Reported with the child's peak RSS (VmHWM) and, from its counters, the time
-spent inside store inserts. ``--profile`` prints cProfile's top functions of the
+spent inside store inserts. Batches stored by group commit are marked for reports
+later, while the collector is idle (collector/server.py): after the agents stop,
+the phase waits for that and reports its CPU apart (``marks_after``). ``--profile`` prints cProfile's top functions of the
 event loop thread and of the store thread for the throughput phase.
 
     python3 bench/collector.py [--clients 8] [--seconds 20] [--batch 1000]
@@ -293,12 +295,35 @@ async def run_agents(port: int, clients: int, seconds: float, **kw) -> tuple[Sta
     return stats, time.perf_counter() - t0
 
 
+def _wait_for_marks(db: str, timeout_s: float = 300) -> float:
+    """The share of the records stored unmarked (group commits) when the agents
+    stopped; returns once the idle collector has marked them all (mark_pending)."""
+    if db == "null":
+        return 0.0
+    import sqlite3
+
+    con = sqlite3.connect(db, timeout=30)
+    try:
+        total = con.execute("SELECT sum(n) FROM blocks").fetchone()[0] or 1
+        first = None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = con.execute("SELECT coalesce(sum(n), 0) FROM blocks WHERE mid IS NULL").fetchone()[0]
+            first = left if first is None else first
+            if not left or time.monotonic() > deadline:
+                return first / total
+            time.sleep(0.2)
+    finally:
+        con.close()
+
+
 def phase(name: str, tmp: str, profile: bool, clients: int, seconds: float, **kw) -> dict:
     db = "null" if name.startswith("null") else os.path.join(tmp, f"{name}.db")
     child = Child(db, profile)
     cpu0, sw0 = child.cpu_s(), child.switches()
     stats, wall = asyncio.run(run_agents(child.port, clients, seconds, **kw))
     cpu, switches = child.cpu_s() - cpu0, child.switches() - sw0
+    unmarked, marks_cpu = _wait_for_marks(db), child.cpu_s() - cpu0 - cpu
     rss = child.peak_rss_mb()
     server = child.stop()
     assert server["records_stored"] == stats.acked, (server, stats.acked)
@@ -313,6 +338,8 @@ def phase(name: str, tmp: str, profile: bool, clients: int, seconds: float, **kw
             "mean_ms": statistics.fmean(lat) * 1000 if lat else 0.0,
             "inflight_peak": server["inflight_peak"], "errors": server["errors"],
             "switches_per_batch": round(switches / max(server["batches"], 1), 1),
+            "unmarked_at_end": unmarked,
+            "marks_after_us_per_record": marks_cpu / max(stats.acked, 1) * 1e6,
             "thread_us_per_record": {k: round(v / max(stats.acked, 1) * 1e6, 2)
                                      for k, v in server["thread_cpu_s"].items() if v}}
 
@@ -367,7 +394,9 @@ def main() -> None:
           f"({t['records']:,} records, {args.clients} agents), collector CPU "
           f"{t['cpu_us_per_record']:.2f} us/record ({split}) = {1e6 / t['cpu_us_per_record']:,.0f} "
           f"records/s per free core; it had {t['cpu_s'] / t['wall_s']:.0%} of its core; "
-          f"peak RSS {t['peak_rss_mb']:.0f} MB, db {t['db_mb']:.0f} MB")
+          f"peak RSS {t['peak_rss_mb']:.0f} MB, db {t['db_mb']:.0f} MB; "
+          f"{t['unmarked_at_end']:.0%} of the records waited for marks, marked after in "
+          f"{t['marks_after_us_per_record']:.2f} us/record")
     print(f"store alone (insert_columns, same batches, no sockets): {store['rate']:,.0f} "
           f"records/s, CPU {store['cpu_us_per_record']:.2f} us/record")
     for r in results:
