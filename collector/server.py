@@ -19,8 +19,7 @@ Per connection (one agent stream), in order:
    ``store.insert_columns_many([(node, stream, seqs, cols), ...])`` transaction
    where the store has it: group commit), each still acked only once durable.
    When nothing waits, the idle store thread runs ``store.mark_pending()`` steps
-   (where the store has it) until it returns 0: the report marks that group
-   commits left for later (collector/store/sqlite.py).
+   (where the store has it): the report marks group commits left for later.
 
 Guarantees
     * An ack covers only records the store has committed; a store failure sends
@@ -382,8 +381,7 @@ class IngestServer:
                 fut.set_exception(result)
             else:
                 fut.set_result(result)
-        if self._insert_many is not None and len(group) > 1:
-            self._marks_behind = True  # stored unmarked: the store was behind
+        self._marks_behind |= self._insert_many is not None and len(group) > 1  # unmarked
         self._next()
 
     def _next(self) -> None:

@@ -5,7 +5,8 @@ jobs derived from them and the nodes' clock estimates. It implements the Store
 protocol of base.py, plus ``insert_columns`` (the ingest server's fast path: a
 wire batch's columns, no Record objects), ``insert_columns_many`` (several in one
 transaction: the server's group commit), ``needed`` (a report's records) and
-``mark_pending`` (marks for blocks stored unmarked, when the server is idle).
+``mark_pending`` (marks for blocks stored unmarked, when the server is idle:
+sqlite_marks.py).
 
 Schema (version ``len(MIGRATIONS)`` = 2, kept in ``PRAGMA user_version``; ``PRAGMA
 application_id`` is 0x66666c74, "fflt"; sqlite_schema.py has the DDL and migrations)
@@ -102,9 +103,8 @@ from typing import Any
 from agent.wire import KIND_PROC_EXIT, KIND_RANK_TRACEBACK, Record
 
 from .base import JobInfo, Marker, NodeClock, StoreError
-from .blocks import (
-    COLUMNS, FIELDS, KIND, MESSAGE, OCCURRED, RANK, SOURCE, Block, make_blocks, seqs_of, times, unpack,
-)
+from .blocks import COLUMNS, make_blocks, seqs_of, times
+from .sqlite_marks import Marking
 from .sqlite_prune import Pruning
 from .sqlite_read import JOB_MARGIN_NS, Reading, merge
 from .sqlite_schema import INSERT_BLOCK, MIGRATIONS, block_row
@@ -120,7 +120,6 @@ PAGE_SIZE = 16384  # new files: ~10% cheaper inserts than 4 KiB pages (bench/RES
 WAL_AUTOCHECKPOINT = 1024  # pages (16 MiB)
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 MIN_SQLITE = (3, 8, 3)  # partial indexes, WITHOUT ROWID
-MARK_STEP_RECORDS = 20_000  # records mark_pending marks per call (~20-40 ms of the store thread)
 
 _column_getters = tuple(map(attrgetter, COLUMNS))
 _node_stream = attrgetter("node", "stream")
@@ -138,7 +137,7 @@ def _is_failure(kind: str, fields: dict) -> bool:
     return bool(fields.get("signal"))
 
 
-class SqliteStore(Reading, Pruning):
+class SqliteStore(Reading, Pruning, Marking):
     """The Store protocol (base.py) on one SQLite file; see the module docstring."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 10.0,
@@ -326,34 +325,6 @@ class SqliteStore(Reading, Pruning):
         return self._write(lambda: [self._insert_columns(*b, mark=False) if len(b[2]) else 0
                                     for b in batches], f"insert of {len(batches)} batches")
 
-    def mark_pending(self, max_records: int = MARK_STEP_RECORDS) -> int:
-        """Mark blocks stored unmarked (by insert_columns_many, or migrated), about
-        max_records records' worth in one transaction; return how many blocks were
-        marked: 0 when none waits (or the store has no marker)."""
-        if self._marker is None:
-            return 0
-
-        def work() -> int:
-            db = self._conn()
-            mid, done, count = self._marker_id(), 0, 0
-            for bid, n in db.execute("SELECT bid, n FROM blocks INDEXED BY blocks_unmarked "
-                                     "WHERE mid IS NULL LIMIT 1000").fetchall():
-                (data,) = db.execute("SELECT data FROM blocks WHERE bid = ?", (bid,)).fetchone()
-                b = Block(None, unpack(data))
-                self._mark(b)
-                db.execute("UPDATE blocks SET mid = ?, marked = ? WHERE bid = ?",
-                           (mid, b.marked_data(), bid))
-                count, done = count + 1, done + n
-                if done >= max_records:
-                    break
-            return count
-        return self._write(work, "marking blocks")
-
-    def _mark(self, b: Block) -> None:
-        c = b.cols
-        b.marked = self._marker.mark(source=c[SOURCE], kind=c[KIND], message=c[MESSAGE],
-                                     occurred_ns=c[OCCURRED], rank=c[RANK], fields=c[FIELDS])
-
     def _insert_columns(self, node: str, stream: str, seqs: Sequence[int],
                         cols: dict[str, Sequence[Any]], mark: bool = True) -> int:
         db = self._conn()
@@ -403,15 +374,6 @@ class SqliteStore(Reading, Pruning):
                        "free_last_ns = max(coalesce(free_last_ns, ?), ?) WHERE sid = ?",
                        (lo, lo, hi, hi, sid))
         return len(seqs)
-
-    def _marker_id(self) -> int:
-        """The marker's mid in this file (added on first use, in the insert's transaction)."""
-        if self._mid is None:
-            db = self._conn()
-            name = self._marker.name
-            db.execute("INSERT OR IGNORE INTO markers (name) VALUES (?)", (name,))
-            self._mid = db.execute("SELECT mid FROM markers WHERE name = ?", (name,)).fetchone()[0]
-        return self._mid
 
     def _only_new(self, sid: int, floor: int, seqs: Sequence[int],
                   cols: dict[str, Sequence[Any]]) -> tuple[list[int], dict[str, list[Any]]]:
