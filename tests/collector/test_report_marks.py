@@ -2,6 +2,7 @@
 from every record: real jobs' logs, and adversarial streams (progress ties, times out
 of order, lines without rank or time, resends, late fills, prune cutting blocks)."""
 
+import json
 import random
 import sys
 from pathlib import Path
@@ -161,3 +162,23 @@ def test_group_committed_blocks_are_marked_later(tmp_path):
     assert plain.mark_pending() == 0  # no marker, nothing to do
     assert len(list(marked.needed(Selection(job="j"), name))) < before / 2
     assert _report(marked, "j") == _report(plain, "j")
+
+
+def test_a_node_whose_lines_hold_no_needle_is_still_seen(tmp_path):
+    """The report lists the nodes that sent records of the job: one of plain lines only
+    is seen through its blocks' last records."""
+    _, marked, plain = _stores(tmp_path)
+    quiet = [Record(node="gpu-02", stream="s", seq=i, source="ranklog", kind="rank.line",
+                    message=f"[rank1]: epoch 0 step {i} loss 1.0", occurred_ns=T0 + i * S,
+                    observed_ns=T0 + i * S, job="j", rank=1) for i in range(300)]
+    loud = [Record(node="gpu-01", stream="s", seq=0, source="ranklog", kind="rank.line",
+                   message="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+                   occurred_ns=T0, observed_ns=T0, job="j", rank=0)]
+    for s in (marked, plain):
+        s.insert(loud)
+        for i in range(0, 300, 100):
+            s.insert(quiet[i:i + 100])
+    rep = _report(marked, "j")
+    assert rep == _report(plain, "j")
+    assert "gpu-02" in json.dumps(rep["nodes"])
+    assert len(list(marked.needed(Selection(job="j"), ReportMarker(CATALOG).name))) == 1 + 3
