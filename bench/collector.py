@@ -13,18 +13,18 @@ each on a fresh database file:
    latency = batch written to the socket -> its ack read (p50/p99/max).
 
 Reported with the child's peak RSS (VmHWM) and, from its counters, the time
-spent inside store inserts. ``--profile`` prints cProfile's top functions of the
+spent inside store inserts. Batches stored by group commit are marked for reports
+later, while the collector is idle (collector/server.py): after the agents stop,
+the phase waits for that and reports its CPU apart (``marks_after``). ``--profile`` prints cProfile's top functions of the
 event loop thread and of the store thread for the throughput phase.
 
     python3 bench/collector.py [--clients 8] [--seconds 20] [--batch 1000]
                                [--rate 20000] [--latency-seconds 30] [--profile]
-                               [--null-store] [--group-commit]
+                               [--null-store]
 
 ``--null-store`` adds throughput phases into a store that keeps nothing (the
-server's own cost); ``--group-commit`` gives SqliteStore an insert_columns_many
-(one transaction for the batches that queued while the store was busy) built on
-its private methods, to measure that proposal. The store alone (insert_columns
-on the same batches, no sockets) is measured too.
+server's own cost). The store alone (insert_columns on the same batches, no
+sockets) is measured too.
 """
 
 from __future__ import annotations
@@ -74,26 +74,14 @@ class NullStore:
         pass
 
 
-def _group_store(base: type) -> type:
-    """Bench only (--group-commit): SqliteStore plus insert_columns_many as sqlite.py
-    could offer it, several batches in one transaction; built on its private _write
-    and _insert_columns to measure the gain before anyone writes it for real."""
-
-    class GroupSqliteStore(base):
-        def insert_columns_many(self, batches: list) -> list[int]:
-            return self._write(lambda: [self._insert_columns(*b) for b in batches],
-                               f"insert of {len(batches)} batches")
-    return GroupSqliteStore
-
-
 def serve(db: str, profile: bool) -> None:
     import cProfile
     import logging
     import pstats
     from concurrent.futures import ThreadPoolExecutor
 
+    from collector.daemon import open_store
     from collector.server import IngestServer
-    from collector.store.sqlite import SqliteStore
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     if os.environ.get("BENCH_GC"):
@@ -104,9 +92,10 @@ def serve(db: str, profile: bool) -> None:
     async def main() -> dict:
         loop = asyncio.get_running_loop()
         writer = ThreadPoolExecutor(1, thread_name_prefix="firstfault-store")
-        kind = NullStore if db == "null" else (
-            _group_store(SqliteStore) if os.environ.get("BENCH_GROUP_COMMIT") else SqliteStore)
-        store = await loop.run_in_executor(writer, kind, db)
+        if db == "null":
+            store = NullStore(db)
+        else:  # as the daemon opens it: blocks, marked for reports, group commit
+            store = await loop.run_in_executor(writer, open_store, db)
         server = IngestServer(store, writer=writer)
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -142,9 +131,9 @@ def serve(db: str, profile: bool) -> None:
 
 def store_only(db: str, records: int, batch: int) -> None:
     """The same batches straight into SqliteStore.insert_columns: the store's own bound."""
-    from collector.store.sqlite import SqliteStore
+    from collector.daemon import open_store
 
-    store = SqliteStore(db)
+    store = open_store(db)  # as the daemon opens it
     batches = [_columns(random.Random(f"gpu-{i:03d}"), batch) for i in range(8)]
     offsets = list(range(batch))
     seqs = [0] * 8
@@ -306,12 +295,35 @@ async def run_agents(port: int, clients: int, seconds: float, **kw) -> tuple[Sta
     return stats, time.perf_counter() - t0
 
 
+def _wait_for_marks(db: str, timeout_s: float = 300) -> float:
+    """The share of the records stored unmarked (group commits) when the agents
+    stopped; returns once the idle collector has marked them all (mark_pending)."""
+    if db == "null":
+        return 0.0
+    import sqlite3
+
+    con = sqlite3.connect(db, timeout=30)
+    try:
+        total = con.execute("SELECT sum(n) FROM blocks").fetchone()[0] or 1
+        first = None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = con.execute("SELECT coalesce(sum(n), 0) FROM blocks WHERE mid IS NULL").fetchone()[0]
+            first = left if first is None else first
+            if not left or time.monotonic() > deadline:
+                return first / total
+            time.sleep(0.2)
+    finally:
+        con.close()
+
+
 def phase(name: str, tmp: str, profile: bool, clients: int, seconds: float, **kw) -> dict:
     db = "null" if name.startswith("null") else os.path.join(tmp, f"{name}.db")
     child = Child(db, profile)
     cpu0, sw0 = child.cpu_s(), child.switches()
     stats, wall = asyncio.run(run_agents(child.port, clients, seconds, **kw))
     cpu, switches = child.cpu_s() - cpu0, child.switches() - sw0
+    unmarked, marks_cpu = _wait_for_marks(db), child.cpu_s() - cpu0 - cpu
     rss = child.peak_rss_mb()
     server = child.stop()
     assert server["records_stored"] == stats.acked, (server, stats.acked)
@@ -326,6 +338,8 @@ def phase(name: str, tmp: str, profile: bool, clients: int, seconds: float, **kw
             "mean_ms": statistics.fmean(lat) * 1000 if lat else 0.0,
             "inflight_peak": server["inflight_peak"], "errors": server["errors"],
             "switches_per_batch": round(switches / max(server["batches"], 1), 1),
+            "unmarked_at_end": unmarked,
+            "marks_after_us_per_record": marks_cpu / max(stats.acked, 1) * 1e6,
             "thread_us_per_record": {k: round(v / max(stats.acked, 1) * 1e6, 2)
                                      for k, v in server["thread_cpu_s"].items() if v}}
 
@@ -342,8 +356,6 @@ def main() -> None:
     ap.add_argument("--latency-seconds", type=float, default=30)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
-    ap.add_argument("--group-commit", action="store_true",
-                    help="give the SqliteStore an insert_columns_many (bench-only experiment)")
     ap.add_argument("--null-store", action="store_true",
                     help="also run the throughput phase into a store that keeps nothing")
     ap.add_argument("--store-only", metavar="DB", help=argparse.SUPPRESS)
@@ -354,8 +366,6 @@ def main() -> None:
     if args.store_only:
         return store_only(args.store_only, args.store_records, args.batch)
     os.sched_setaffinity(0, {1})  # the agents; the collector child has core 0
-    if args.group_commit:
-        os.environ["BENCH_GROUP_COMMIT"] = "1"  # read by the collector child
     wire_bytes = len(msgpack.packb(_columns(random.Random(1), 1000))) / 1000
     print(f"records: ~{wire_bytes:.0f} bytes each on the wire (columnar)")
     with tempfile.TemporaryDirectory(prefix="ff-bench-") as tmp:
@@ -384,7 +394,9 @@ def main() -> None:
           f"({t['records']:,} records, {args.clients} agents), collector CPU "
           f"{t['cpu_us_per_record']:.2f} us/record ({split}) = {1e6 / t['cpu_us_per_record']:,.0f} "
           f"records/s per free core; it had {t['cpu_s'] / t['wall_s']:.0%} of its core; "
-          f"peak RSS {t['peak_rss_mb']:.0f} MB, db {t['db_mb']:.0f} MB")
+          f"peak RSS {t['peak_rss_mb']:.0f} MB, db {t['db_mb']:.0f} MB; "
+          f"{t['unmarked_at_end']:.0%} of the records waited for marks, marked after in "
+          f"{t['marks_after_us_per_record']:.2f} us/record")
     print(f"store alone (insert_columns, same batches, no sockets): {store['rate']:,.0f} "
           f"records/s, CPU {store['cpu_us_per_record']:.2f} us/record")
     for r in results:

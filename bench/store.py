@@ -4,13 +4,15 @@ Inserts N realistic records (DeepSpeed-style rank lines of ~150 bytes from RANKS
 ranks on NODES nodes, one agent stream per node, a jobless kernel or cgroup record
 every 200th) in wire batches of BATCH records through ``insert_columns`` (what the
 ingest server calls), pinned to one core. The same batches go, interleaved batch
-by batch so that the machine's noise hits every variant alike, into stores whose
-indexes differ from the shipped set, and into one with synchronous=FULL. Then it
-reads the shipped store back: a whole job streamed through ``records``, a rank, a
-grep, the first page, and prunes half of it by size.
+by batch so that the machine's noise hits every variant alike, into the shipped
+store (blocks marked for reports), one without a marker, and one with
+synchronous=FULL. Then it times ``firstfault report`` of the whole job (query.report)
+from the marks and from every record, and reads the shipped store back: a whole
+job streamed through ``records``, a rank, a grep, the first page, and prunes half
+of it by size.
 
     python3 bench/store.py [--records 1000000] [--batch 10000] [--ranks 8] [--nodes 2]
-                           [--variants shipped,none,...] [--out bench/out] [--keep]
+                           [--variants shipped,no-marks,full-sync] [--out bench/out] [--keep]
 
 Prints a Markdown table for bench/RESULTS.md.
 """
@@ -28,27 +30,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.wire import Record  # noqa: E402
+from collector import query  # noqa: E402
+from collector.analysis.catalog import load_catalog  # noqa: E402
+from collector.analysis.marks import ReportMarker  # noqa: E402
 from collector.store.base import Selection  # noqa: E402
 from collector.store.sqlite import COLUMNS, SqliteStore  # noqa: E402
+
+CATALOG = load_catalog()
 
 T0 = 1_796_206_319_782_000_000
 JOB = "48213"
 
-# name -> (what it is, SQL run on a fresh store); "shipped" is the store as it is.
+# name -> (what it is, keyword arguments of SqliteStore); "shipped" is the store as
+# collector/daemon.py opens it.
 VARIANTS = {
-    "shipped": ("UNIQUE(sid, seq) + (jid, t_ns, rank) + partial (sid, t_ns, seq)", []),
-    "none": ("no index at all (no idempotency, no queries)",
-             ["DROP INDEX records_key", "DROP INDEX records_job", "DROP INDEX records_free"]),
-    "key": ("UNIQUE(sid, seq) only", ["DROP INDEX records_job", "DROP INDEX records_free"]),
-    "key+job": ("shipped without the partial node index", ["DROP INDEX records_free"]),
-    "+rank": ("shipped + (jid, rank, t_ns)",
-              ["CREATE INDEX records_rank ON records (jid, rank, t_ns)"]),
-    "four": ("UNIQUE(sid, seq) + (jid, t_ns) + (jid, rank, t_ns) + full (sid, t_ns)",
-             ["DROP INDEX records_job", "DROP INDEX records_free",
-              "CREATE INDEX records_jt ON records (jid, t_ns)",
-              "CREATE INDEX records_rank ON records (jid, rank, t_ns)",
-              "CREATE INDEX records_node ON records (sid, t_ns)"]),
-    "full-sync": ("shipped, power_safe=True (synchronous=FULL)", []),
+    "shipped": ("blocks + report marks (ReportMarker)", {"marker": True}),
+    "no-marks": ("blocks, no marker", {}),
+    "full-sync": ("shipped, power_safe=True (synchronous=FULL)", {"marker": True, "power_safe": True}),
 }
 
 _STAMP_CACHE: dict[int, str] = {}
@@ -134,10 +132,10 @@ def bench_inserts(args, out: Path) -> dict:
         path = out / f"{name}.db"
         for p in out.glob(f"{name}.db*"):
             p.unlink()
-        s = SqliteStore(path, power_safe=name == "full-sync")
-        for sql in VARIANTS[name][1]:
-            s._db.execute(sql)
-        stores[name] = s
+        kw = dict(VARIANTS[name][1])
+        if kw.pop("marker", False):
+            kw["marker"] = ReportMarker(CATALOG)
+        stores[name] = SqliteStore(path, **kw)
     cpu = dict.fromkeys(stores, 0.0)
     wall = dict.fromkeys(stores, 0.0)
     names = list(stores)
@@ -179,6 +177,22 @@ def timed(fn):
     c0, w0 = time.process_time(), time.perf_counter()
     r = fn()
     return r, time.process_time() - c0, time.perf_counter() - w0
+
+
+def bench_reports(out: Path) -> list[tuple[str, int, float, float, str]]:
+    """query.report of the whole job: from marks (shipped) and from every record."""
+    rows = []
+    for label, name in (("report, from marks", "shipped"), ("report, every record", "no-marks")):
+        if not (out / f"{name}.db").exists():
+            continue
+        with SqliteStore(out / f"{name}.db") as s:
+            rss0 = _rss_mib()
+            rep, cpu, wall = timed(lambda: query.report(s, JOB, CATALOG))
+            n = sum(1 for _ in query.needed_records(s, Selection(job=JOB), ReportMarker(CATALOG).name))
+            rows.append((label, n, cpu, wall, f"RSS +{_rss_mib() - rss0:.0f} MiB, "
+                         f"{len(rep['ranks'])} ranks, first failure "
+                         f"{(rep['first_failure'] or {}).get('signature')}"))
+    return rows
 
 
 def bench_reads(path: Path) -> list[tuple[str, int, float, float, str]]:
@@ -247,7 +261,7 @@ def main() -> int:
           f"{spent / (args.records // 4) * 1e6:.2f} CPU µs/record\n")
     print("| read | records | CPU s | wall s | note |")
     print("|---|---|---|---|---|")
-    for label, n, cpu, wall, note in bench_reads(out / "shipped.db"):
+    for label, n, cpu, wall, note in bench_reports(out) + bench_reads(out / "shipped.db"):
         rate = f" ({n / wall:,.0f}/s)" if n > 1000 and wall else ""
         print(f"| {label} | {n:,}{rate} | {cpu:.2f} | {wall:.2f} | {note} |")
     if not args.keep:

@@ -52,9 +52,10 @@ def open_store(db: str) -> Store:
     if db.startswith(("postgres://", "postgresql://")):
         raise StartError(f"db {db.split('@')[-1]!r}: PostgreSQL is not supported yet; "
                          "use a SQLite file path (--db /var/lib/firstfault/firstfault.db)")
+    from collector.analysis.marks import ReportMarker
     from collector.store.sqlite import SqliteStore  # the default backend
 
-    return SqliteStore(db)
+    return SqliteStore(db, marker=ReportMarker(load_catalog()))
 
 
 def main(argv: list[str] | None = None) -> int:

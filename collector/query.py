@@ -15,11 +15,12 @@ from agent.wire import KIND_AGENT_GAP, KIND_JOB_MARK, KIND_KERNEL_GAP, Record
 
 from .analysis.catalog import Catalog
 from .analysis.context import CONFIG_NEEDLE
+from .analysis.marks import ReportMarker
 from .analysis.records import events_from_records, mark_of
 from .analysis.report import Inputs, build_report, iso
 from .analysis.timeline import NodeClock
 from .reports import render
-from .store.base import Selection, Store
+from .store.base import Selection, Store, needed_records
 
 GAP_KINDS = (KIND_AGENT_GAP, KIND_KERNEL_GAP)
 
@@ -46,12 +47,12 @@ def _gap(r: Record) -> dict:
 
 def _noting(records: Iterator[Record], inputs: Inputs, first_ns: int) -> Iterator[Record]:
     """Pass records through, noting in ``inputs`` the gaps, the job's marks, which nodes sent
-    records of the job and each rank's node (a rank that only logged progress is no
-    finding, yet it was there). build_report reads them after it has read the records.
+    records of the job and each rank's node, from its latest record (a rank that only
+    logged plain lines is no finding, yet it was there). build_report reads them after it has read the records.
     A kernel gap noticed before the job's first record lost only what came before it."""
     for r in records:
-        if r.rank is not None and r.rank not in inputs.rank_nodes and r.job == inputs.job:
-            inputs.rank_nodes[r.rank] = r.node
+        if r.rank is not None and r.job == inputs.job:
+            inputs.rank_nodes[r.rank] = r.node  # the latest: a block's last of each rank is marked
         if r.kind in GAP_KINDS:
             if not (r.kind == KIND_KERNEL_GAP and r.observed_ns < first_ns):
                 inputs.gaps.append(_gap(r))
@@ -71,7 +72,9 @@ def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = Non
     clocks = {n: NodeClock(c.offset_ns, c.uncertainty_ns) for n, c in store.clocks().items()}
     inputs = Inputs(job=job, clocks=clocks, generated_ns=time.time_ns(), rank_nodes={})
     sel = sel or Selection(job=job)
-    events = events_from_records(_noting(store.records(sel), inputs, info.first_ns))
+    # only the records the report reads (analysis/marks.py), where the store kept marks
+    needed = needed_records(store, sel, ReportMarker(catalog).name)
+    events = events_from_records(_noting(needed, inputs, info.first_ns))
     return build_report(events, catalog, inputs)
 
 

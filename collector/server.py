@@ -18,6 +18,8 @@ Per connection (one agent stream), in order:
    Batches that queue while the store thread is busy are stored together (one
    ``store.insert_columns_many([(node, stream, seqs, cols), ...])`` transaction
    where the store has it: group commit), each still acked only once durable.
+   When nothing waits, the idle store thread runs ``store.mark_pending()`` steps
+   (where the store has it): the report marks group commits left for later.
 
 Guarantees
     * An ack covers only records the store has committed; a store failure sends
@@ -46,8 +48,6 @@ import hmac
 import logging
 import ssl
 import time
-from bisect import bisect_left
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -58,6 +58,7 @@ from agent.wire import (
 )
 from collector.clock import ClockTracker
 from collector.config import ClockConfig, LimitsConfig, TLSConfig, is_loopback_host
+from collector.metrics import LogLimiter, Metrics, RecordBudget
 from collector.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -69,113 +70,6 @@ HELLO_TIMEOUT_S = 10.0  # (or the read timeout if shorter): idle strangers do no
 # non-empty source and kind strings. So a body of N bytes holds < N/15 + 1 records.
 MIN_RECORD_BYTES = 15
 _PREFIX_BYTES = 4
-
-
-class Metrics:
-    """Counters of the ingest, rendered as Prometheus text by render_prometheus()."""
-
-    STORE_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-    _COUNTERS = (
-        ("records_received", "Records received in batches."),
-        ("records_stored", "Records the store took as new."),
-        ("records_duplicate", "Records the store already had (resends)."),
-        ("batches", "Batches stored and acked."),
-        ("bytes_received", "Frame bytes received, length prefixes included."),
-        ("connections", "Connections accepted."),
-        ("connections_rejected", "Connections refused at max_connections."),
-        ("clock_samples", "Ping/pong exchanges taken by the clock tracker."),
-    )
-
-    def __init__(self) -> None:
-        for name, _ in self._COUNTERS:
-            setattr(self, name, 0)
-        self.connections_open = 0
-        self.inflight_records = 0
-        self.errors: dict[str, int] = {}
-        self.store_buckets = [0] * (len(self.STORE_BUCKETS_S) + 1)
-        self.store_seconds_sum = 0.0
-        self.store_seconds_count = 0
-
-    def error(self, code: str) -> None:
-        self.errors[code] = self.errors.get(code, 0) + 1
-
-    def observe_store(self, seconds: float) -> None:
-        self.store_buckets[bisect_left(self.STORE_BUCKETS_S, seconds)] += 1
-        self.store_seconds_sum += seconds
-        self.store_seconds_count += 1
-
-    def render_prometheus(self) -> str:
-        p = "firstfault_collector_"
-        out: list[str] = []
-        for name, doc in self._COUNTERS:
-            out += [f"# HELP {p}{name}_total {doc}", f"# TYPE {p}{name}_total counter",
-                    f"{p}{name}_total {getattr(self, name)}"]
-        for name, doc in (("connections_open", "Connections open now."),
-                          ("inflight_records", "Records read and not yet stored.")):
-            out += [f"# HELP {p}{name} {doc}", f"# TYPE {p}{name} gauge",
-                    f"{p}{name} {getattr(self, name)}"]
-        out += [f"# HELP {p}errors_total Connections closed for an error, by code.",
-                f"# TYPE {p}errors_total counter"]
-        out += [f'{p}errors_total{{code="{c}"}} {n}' for c, n in sorted(self.errors.items())]
-        out += [f"# HELP {p}store_seconds Time of one batch's store insert (in the store thread).",
-                f"# TYPE {p}store_seconds histogram"]
-        total = 0
-        for le, n in zip((*map(repr, self.STORE_BUCKETS_S), "+Inf"), self.store_buckets):
-            total += n
-            out.append(f'{p}store_seconds_bucket{{le="{le}"}} {total}')
-        out += [f"{p}store_seconds_sum {self.store_seconds_sum!r}",
-                f"{p}store_seconds_count {self.store_seconds_count}"]
-        return "\n".join(out) + "\n"
-
-
-class RecordBudget:
-    """Records read and not yet stored, over all connections; acquire() waits (FIFO)."""
-
-    def __init__(self, limit: int, metrics: Metrics | None = None) -> None:
-        self.limit = limit
-        self.used = 0
-        self.peak = 0
-        self._metrics = metrics
-        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
-
-    async def acquire(self, n: int) -> int:
-        """Reserve ``n`` records (at most the limit); returns how many were reserved."""
-        n = min(n, self.limit)
-        if not self._waiters and self.used + n <= self.limit:
-            self._take(n)
-            return n
-        entry = (n, asyncio.get_running_loop().create_future())
-        self._waiters.append(entry)
-        try:
-            await entry[1]
-        except asyncio.CancelledError:
-            if entry[1].done() and not entry[1].cancelled():
-                self.release(n)  # granted just as we were cancelled
-            else:
-                self._waiters.remove(entry)
-                self._wake()
-            raise
-        return n
-
-    def release(self, n: int) -> None:
-        self.used -= n
-        self._set_gauge()
-        self._wake()
-
-    def _take(self, n: int) -> None:
-        self.used += n
-        self.peak = max(self.peak, self.used)
-        self._set_gauge()
-
-    def _set_gauge(self) -> None:
-        if self._metrics is not None:
-            self._metrics.inflight_records = self.used
-
-    def _wake(self) -> None:
-        while self._waiters and self.used + self._waiters[0][0] <= self.limit:
-            n, fut = self._waiters.popleft()
-            self._take(n)
-            fut.set_result(None)
 
 
 class _Closing(Exception):
@@ -203,26 +97,6 @@ class _Session:
         self.held = 0  # records of the budget this session holds
         self.pings: dict[int, None] = {}  # t1 of pings not yet answered, oldest first
         self.welcomed = False
-
-
-class _LogLimiter:
-    """At most ``burst`` warning lines per code per ``period_s``; the rest are counted."""
-
-    def __init__(self, burst: int = 20, period_s: float = 60.0) -> None:
-        self.burst, self.period_s = burst, period_s
-        self._state: dict[str, list] = {}  # code -> [window start, lines, suppressed]
-
-    def allow(self, code: str) -> tuple[bool, int]:
-        now = time.monotonic()
-        st = self._state.setdefault(code, [now, 0, 0])
-        if now - st[0] >= self.period_s:
-            st[:] = [now, 0, st[2]]
-        if st[1] < self.burst:
-            st[1] += 1
-            suppressed, st[2] = st[2], 0
-            return True, suppressed
-        st[2] += 1
-        return False, 0
 
 
 def make_ssl_context(tls: TLSConfig) -> ssl.SSLContext | None:
@@ -257,13 +131,15 @@ class IngestServer:
         self._writer = writer or ThreadPoolExecutor(1, thread_name_prefix="firstfault-store")
         self._insert_columns = getattr(store, "insert_columns", None)
         self._insert_many = getattr(store, "insert_columns_many", None)
+        self._mark_pending = getattr(store, "mark_pending", None)
+        self._marks_behind = self._mark_pending is not None  # the file may hold some
         self._queued: list[tuple[BatchColumns, asyncio.Future]] = []  # batches for the store
         self._storing = False  # a group of batches is on the store thread
         self._server: asyncio.Server | None = None
         self._sessions: set[_Session] = set()
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
-        self._log_limiter = _LogLimiter()
+        self._log_limiter = LogLimiter()
         self.address: tuple[str, int] | None = None
 
     # --- life cycle ---------------------------------------------------------------
@@ -505,8 +381,31 @@ class IngestServer:
                 fut.set_exception(result)
             else:
                 fut.set_result(result)
+        self._marks_behind |= self._insert_many is not None and len(group) > 1  # unmarked
+        self._next()
+
+    def _next(self) -> None:
+        """Store what queued; else, while the store thread is idle, a step of marks."""
         if self._queued:
             self._store_queued()
+        elif self._marks_behind and not self._stopping:
+            self._storing = True  # batches arriving meanwhile queue, then go at once
+            loop = asyncio.get_running_loop()
+            try:
+                job = self._writer.submit(self._mark_pending)
+            except RuntimeError:  # the store thread is shut down
+                self._storing = self._marks_behind = False
+                return
+            job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._marked, done))
+
+    def _marked(self, done: Any) -> None:
+        self._storing = False
+        try:
+            self._marks_behind = done.result() > 0
+        except Exception as e:  # marks only speed reports up: log, go on without
+            log.warning("store marking failed error=%s", e)
+            self._marks_behind = False
+        self._next()
 
     def _insert_group(self, batches: list[BatchColumns]) -> list[Any]:  # on the store thread
         """Per batch (records new, seconds) or the exception its insert raised."""

@@ -30,7 +30,7 @@ from agent.wire import KIND_JOB_MARK, Record
 from . import traceback as tb
 from .kernel import unescape_kmsg
 from .model import KIND_KERNEL, KIND_LINE, KIND_RECORD, KIND_TRACEBACK, Event
-from .parse import parse_nccl_origin, parse_stamp, strip_prefixes
+from .parse import Prefixes, parse_nccl_origin, parse_stamp, strip_prefixes
 
 AGENT_UNCERTAINTY_NS = 50_000_000  # receipt after writing, while tailing live (bench/tail.py)
 _KERNEL_SOURCES = ("kmsg", "journal")
@@ -40,11 +40,17 @@ def _origin(r: Record) -> str:
     return f"{r.node}/{r.stream}/{r.seq}"
 
 
-def _rank_event(r: Record, tz: tzinfo) -> Event:
-    first, _, rest = r.message.partition("\n")
+def rank_text(message: str) -> tuple[Prefixes, str]:
+    """A rank record's first line with its launcher prefixes read, and the Event's text."""
+    first, _, rest = message.partition("\n")
     pre = strip_prefixes(first)
+    return pre, pre.text + ("\n" + rest if rest else "")
+
+
+def _rank_event(r: Record, tz: tzinfo) -> Event:
+    pre, text = rank_text(r.message)
     ev = Event(
-        text=pre.text + ("\n" + rest if rest else ""), source="ranklog", kind=KIND_LINE, node=r.node,
+        text=text, source="ranklog", kind=KIND_LINE, node=r.node,
         rank=r.rank if r.rank is not None else pre.rank,
         local_rank=r.local_rank if r.local_rank is not None else pre.local_rank,
         pid=r.pid, job=r.job, observed_ns=r.observed_ns, origin=_origin(r),

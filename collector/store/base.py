@@ -85,3 +85,31 @@ class Store(Protocol):
         """Delete the oldest records beyond the age or size bound; return how many."""
 
     def close(self) -> None: ...
+
+    # Optional (use needed_records, which falls back to records):
+    #
+    # def needed(self, sel: Selection, marker: str) -> Iterator[Record]:
+    #     """The records of sel a report needs, in records() order: every record a
+    #     Marker named ``marker`` marked when it was inserted, and every record not
+    #     marked by it (inserted without that marker): always a superset of what
+    #     the marker would mark, so the report is the one records(sel) gives."""
+
+
+class Marker(Protocol):
+    """Chooses, at insert, the records of a block that a report will read (the
+    collector's is collector/analysis/marks.py); a backend that keeps marks stores
+    the chosen ones aside with ``name`` and serves them from ``needed``."""
+
+    name: str  # changes whenever what mark() chooses would change
+
+    def mark(self, *, source: Sequence[str], kind: Sequence[str], message: Sequence[str],
+             occurred_ns: Sequence[int | None], rank: Sequence[int | None],
+             fields: Sequence[dict]) -> list[int]:
+        """Indices (ascending) of the records a report needs, of one block: records
+        of one (node, stream) and one job, in (occurred else observed time, seq) order."""
+
+
+def needed_records(store: Store, sel: Selection, marker: str) -> Iterator[Record]:
+    """``store.needed(sel, marker)`` where the backend has it, else every record."""
+    needed = getattr(store, "needed", None)
+    return store.records(sel) if needed is None else needed(sel, marker)

@@ -16,7 +16,8 @@ from ingest_helpers import ClosedByServer, FakeStore, make_pki, make_records
 from agent import wire
 from agent.wire import Batch, Hello, Ping, Pong
 from collector.config import ClockConfig, LimitsConfig, TLSConfig
-from collector.server import Metrics, make_ssl_context
+from collector.metrics import Metrics
+from collector.server import make_ssl_context
 
 
 def frame(obj) -> bytes:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from ingest_helpers import make_records
+
 from collector.config import ClockConfig
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -54,3 +56,47 @@ def test_agents_into_sqlite(serve, tmp_path):
         clocks = again.clocks()
         assert set(clocks) == {f"gpu-{i}" for i in range(4)}
         assert all(abs(c.offset_ns) <= c.uncertainty_ns + 5_000_000 for c in clocks.values())
+
+
+def test_group_commits_are_marked_when_the_store_is_idle(serve, tmp_path):
+    """Batches that queue go in one transaction unmarked; the idle store thread then
+    marks them (mark_pending) and a report reads the marks."""
+    import sqlite3
+
+    from collector.analysis.catalog import load_catalog
+    from collector.analysis.marks import ReportMarker
+    from collector.store.sqlite import SqliteStore
+
+    gate = threading.Event()
+    calls = []
+
+    class SlowFirst(SqliteStore):
+        def insert_columns(self, *a, **kw):
+            calls.append("one")
+            gate.wait(10)  # the others queue meanwhile
+            return super().insert_columns(*a, **kw)
+
+        def insert_columns_many(self, batches):
+            calls.append(len(batches))
+            return super().insert_columns_many(batches)
+
+    store = SlowFirst(tmp_path / "ff.db", marker=ReportMarker(load_catalog()))
+    srv = serve(store)
+    agents = [srv.agent(node=f"gpu-{i}", stream="s") for i in range(4)]
+    for a in agents:
+        a.hello()
+    agents[0].send_batch(make_records("gpu-0", "s", 0, 300))
+    srv.settle(lambda: calls == ["one"])
+    for i, a in enumerate(agents[1:], 1):
+        a.send_batch(make_records(f"gpu-{i}", "s", 0, 300))
+    srv.settle(lambda: srv.server._queued and len(srv.server._queued) == 3)
+    gate.set()
+    for a in agents:
+        a.wait_ack(299)
+    assert calls == ["one", 3]  # one group commit of the three that queued
+    db = sqlite3.connect(tmp_path / "ff.db")
+    srv.settle(lambda: db.execute("SELECT count(*) FROM blocks WHERE mid IS NULL").fetchone()[0] == 0)
+    assert db.execute("SELECT count(*) FROM blocks WHERE mid IS NOT NULL").fetchone()[0] >= 4
+    db.close()
+    srv.stop()
+    assert not srv.server._marks_behind

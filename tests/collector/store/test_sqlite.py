@@ -20,7 +20,7 @@ def keys(records):
 
 
 def count(store) -> int:
-    return store._db.execute("SELECT count(*) FROM records").fetchone()[0]
+    return store._db.execute("SELECT coalesce(sum(n), 0) FROM blocks").fetchone()[0]
 
 
 # --- idempotency and high_seq -----------------------------------------------------
@@ -192,19 +192,22 @@ def test_a_selection_without_job_merges_every_job_and_node(store, rec):
 def test_queries_use_the_indexes_without_sorting(store, rec):
     store.insert([rec(i) for i in range(10)])
     db = store._db
+    meta = "SELECT bid, sid, t_lo, t_hi, ranks, mid FROM blocks "
     plans = {
-        "job": sq._SELECT + "INDEXED BY records_job WHERE jid = 1 AND t_ns BETWEEN 0 AND 9 "
-                            "AND rank IN (1, 2) AND sid IN (1) ORDER BY t_ns",
-        "free": sq._SELECT + "INDEXED BY records_free WHERE sid = 1 AND jid IS NULL AND t_ns "
-                             "BETWEEN 0 AND 9 ORDER BY t_ns, seq",
-        "key": "SELECT seq FROM records WHERE sid = 1 AND seq IN (1, 2)",
+        "job": meta + "INDEXED BY blocks_job WHERE jid = 1 AND t_lo <= 9 AND t_hi >= 0",
+        "free": meta + "INDEXED BY blocks_free WHERE sid = 1 AND jid IS NULL AND t_lo <= 9 "
+                       "AND t_hi >= 0",
+        "key": "SELECT data FROM blocks INDEXED BY blocks_seq WHERE sid = 1 AND seq_hi >= 1 "
+               "AND seq_lo <= 2",
+        "unmarked": "SELECT bid, n FROM blocks INDEXED BY blocks_unmarked WHERE mid IS NULL "
+                    "LIMIT 1000",
     }
     for name, sql in plans.items():
         plan = " | ".join(row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + sql))
         assert "TEMP B-TREE" not in plan and "USING" in plan and "INDEX" in plan, (name, plan)
     indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' "
-                                        "AND tbl_name = 'records' AND sql IS NOT NULL")}
-    assert indexes == {"records_key", "records_job", "records_free"}
+                                        "AND tbl_name = 'blocks' AND sql IS NOT NULL")}
+    assert indexes == {"blocks_seq", "blocks_job", "blocks_free", "blocks_unmarked"}
 
 
 def test_another_store_on_the_same_file_sees_new_streams_and_jobs(tmp_path, rec, clock):
@@ -297,7 +300,7 @@ def test_prune_by_age(store, rec, clock):
     assert store.clocks()["gpu-02"].offset_ns == 3  # each node's latest estimate stays
     assert store._db.execute("SELECT count(*) FROM node_clocks").fetchone()[0] == 2
     assert store.prune(max_age_s=None, max_bytes=None) == 0
-    check = store._db.execute("SELECT count(*) FROM records WHERE jid IS NULL").fetchone()[0]
+    check = store._db.execute("SELECT sum(n) FROM blocks WHERE jid IS NULL").fetchone()[0]
     assert check == 6 and count(store) == 12
 
 
@@ -314,11 +317,11 @@ def test_prune_by_size_deletes_the_oldest_first(store, rec, clock):
     assert store.used_bytes() <= bound
     assert deleted == total - count(store) and deleted > total / 2
     db = store._db
-    oldest_left = db.execute("SELECT min(t_ns) FROM records").fetchone()[0]
+    oldest_left = db.execute("SELECT min(t_lo) FROM blocks").fetchone()[0]
     assert oldest_left > T0 + 6000 * S
     for j in store.jobs():  # counts and first times follow the rows
         jid = store._jids[j.job]
-        assert db.execute("SELECT count(*), min(t_ns) FROM records WHERE jid = ?",
+        assert db.execute("SELECT sum(n), min(t_lo) FROM blocks WHERE jid = ?",
                           (jid,)).fetchone() == (j.records, j.first_ns)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
@@ -375,10 +378,10 @@ def test_merge_opens_each_scan_only_when_it_is_reached():
     a = [(1, "a"), (4, "a"), (9, "a")]
     b = [(2, "b"), (3, "b"), (10, "b")]
     c = [(5, "c"), (6, "c")]
-    merged = sq._merge([source("c", c), source("a", a), source("b", b), source("e", [])])
+    merged = sq.merge([source("c", c), source("a", a), source("b", b), source("e", [])])
     assert next(merged) == (1, "a") and opened == ["e", "a"]
     assert next(merged) == (2, "b") and opened == ["e", "a", "b"]
     assert list(merged) == [(3, "b"), (4, "a"), (5, "c"), (6, "c"), (9, "a"), (10, "b")]
     assert opened == ["e", "a", "b", "c"]
-    ties = sq._merge([(1, lambda: iter([(1,), (2,), (2,)])), (2, lambda: iter([(2,), (3,)]))])
+    ties = sq.merge([(1, lambda: iter([(1,), (2,), (2,)])), (2, lambda: iter([(2,), (3,)]))])
     assert list(ties) == [(1,), (2,), (2,), (2,), (3,)]

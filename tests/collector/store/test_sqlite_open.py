@@ -2,11 +2,14 @@
 
 import sqlite3
 
+import msgpack
 import pytest
 
 from collector.store import sqlite as sq
 from collector.store.base import Selection, StoreError
 from collector.store.sqlite import SqliteStore
+
+from .conftest import S, T0
 
 
 def pragma(path, name):
@@ -42,11 +45,11 @@ def test_an_older_version_is_migrated_in_order(tmp_path, rec, monkeypatch):
 
     def v_next(db):
         done.append(len(done))
-        db.execute("ALTER TABLE records ADD COLUMN note TEXT")
+        db.execute("ALTER TABLE blocks ADD COLUMN note TEXT")
 
     def v_after(db):
         done.append(len(done))
-        db.execute("CREATE INDEX records_note ON records (note)")
+        db.execute("CREATE INDEX blocks_note ON blocks (note)")
     monkeypatch.setattr(sq, "MIGRATIONS", [*sq.MIGRATIONS, v_next, v_after])
     with SqliteStore(path) as s:
         assert [r.seq for r in s.records(Selection(job="job-1"))] == list(range(5))
@@ -57,13 +60,49 @@ def test_an_older_version_is_migrated_in_order(tmp_path, rec, monkeypatch):
     assert done == [0, 1]  # applied once
 
 
+def test_a_version_1_file_is_migrated_to_blocks(tmp_path, rec):
+    """Rows of schema version 1 (one per record) come back the same from blocks."""
+    path = tmp_path / "ff.db"
+    db = sqlite3.connect(path, isolation_level=None)
+    sq.MIGRATIONS[0](db)
+    db.execute("PRAGMA user_version = 1")
+    db.execute(f"PRAGMA application_id = {sq.APPLICATION_ID}")
+    kept = [rec(i, rank=i % 3, t=T0 + (i % 7) * S) for i in range(12)]
+    kept += [rec(20 + i, job=None, stream="k") for i in range(3)]
+    kept.append(rec(30, kind="proc.exit", source="procs", fields={"exitcode": -9}))
+    db.execute("INSERT INTO streams (sid, node, stream, high_seq, free_first_ns, free_last_ns) "
+               "VALUES (1, 'gpu-01', 's1', 30, NULL, NULL), (2, 'gpu-01', 'k', 22, ?, ?)",
+               (T0 + 20 * S, T0 + 22 * S))
+    db.execute("INSERT INTO jobs VALUES (1, 'job-1', ?, ?, 13, 1)", (T0, T0 + 30 * S))
+    db.execute("INSERT INTO job_nodes VALUES (1, 'gpu-01')")
+    for r in kept:
+        t = r.occurred_ns if r.occurred_ns is not None else r.observed_ns
+        db.execute("INSERT INTO records (sid, seq, t_ns, jid, rank, source, kind, message, "
+                   "occurred_ns, observed_ns, boot_id, mono_ns, local_rank, pid, severity, "
+                   "fields) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   (2 if r.job is None else 1, r.seq, t, None if r.job is None else 1, r.rank,
+                    r.source, r.kind, r.message, r.occurred_ns, r.observed_ns, r.boot_id,
+                    r.mono_ns, r.local_rank, r.pid, r.severity,
+                    msgpack.packb(r.fields) if r.fields else None))
+    db.close()
+    with SqliteStore(path) as s:
+        want = sorted(kept, key=lambda r: (r.occurred_ns, r.node, r.stream, r.seq))
+        assert list(s.records(Selection(job="job-1"))) == want
+        assert s.insert(kept) == 0  # still idempotent over the migrated records
+        assert s.job("job-1").records == 13 and s.job("job-1").status == "failed"
+    assert pragma(path, "user_version") == len(sq.MIGRATIONS)
+    db = sqlite3.connect(path)
+    assert not db.execute("SELECT name FROM sqlite_master WHERE name = 'records'").fetchall()
+    db.close()
+
+
 def test_a_failed_migration_changes_nothing(tmp_path, rec, monkeypatch):
     path = tmp_path / "ff.db"
     SqliteStore(path).close()
 
     def v_bad(db):
         db.execute("CREATE TABLE half_done (x)")
-        db.execute("CREATE TABLE records (x)")  # already exists: fails
+        db.execute("CREATE TABLE blocks (x)")  # already exists: fails
     monkeypatch.setattr(sq, "MIGRATIONS", [*sq.MIGRATIONS, v_bad])
     with pytest.raises(StoreError, match=str(path)):
         SqliteStore(path)

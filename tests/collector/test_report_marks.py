@@ -1,0 +1,202 @@
+"""A report read from marks (analysis/marks.py, Store.needed) equals the report read
+from every record: real jobs' logs, and adversarial streams (progress ties, times out
+of order, lines without rank or time, resends, late fills, prune cutting blocks)."""
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.wire import Record
+from collector import query
+from collector.analysis.catalog import load_catalog
+from collector.analysis.marks import ReportMarker
+from collector.analysis.parse import parse_stamp, strip_prefixes
+from collector.store.base import Selection
+from collector.store.sqlite import SqliteStore
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "collector" / "analysis"))
+
+from test_records import ship_file  # noqa: E402
+
+REAL = ROOT / "data" / "real"
+T0 = 1_796_206_319_782_000_000
+S = 1_000_000_000
+CATALOG = load_catalog()
+
+
+class Clock:
+    now = T0 + 86400 * S
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def _stores(tmp_path):
+    clock = Clock()
+    marked = SqliteStore(tmp_path / "marked.db", marker=ReportMarker(CATALOG), now_ns=clock)
+    plain = SqliteStore(tmp_path / "plain.db", now_ns=clock)
+    return clock, marked, plain
+
+
+def _report(store, job):
+    rep = query.report(store, job, CATALOG)
+    rep.pop("generated_at", None)
+    return rep
+
+
+def _stamped(r: Record) -> Record:
+    """The record as an agent that reads each line's own time sends it."""
+    st = parse_stamp(strip_prefixes(r.message.partition("\n")[0]).text, year=2026)
+    return r if st is None else Record(**{**{f: getattr(r, f) for f in r.__slots__},
+                                          "occurred_ns": st.ns})
+
+
+def _rank_of(path: Path) -> int | None:
+    if path.parent.name.isdigit():  # torchrun --log-dir: attempt_0/<rank>/stderr.log
+        return int(path.parent.name)
+    return int(path.stem.rsplit("rank", 1)[1]) if "_rank" in path.stem else None
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in REAL.iterdir() if p.is_dir()))
+@pytest.mark.parametrize("stamped", [False, True])
+def test_real_jobs_report_the_same_from_marks(tmp_path, case, stamped):
+    _, marked, plain = _stores(tmp_path)
+    for k, path in enumerate(sorted((REAL / case).rglob("*.log"))):
+        rank = _rank_of(path)
+        records = [_stamped(r) if stamped else r
+                   for r in ship_file(path, f"node-{k % 2}", rank, 0)]
+        records = [Record(**{**{f: getattr(r, f) for f in r.__slots__}, "job": "j"})
+                   for r in records]
+        for i in range(0, len(records), 97):  # progress lines of a rank span blocks
+            marked.insert(records[i:i + 97])
+            plain.insert(records[i:i + 97])
+    assert _report(marked, "j") == _report(plain, "j")
+    n_all = len(list(plain.records(Selection(job="j"))))
+    n_marked = len(list(marked.needed(Selection(job="j"), ReportMarker(CATALOG).name)))
+    assert n_marked <= n_all
+
+
+def _line(rnd: random.Random, rank: int, step: int, t: int) -> str:
+    stamp = "[2026-12-02 10:{:02d}:{:02d},{:03d}]".format(*divmod(t // S % 3600, 60),
+                                                           t // 10**6 % 1000)
+    k = rnd.random()
+    if k < 0.3:
+        return f"{stamp} [INFO] [logging.py:107:log_dist] [Rank {rank}] step={step}, skipped=0, lr=[0.1]"
+    if k < 0.55:
+        return (f"{stamp} [INFO] [timer.py:264:stop] epoch=0/micro_step={step}/global_step={step}, "
+                "RunningAvgSamplesPerSec=1.0, CurrSamplesPerSec=1.0, MemAllocated=1GB, MaxMemAllocated=2GB")
+    if k < 0.6:
+        return f"[rank{rank}]: note, skipped=3 batches of bad data"  # a needle, not progress
+    if k < 0.62:
+        return f"{stamp} [WARNING] [stage3.py:2171:step] 1 pytorch allocator cache flushes since last step."
+    if k < 0.63:
+        return "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    return f"[rank{rank}]: epoch 0 step {step} loss 1.{rnd.randrange(1000):03d}"
+
+
+def _adversarial(rnd: random.Random, n: int, node: str) -> list[Record]:
+    out = []
+    t = T0
+    for seq in range(n):
+        t += rnd.choice((0, 0, 10_000_000, 20_000_000, -3_000_000))  # ties and steps back
+        rank = rnd.choice((0, 1, 2, None))
+        kind = "rank.line"
+        fields = {"path": f"/logs/rank{rank}.{rnd.randrange(2)}.log"} if rnd.random() < 0.3 else {}
+        source, message = "ranklog", _line(rnd, rank or 0, seq // 10, t)
+        if rnd.random() < 0.01:
+            source, kind, message, rank = "kmsg", "kernel.line", "Out of memory: Killed process 24001", None
+        occurred = None if rnd.random() < 0.05 else t
+        out.append(Record(node=node, stream="s1", seq=seq, source=source, kind=kind, message=message,
+                          occurred_ns=occurred, observed_ns=t + 5_000_000,
+                          job=None if kind == "kernel.line" else "j", rank=rank,
+                          pid=None if rank is None else 24000 + rank, fields=fields))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_adversarial_streams_report_the_same_from_marks(tmp_path, seed):
+    rnd = random.Random(seed)
+    clock, marked, plain = _stores(tmp_path)
+    streams = [_adversarial(rnd, 3000, node) for node in ("gpu-01", "gpu-02")]
+    for records in streams:
+        order = list(range(0, len(records), 113))
+        rnd.shuffle(order)  # late fills: batches below the high mark
+        for i in order:
+            batch = records[i:i + 113]
+            if rnd.random() < 0.3:  # holes in a batch's seqs, and a resend overlapping it
+                batch = [r for r in batch if rnd.random() < 0.7]
+            for s in (marked, plain):
+                s.insert(batch)
+                s.insert(records[max(0, i - 50):i + 20])
+    assert _report(marked, "j") == _report(plain, "j")
+    assert list(marked.records(Selection(job="j"))) == list(plain.records(Selection(job="j")))
+    clock.now = T0 + 8 * S + 3600 * S  # cuts the streams (~16 s) and their blocks
+    assert marked.prune(max_age_s=3600, max_bytes=None) == plain.prune(max_age_s=3600, max_bytes=None) > 0
+    assert _report(marked, "j") == _report(plain, "j")
+    needed = list(marked.needed(Selection(job="j"), ReportMarker(CATALOG).name))
+    assert len(needed) < len(list(plain.records(Selection(job="j")))) / 2
+
+
+def test_group_committed_blocks_are_marked_later(tmp_path):
+    from collector.store.blocks import COLUMNS
+
+    rnd = random.Random(7)
+    _, marked, plain = _stores(tmp_path)
+    records = _adversarial(rnd, 4000, "gpu-01")
+    batches = [("gpu-01", "s1", [r.seq for r in records[i:i + 500]],
+                {c: [getattr(r, c) for r in records[i:i + 500]] for c in COLUMNS})
+               for i in range(0, len(records), 500)]
+    assert marked.insert_columns_many(batches) == plain.insert_columns_many(batches) == [500] * 8
+    name = ReportMarker(CATALOG).name
+    before = len(list(marked.needed(Selection(job="j"), name)))
+    assert before == len(list(marked.records(Selection(job="j"))))  # nothing marked yet
+    blocks = marked._db.execute("SELECT count(*) FROM blocks").fetchone()[0]
+    assert 0 < marked.mark_pending(max_records=1000) < blocks  # a step, not all at once
+    while marked.mark_pending():
+        pass
+    assert marked._db.execute("SELECT count(*) FROM blocks WHERE mid IS NULL").fetchone()[0] == 0
+    assert plain.mark_pending() == 0  # no marker, nothing to do
+    assert len(list(marked.needed(Selection(job="j"), name))) < before / 2
+    assert _report(marked, "j") == _report(plain, "j")
+
+
+def test_a_node_whose_lines_hold_no_needle_is_still_seen(tmp_path):
+    """The report lists the nodes that sent records of the job: one of plain lines only
+    is seen through its blocks' last records."""
+    _, marked, plain = _stores(tmp_path)
+    quiet = [Record(node="gpu-02", stream="s", seq=i, source="ranklog", kind="rank.line",
+                    message=f"[rank1]: epoch 0 step {i} loss 1.0", occurred_ns=T0 + i * S,
+                    observed_ns=T0 + i * S, job="j", rank=1) for i in range(300)]
+    loud = [Record(node="gpu-01", stream="s", seq=0, source="ranklog", kind="rank.line",
+                   message="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+                   occurred_ns=T0, observed_ns=T0, job="j", rank=0)]
+    for s in (marked, plain):
+        s.insert(loud)
+        for i in range(0, 300, 100):
+            s.insert(quiet[i:i + 100])
+    rep = _report(marked, "j")
+    assert rep == _report(plain, "j")
+    assert "gpu-02" in json.dumps(rep["nodes"])
+    assert len(list(marked.needed(Selection(job="j"), ReportMarker(CATALOG).name))) == 1 + 3
+
+
+def test_a_rank_of_plain_lines_in_a_busy_block_is_still_known_with_its_node(tmp_path):
+    """Every rank that logged is in the report with its node, even one whose lines hold
+    no needle and are never a block's last: each rank's last record of a block is marked."""
+    _, marked, plain = _stores(tmp_path)
+    lines = [Record(node="gpu-01", stream="s", seq=i, source="ranklog", kind="rank.line",
+                    message=f"[rank{i % 3}]: epoch 0 step {i} loss 1.0", occurred_ns=T0 + i * S,
+                    observed_ns=T0 + i * S, job="j", rank=i % 3) for i in range(300)]
+    lines.append(Record(node="gpu-01", stream="s", seq=300, source="ranklog", kind="rank.line",
+                        message="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+                        occurred_ns=T0 + 300 * S, observed_ns=T0 + 300 * S, job="j", rank=0))
+    for s in (marked, plain):
+        s.insert(lines)
+    rep = _report(marked, "j")
+    assert rep == _report(plain, "j")
+    assert {r: v["node"] for r, v in rep["ranks"].items()} == {"0": "gpu-01", "1": "gpu-01", "2": "gpu-01"}
+    assert not [g for g in rep["gaps"] if g.get("rank") is not None]
