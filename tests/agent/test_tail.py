@@ -329,7 +329,7 @@ def test_advance_resumes_past_the_commit_and_ignores_other_contents(log, state):
     for args, resumed in [((dev, ino + 1, offset, fp_len, fp), [b"2", b"3", b"4"]),  # unknown inode
                           ((dev, ino, offset, fp_len, "0" * 32), [b"2", b"3", b"4"]),  # other bytes
                           ((dev, ino, 99, fp_len, fp), [b"2", b"3", b"4"]),  # past the end
-                          ((dev, ino, 2, fp_len, fp), [b"2", b"3", b"4"]),  # behind: never back
+                          ((dev, ino, 0, 0, tailfile._fingerprint(b"")), [b"2", b"3", b"4"]),  # back
                           (kept, [b"4"])]:
         with Tailer(state) as t:
             assert t.advance(str(log), *args) == (args[1] == ino)
