@@ -21,7 +21,8 @@ API
     would flush a quiet partial line. ``close()`` closes every file descriptor.
     ``fingerprint(path, file)`` and ``advance(path, dev, ino, offset, fp_len, fp)``
     (before ``add``), with ``committed_at_ns(state_path)``, let a consumer that
-    keeps positions of its own (ranklog: in the spool) resume past the last commit.
+    keeps positions of its own (ranklog: in the spool) resume past the last commit;
+    such a consumer commits everything it took at each commit.
     One Tailer per state file; a Tailer is thread-safe (one lock). agent/follow.py
     drives a Tailer from inotify events (``FollowLoop``, ``compile_glob``).
 

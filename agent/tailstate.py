@@ -4,7 +4,9 @@ is the specification: "State file" and the "restart" rotation rule).
 ``_State`` is mixed into Tailer: ``_load`` reads ``state_path`` (a corrupt file is
 moved to ``<state>.corrupt`` and reported), ``_save`` replaces it atomically
 (tmp, fsync, rename, fsync dir); ``_resolve`` / ``_reopen`` find a path's saved
-files again after a restart, at the path or rotated beside it.
+files again after a restart, at the path or rotated beside it; ``advance`` (with
+``fingerprint`` and ``committed_at_ns``) moves a restored position past the last
+commit to where the consumer's own records say it took the stream.
 """
 
 from __future__ import annotations
@@ -206,7 +208,6 @@ class _State:
         except OSError as exc:
             raise StateError(f"cannot write the tail state {self.state_path}: {exc}") from exc
         self._last_saved = raw
-
 
 
 def _read_state(path: str) -> tuple[dict, bytes, int]:

@@ -51,7 +51,9 @@ spooled position since then, and ``run`` hands them to ``Tailer.advance``
 before following: a saved file of that (dev, ino) whose first bytes still match
 is resumed there, the path's files before it are dropped (drained: a stream
 leaves in order); a position naming no saved file (committed and forgotten
-since, another inode) changes nothing.
+since, another inode) changes nothing. Known issue: rows in a spool segment that
+was filled, acknowledged and removed between two commits (8 MiB within one
+FollowLoop wake) are not seen at restart: those lines are sent again.
 
 Cost: the hot path builds no object per line: a chunk is decoded at once and
 its rows zipped from columns (bench/ranklog.py, bench/RESULTS.md); only chunks
