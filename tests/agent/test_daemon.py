@@ -1,6 +1,7 @@
 """``firstfault agent`` as a real process against a real collector process (SQLite):
 config checking, READY and /metrics, a /dev/kmsg line arriving, the SIGTERM flush,
-and exactly-once delivery across SIGKILLs of the agent and of the collector."""
+and exactly-once delivery across SIGKILLs of the agent and of the collector (kernel
+lines; rank log lines followed through ``--ranklog GLOB``)."""
 
 from __future__ import annotations
 
