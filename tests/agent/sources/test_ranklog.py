@@ -494,7 +494,7 @@ def test_a_kill_before_the_commit_is_caught_up_from_the_spool(tmp_path, running)
 
     src = RanklogSource(globs=[glob], state_dir=str(tmp_path), traceback_flush_s=0.2)
     since = src.saved_at_ns()
-    assert 0 < since < os.stat(state).st_mtime_ns  # rank 2's file was saved after the commit
+    assert since == json.loads(state.read_text())["committed_at_ns"] > 0  # saved since (rank 2)
     src.catch_up(spool.recent_rows(since, "ranklog"))
     with running(src, spool_emit(spool)):
         write(logs[1], b"[rank1]: ValueError: the end\n")
