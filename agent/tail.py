@@ -19,6 +19,10 @@ API
     files. ``positions()``, ``commit(positions)``, ``commit_through(*lines)``
     confirm lines (below). ``next_deadline()`` / ``due_paths()`` tell when a poll
     would flush a quiet partial line. ``close()`` closes every file descriptor.
+    ``fingerprint(path, file)`` and ``advance(path, dev, ino, offset, fp_len, fp)``
+    (before ``add``), with ``committed_at_ns(state_path)``, let a consumer that
+    keeps positions of its own (ranklog: in the spool) resume past the last commit;
+    such a consumer commits everything it took at each commit.
     One Tailer per state file; a Tailer is thread-safe (one lock). agent/follow.py
     drives a Tailer from inotify events (``FollowLoop``, ``compile_glob``).
 
@@ -70,7 +74,9 @@ State file (JSON, replaced atomically: write ``<state>.tmp``, fsync, rename, fsy
     (rotated ones still unconfirmed first, the file at the path last). ``offset``
     is the committed offset (a line start); ``fp`` is the hex BLAKE2b-128 of the
     file's first ``fp_len`` bytes (``fp_len = min(fingerprint_bytes, size)``,
-    growing with the file). Written on each commit that changes it, and when the
+    growing with the file). ``committed_at_ns`` (optional): when a commit last wrote
+    the offsets (the file's mtime then), in a file written for another reason;
+    absent, the mtime says it. Written on each commit that changes it, and when the
     set of files changes (a file opened, truncated or dropped, or its first bytes
     seen for the first time), so a file the tailer has opened is found again after
     a restart. Nothing else is in it: read offsets beyond the committed ones live
@@ -159,11 +165,11 @@ from agent.tailfile import (CUT_MARKER, DELETED, ERROR, LOST, MIN_LINE_BYTES, RO
                             STATE_RESET, TRUNCATED, Event, FileKey, Line, LineBatch, Position,
                             StateError, TailError, _File, _NO_FIELDS, _PathState, _Reader,
                             cut_line, to_text)
-from agent.tailstate import _OPEN_FLAGS, STATE_FORMAT, STATE_VERSION, _State
+from agent.tailstate import _OPEN_FLAGS, STATE_FORMAT, STATE_VERSION, _State, committed_at_ns
 
 __all__ = ["CUT_MARKER", "DELETED", "ERROR", "LOST", "ROTATED", "STATE_FORMAT", "STATE_RESET",
            "STATE_VERSION", "TRUNCATED", "Event", "FileKey", "Line", "LineBatch", "Position",
-           "StateError", "TailError", "Tailer", "cut_line", "to_text"]
+           "StateError", "TailError", "Tailer", "committed_at_ns", "cut_line", "to_text"]
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +195,8 @@ class Tailer(_Reader, _State):
         self._serial = 0
         self._closed = False
         self._last_saved = b""
+        self._committed_at = 0  # the state file's mtime when a commit last wrote it
+        self._ahead: dict[str, tuple[int, int, int, int, str]] = {}  # path -> advance()'s
         self._saved = self._load()  # path -> state entries not yet added
 
     # -- following ---------------------------------------------------------------
@@ -199,9 +207,13 @@ class Tailer(_Reader, _State):
             if path in self._paths:
                 return
             ps = _PathState(path, MappingProxyType(dict(fields)) if fields else _NO_FIELDS)
+            ahead = self._ahead.pop(path, None)
             for e in self._saved.pop(path, ()):
-                ps.files.append(_File(self._key(e["dev"], e["ino"]), None, at_path=False,
-                                      offset=e["offset"], fp_len=e["fp_len"], fp=e["fp"]))
+                f = _File(self._key(e["dev"], e["ino"]), None, at_path=False,
+                          offset=e["offset"], fp_len=e["fp_len"], fp=e["fp"])
+                if ahead is not None and ahead[:2] == (e["dev"], e["ino"]):
+                    f.ahead = ahead[2:]
+                ps.files.append(f)
             ps.resolved = not ps.files
             self._paths[path] = ps
 
@@ -331,7 +343,7 @@ class Tailer(_Reader, _State):
                     ps.files.remove(f)
                     changed = True
             if changed:
-                self._save()
+                self._save(committed=True)
 
     def close(self) -> None:
         """Close every descriptor; commits still work, polls do not."""

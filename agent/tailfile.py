@@ -150,7 +150,7 @@ class _File:
     """One content of one inode that a path held: descriptor, offsets, partial line."""
 
     __slots__ = ("key", "fd", "at_path", "restored", "gone", "read", "line_start", "committed",
-                 "fp_len", "fp", "pending", "cut_head", "cut_total", "last_growth")
+                 "fp_len", "fp", "pending", "cut_head", "cut_total", "last_growth", "ahead")
 
     def __init__(self, key: FileKey, fd: int | None, *, at_path: bool, offset: int = 0,
                  fp_len: int = 0, fp: str = _fingerprint(b""), now: float = 0.0):
@@ -162,6 +162,7 @@ class _File:
         self.cut_head: bytes | None = None  # first bytes of an over-long unfinished line
         self.cut_total = 0
         self.last_growth = now
+        self.ahead: tuple[int, int, str] | None = None  # restored: (offset, fp_len, fp) to check
 
     def state(self, path: str) -> dict[str, Any]:
         return {"path": path, "dev": self.key.dev, "ino": self.key.ino, "fp_len": self.fp_len,

@@ -4,7 +4,9 @@ is the specification: "State file" and the "restart" rotation rule).
 ``_State`` is mixed into Tailer: ``_load`` reads ``state_path`` (a corrupt file is
 moved to ``<state>.corrupt`` and reported), ``_save`` replaces it atomically
 (tmp, fsync, rename, fsync dir); ``_resolve`` / ``_reopen`` find a path's saved
-files again after a restart, at the path or rotated beside it.
+files again after a restart, at the path or rotated beside it; ``advance`` (with
+``fingerprint`` and ``committed_at_ns``) moves a restored position past the last
+commit to where the consumer's own records say it took the stream.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import os
 import time
 from typing import Any
 
-from agent.tailfile import (LOST, ROTATED, STATE_RESET, Event, FileKey, StateError, _File,
-                            _fingerprint, _PathState)
+from agent.tailfile import (LOST, ROTATED, STATE_RESET, Event, FileKey, StateError, TailError,
+                            _File, _fingerprint, _PathState)
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +78,17 @@ class _State:
             fd = os.open(where, _OPEN_FLAGS)
         except OSError as exc:
             return f"cannot be opened ({exc.strerror})"
+        ahead, f.ahead = f.ahead, None
         try:
             st = os.fstat(fd)
-            head = os.pread(fd, f.fp_len, 0) if f.fp_len else b""
+            n = max(f.fp_len, ahead[1] if ahead else 0)
+            head = os.pread(fd, n, 0) if n else b""
         except OSError as exc:
             os.close(fd)
             return f"cannot be read ({exc.strerror})"
         if st.st_ino != f.key.ino:
             why = "was replaced"
-        elif len(head) < f.fp_len or _fingerprint(head) != f.fp:
+        elif len(head) < f.fp_len or _fingerprint(head[:f.fp_len]) != f.fp:
             why = "has other first bytes (truncated, rewritten or a reused inode)"
         elif st.st_size < f.committed:
             why = f"is shorter ({st.st_size}) than the committed offset"
@@ -92,10 +96,51 @@ class _State:
             f.fd, f.restored, f.last_growth = fd, False, self.clock()
             if st.st_dev != f.key.dev:  # device numbers can change across reboots
                 f.key = FileKey(st.st_dev, f.key.ino, f.key.serial)
+            if ahead is not None:
+                offset, fp_len, fp = ahead
+                if offset <= st.st_size and len(head) >= fp_len and _fingerprint(head[:fp_len]) == fp:
+                    log.info("tail file=%d:%d committed offset %d -> %d (taken after the last "
+                             "commit)", st.st_dev, st.st_ino, f.committed, offset)
+                    f.read = f.line_start = f.committed = offset
+                else:
+                    log.info("tail file=%d:%d advance to %d ignored: not this content",
+                             st.st_dev, st.st_ino, offset)
             return ""
         os.close(fd)
         return why
 
+
+    # -- catching up -------------------------------------------------------------
+
+    def fingerprint(self, path: str, file: FileKey) -> tuple[int, str] | None:
+        """(fp_len, fp) of a content of ``path`` that lines were returned from (None: not
+        known): with the file's (dev, ino) it names that content across restarts."""
+        with self._lock:
+            ps = self._paths.get(path)
+            for f in ps.files if ps is not None else ():
+                if f.key == file:
+                    return f.fp_len, f.fp
+            return None
+
+    def advance(self, path: str, dev: int, ino: int, offset: int, fp_len: int, fp: str) -> bool:
+        """Before ``add(path)``: the consumer durably took ``path``'s stream up to ``offset``
+        of the file (dev, ino) whose first ``fp_len`` bytes hash to ``fp`` (a position it
+        kept itself after the last commit, e.g. in its spool). The saved files before that
+        one are forgotten (a stream is taken in order); its committed offset moves there
+        when the restart finds it (as ``_resolve`` does) with those first bytes, at least
+        ``offset`` long; otherwise nothing moves. Only forward. False: no saved file of
+        the path has that (dev, ino) (stale, unknown): nothing changes."""
+        with self._lock:
+            if path in self._paths:
+                raise TailError(f"advance of path={path!r} after add()")
+            entries = self._saved.get(path, [])
+            i = next((i for i, e in enumerate(entries) if (e["dev"], e["ino"]) == (dev, ino)), -1)
+            if i < 0:
+                return False
+            del entries[:i]
+            if offset > entries[0]["offset"]:
+                self._ahead[path] = (dev, ino, offset, fp_len, fp)
+            return True
 
     # -- state file --------------------------------------------------------------
 
@@ -103,14 +148,9 @@ class _State:
         if self.state_path is None:
             return {}
         try:
-            with open(self.state_path, "rb") as fh:
-                raw = fh.read()
+            doc, raw, mtime = _read_state(self.state_path)
         except FileNotFoundError:
             return {}
-        try:
-            doc = json.loads(raw)
-            if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
-                raise ValueError("not a firstfault.tail state file")
         except ValueError as exc:
             bad = self.state_path + ".corrupt"
             os.replace(self.state_path, bad)
@@ -131,15 +171,20 @@ class _State:
                 log.warning("tail state: malformed entry skipped path=%s entry=%r",
                             self.state_path, e)
         self._last_saved = raw
+        self._committed_at = _committed_at(doc, mtime)
         return saved
 
-    def _save(self) -> None:
+    def _save(self, committed: bool = False) -> None:
+        """Write the state; ``committed``: by a commit (its mtime is then the commit's time,
+        else the file keeps that time in ``committed_at_ns``)."""
         if self.state_path is None:
             return
         files = [f.state(ps.path) for ps in self._paths.values() for f in ps.files if not f.gone]
         files += [e for entries in self._saved.values() for e in entries]
-        raw = json.dumps({"format": STATE_FORMAT, "version": STATE_VERSION, "files": files},
-                         separators=(",", ":")).encode()
+        doc: dict[str, Any] = {"format": STATE_FORMAT, "version": STATE_VERSION, "files": files}
+        if not committed:
+            doc["committed_at_ns"] = self._committed_at
+        raw = json.dumps(doc, separators=(",", ":")).encode()
         if raw == self._last_saved:
             return
         tmp = self.state_path + ".tmp"
@@ -150,6 +195,8 @@ class _State:
                 while view:
                     view = view[os.write(fd, view):]
                 os.fsync(fd)
+                if committed:
+                    self._committed_at = os.fstat(fd).st_mtime_ns
             finally:
                 os.close(fd)
             os.replace(tmp, self.state_path)
@@ -162,3 +209,28 @@ class _State:
             raise StateError(f"cannot write the tail state {self.state_path}: {exc}") from exc
         self._last_saved = raw
 
+
+def _read_state(path: str) -> tuple[dict, bytes, int]:
+    """(document, its bytes, the file's mtime); FileNotFoundError, ValueError (not ours)."""
+    with open(path, "rb") as fh:
+        raw, mtime = fh.read(), os.fstat(fh.fileno()).st_mtime_ns
+    doc = json.loads(raw)
+    if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
+        raise ValueError("not a firstfault.tail state file")
+    return doc, raw, mtime
+
+
+def _committed_at(doc: dict, mtime: int) -> int:
+    at = doc.get("committed_at_ns")
+    return at if type(at) is int else mtime
+
+
+def committed_at_ns(state_path: str) -> int:
+    """When the committed offsets in the state file at ``state_path`` were written (the
+    clock of file mtimes, ns); 0: no (usable) state, nothing committed yet. Lines returned
+    after that time and taken by the consumer are past the saved offsets (``advance``)."""
+    try:
+        doc, _, mtime = _read_state(state_path)
+    except (OSError, ValueError):
+        return 0
+    return _committed_at(doc, mtime)

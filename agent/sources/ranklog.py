@@ -38,9 +38,22 @@ and at stop). Lines held for an open traceback are not committed, and nothing
 after the first held line is emitted before it (a path's records leave in one
 prefix of its stream, so the committed offset never passes an emitted line).
 A stop, or an emit that raises, at any point: the restarted source reads again
-exactly what the spool lacks. Known issue: an agent *killed* between a spool
-append and the next commit (a few ms under load) sends that wake's lines again:
-exactly-once under SIGKILL needs the positions in the spool itself.
+exactly what the spool lacks. An agent *killed* between a spool append and the
+next commit: the positions are in the spool too. In each ``emit_many`` call the
+last row of each path carries where that path's stream then stands, fields
+``dev``, ``ino`` (the file), ``end_offset`` (just past the row's last line: the
+position a commit would save, never past a held line) and ``fp_len``, ``fp``
+(the tailer's fingerprint of its first bytes: tells a truncated file's new
+content from the old); one extra dict per path per call. At start
+``saved_at_ns`` is when the committed offsets were written
+(agent/tail.py ``committed_at_ns``), ``catch_up`` keeps each path's newest
+spooled position since then, and ``run`` hands them to ``Tailer.advance``
+before following: a saved file of that (dev, ino) whose first bytes still match
+is resumed there, the path's files before it are dropped (drained: a stream
+leaves in order); a position naming no saved file (committed and forgotten
+since, another inode) changes nothing. Known issue: rows in a spool segment that
+was filled, acknowledged and removed between two commits (8 MiB within one
+FollowLoop wake) are not seen at restart: those lines are sent again.
 
 Cost: the hot path builds no object per line: a chunk is decoded at once and
 its rows zipped from columns (bench/ranklog.py, bench/RESULTS.md); only chunks
@@ -61,10 +74,10 @@ from itertools import repeat
 from agent.follow import FollowLoop, compile_glob
 from agent.layouts import TORCHRUN, layout_globs, parse_log_path
 from agent.tail import (ERROR, LOST, MIN_LINE_BYTES, STATE_RESET, TRUNCATED, Event, LineBatch,
-                        Position, Tailer, cut_line)
+                        Position, Tailer, committed_at_ns, cut_line)
 from agent.tracebacks import END, HELD, START_MARK, Grouping, prefix_of, starts
-from agent.wire import (KIND_RANK_LINE, KIND_RANK_TRACEBACK, MAX_MESSAGE_BYTES, MAX_NAME_BYTES,
-                        SOURCE_RANKLOG)
+from agent.wire import (COLUMNS, KIND_RANK_LINE, KIND_RANK_TRACEBACK, MAX_MESSAGE_BYTES,
+                        MAX_NAME_BYTES, SOURCE_RANKLOG)
 
 from .base import Emit, Source, emit_many, printable, register
 
@@ -76,6 +89,9 @@ MAX_TRACEBACK_BYTES = 4 * MAX_MESSAGE_BYTES  # a traceback held longer is shippe
 MAX_PATHS_KNOWN = 4096  # identities cached; the cache starts over beyond (paths come and go)
 _GLOB_CHARS = set("*?[]{}")
 _START_MARK = START_MARK.encode()
+_LINE_KINDS = (KIND_RANK_LINE, KIND_RANK_TRACEBACK)
+_POSITION = ("dev", "ino", "end_offset", "fp_len", "fp")  # Tailer.advance's arguments
+_POSITION_TYPES = [int, int, int, int, str]
 
 
 def fit_message(text: str) -> str:
@@ -172,7 +188,7 @@ class RankLines:
 
     def batches(self, batches: list[LineBatch]) -> None:
         rows: list[tuple] = []
-        commit: dict[str, Position] = {}
+        commit: dict[str, tuple[Position, int]] = {}
         for b in batches:
             ident = self.identity(b.path)
             p = self._pending.get(b.path)
@@ -183,7 +199,7 @@ class RankLines:
             texts, marked = decode_lines(b.data)
             if p is None and not marked:
                 rows += _line_rows(texts, b.observed_ns, ident)
-                commit[b.path] = b.position
+                commit[b.path] = b.position, len(rows) - 1
                 continue
             if p is None:
                 p = self._pending[b.path] = _Pending(b.file)
@@ -214,7 +230,7 @@ class RankLines:
         to call again. The FollowLoop calls it once a wake, after that wake's polls."""
         now = self.clock()
         rows: list[tuple] = []
-        commit: dict[str, Position] = {}
+        commit: dict[str, tuple[Position, int]] = {}
         for path, p in list(self._pending.items()):
             quiet = [t for t in p.open.values() if now - t.touched >= self.traceback_flush_s]
             for t in quiet:
@@ -227,10 +243,20 @@ class RankLines:
 
     # -- grouping ----------------------------------------------------------------
 
-    def _ship(self, rows: list[tuple], commit: dict[str, Position]) -> None:
-        if rows:
-            self.emit_rows(rows)  # returns once the spool has them: only then commit
-        self._emitted.update(commit)
+    def _ship(self, rows: list[tuple], commit: dict[str, tuple[Position, int]]) -> None:
+        """Emit ``rows``, the last of each path (its index in ``commit``) with the position
+        it reaches; once the spool has them, their positions are to be committed."""
+        if not rows:
+            return
+        for pos, i in commit.values():
+            fp = self.tailer.fingerprint(pos.path, pos.file)
+            if fp is not None:
+                row = rows[i]
+                rows[i] = (*row[:-1], {**row[-1], "dev": pos.file.dev, "ino": pos.file.ino,
+                                       "end_offset": pos.offset, "fp_len": fp[0], "fp": fp[1]})
+        self.emit_rows(rows)  # returns once the spool has them: only then commit
+        for path, (pos, _) in commit.items():
+            self._emitted[path] = pos
 
     def commit(self) -> None:
         """Commit the positions of everything emitted (one state file write)."""
@@ -280,7 +306,7 @@ class RankLines:
             self._close(p, t)
 
     def _drain(self, path: str, p: _Pending, ident: tuple, rows: list[tuple],
-               commit: dict[str, Position]) -> None:
+               commit: dict[str, tuple[Position, int]]) -> None:
         """Emit the longest run of pending lines, from the first, that holds only whole,
         closed tracebacks and lines of their own; commit to its end."""
         lines, cut, reach, ok = p.lines, 0, -1, True
@@ -305,7 +331,7 @@ class RankLines:
                 text = "\n".join(x[2] for x in lines[t.first:t.last + 1] if x[4] is t)
                 rows.append((SOURCE_RANKLOG, KIND_RANK_TRACEBACK, fit_message(text), None, ln[3],
                              None, None, job, rank, local, None, 3, fields))
-        commit[path] = Position(path, p.file, lines[cut - 1][1])
+        commit[path] = Position(path, p.file, lines[cut - 1][1]), len(rows) - 1
         del lines[:cut]
         for t in {id(ln[4]): ln[4] for ln in lines if ln[4] is not None}.values():  # re-index
             t.first, t.last = t.first - cut, t.last - cut
@@ -376,6 +402,20 @@ class RanklogSource(Source):
         self.partial_flush_s = _positive("partial_flush_s", partial_flush_s)
         self.safety_poll_s = _positive("safety_poll_s", safety_poll_s)
         self.state_path = os.path.join(self.state_dir, "ranklog.json") if self.state_dir else None
+        self._spooled: dict[str, tuple[int, int, int, int, str]] = {}  # path -> catch_up's
+
+    def saved_at_ns(self) -> int | None:
+        return committed_at_ns(self.state_path) if self.state_path else None
+
+    def catch_up(self, rows) -> None:
+        """Per path, the position of its newest spooled row that carries one."""
+        i_kind, i_fields = COLUMNS.index("kind"), COLUMNS.index("fields")
+        for r in rows:  # oldest first
+            f = r[i_fields]
+            if "ino" in f and r[i_kind] in _LINE_KINDS:
+                pos = tuple(f.get(k) for k in _POSITION)
+                if isinstance(f.get("path"), str) and list(map(type, pos)) == _POSITION_TYPES:
+                    self._spooled[f["path"]] = pos
 
     @classmethod
     def unavailable(cls, paths) -> str | None:
@@ -391,6 +431,10 @@ class RanklogSource(Source):
         tailer = Tailer(self.state_path, max_line_bytes=self.max_line_bytes,
                         partial_flush_s=self.partial_flush_s)
         try:
+            for path in tailer.saved_paths():  # what the spool got after the last commit
+                pos = self._spooled.get(printable(path))
+                if pos is not None:
+                    tailer.advance(path, *pos)
             engine = RankLines(tailer, emit, job_label=self.job_label,
                                traceback_flush_s=self.traceback_flush_s)
             loop = FollowLoop(tailer, self.patterns(), None, stop, on_batches=engine.batches,

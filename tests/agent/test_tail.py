@@ -18,7 +18,7 @@ import pytest
 from agent import tailfile
 from agent.follow import FollowLoop, compile_glob
 from agent.tail import (DELETED, LOST, ROTATED, STATE_RESET, TRUNCATED, Line, Position,
-                        StateError, Tailer, TailError, cut_line, to_text)
+                        StateError, Tailer, TailError, committed_at_ns, cut_line, to_text)
 
 from .tailmodel import Clock, Model, datas, poll_all, write
 
@@ -306,6 +306,104 @@ def test_restart_after_copytruncate_while_stopped_reads_the_new_content(log, sta
         t.add(str(log))
         assert datas(t.poll_file(str(log))) == [b"new"]
         assert [e.kind for e in t.take_events()] == [LOST]
+
+
+# -- advance: positions the consumer kept past the last commit --------------------------
+
+def _where(t: Tailer, line: Line) -> tuple[int, int, int, int, str]:
+    """advance()'s (dev, ino, offset, fp_len, fp) just past ``line``, as a consumer keeps it."""
+    return (line.file.dev, line.file.ino, line.end, *t.fingerprint(line.path, line.file))
+
+
+def test_advance_resumes_past_the_commit_and_ignores_other_contents(log, state):
+    write(log, b"1\n2\n3\n4\n")
+    with Tailer(state) as t:
+        t.add(str(log))
+        lines = t.poll_file(str(log))
+        t.commit_through(lines[0])
+        kept = _where(t, lines[2])  # the consumer took 2 and 3, then died before committing
+        assert t.fingerprint(str(log), lines[0].file) == (8, tailfile._fingerprint(b"1\n2\n3\n4\n"))
+        with pytest.raises(TailError, match="after add"):
+            t.advance(str(log), *kept)
+    dev, ino, offset, fp_len, fp = kept
+    for args, resumed in [((dev, ino + 1, offset, fp_len, fp), [b"2", b"3", b"4"]),  # unknown inode
+                          ((dev, ino, offset, fp_len, "0" * 32), [b"2", b"3", b"4"]),  # other bytes
+                          ((dev, ino, 99, fp_len, fp), [b"2", b"3", b"4"]),  # past the end
+                          ((dev, ino, 0, 0, tailfile._fingerprint(b"")), [b"2", b"3", b"4"]),  # back
+                          (kept, [b"4"])]:
+        with Tailer(state) as t:
+            assert t.advance(str(log), *args) == (args[1] == ino)
+            t.add(str(log))
+            assert datas(t.poll_file(str(log))) == resumed, args
+    assert committed_offsets(state) == [6]  # the last one was saved (the file was opened)
+
+
+def test_advance_after_copytruncate_ignores_the_old_content(log, state):
+    write(log, b"old one\nold two\nold three\n")
+    with Tailer(state) as t:
+        t.add(str(log))
+        lines = t.poll_file(str(log))
+        t.commit_through(lines[0])
+        kept = _where(t, lines[2])
+        write(log, b"new one\nnew two\nnew three, longer than the old\n", "wb")
+        assert datas(t.poll_file(str(log))) == [b"new one", b"new two",
+                                                b"new three, longer than the old"]
+        # the truncation was saved (offset 0 of the new content); the agent dies here
+    with Tailer(state) as t:
+        assert t.advance(str(log), *kept)  # the same inode, but its old bytes
+        t.add(str(log))
+        assert datas(t.poll_file(str(log)))[0] == b"new one"
+
+
+def test_advance_into_a_rotated_files_successor_drops_the_drained_file(log, state):
+    write(log, b"1\n2\n")
+    with Tailer(state) as t:
+        t.add(str(log))
+        t.commit_through(t.poll_file(str(log))[0])
+        os.rename(log, str(log) + ".1")
+        write(log, b"new 1\nnew 2\n")
+        lines = t.poll_file(str(log))
+        assert datas(lines) == [b"new 1", b"new 2"]
+        kept = _where(t, lines[0])  # taken through "new 1" (so all of the old file)
+    assert committed_offsets(state) == [2, 0]  # the old file, then the new one
+    with Tailer(state) as t:  # without advance: from the commit, in the rotated file
+        t.add(str(log))
+        assert datas(t.poll_file(str(log))) == [b"2", b"new 1", b"new 2"]
+    with Tailer(state) as t:
+        assert t.advance(str(log), *kept)
+        t.add(str(log))
+        assert datas(t.poll_file(str(log))) == [b"new 2"]
+        assert t.take_events() == []  # the rotated file is not looked for: it was taken
+
+
+def test_committed_at_is_the_commit_time_even_when_the_file_is_saved_later(log, state, tmp_path):
+    assert committed_at_ns(str(state)) == 0  # nothing saved: every row the consumer kept counts
+    write(log, b"1\n")
+    with Tailer(state) as t:
+        t.add(str(log))
+        t.poll_file(str(log))  # the file opened: saved, nothing committed yet
+        assert committed_at_ns(str(state)) == 0
+        t.commit(t.positions())
+        at = os.stat(state).st_mtime_ns
+        assert committed_at_ns(str(state)) == at
+        time.sleep(0.02)
+        other = tmp_path / "rank1.log"
+        write(other, b"x\n")
+        t.add(str(other))
+        t.poll_file(str(other))  # saved again (a new file), offsets of the commit before
+        assert os.stat(state).st_mtime_ns > at and committed_at_ns(str(state)) == at
+    with Tailer(state) as t:  # kept across a restart until the next commit
+        t.add(str(log))
+        t.add(str(other))
+        t.poll_file(str(other))
+        assert committed_at_ns(str(state)) == at
+    state.write_text("{not json")
+    assert committed_at_ns(str(state)) == 0
+
+
+def committed_offsets(state: Path) -> list[int]:
+    import json
+    return [e["offset"] for e in json.loads(state.read_text())["files"]]
 
 
 # -- the commit contract and the state file ----------------------------------------------

@@ -8,6 +8,7 @@ also fails if it leaves an inotify watch behind (counted in /proc/self/fdinfo).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -343,7 +344,11 @@ def test_a_new_rank_file_is_picked_up_by_inotify(tmp_path, running):
     (rec,) = rows.of(KIND_RANK_LINE)
     assert (rec.message, rec.job, rec.rank, rec.local_rank, rec.source) == (
         "hello \\xff from rank 3", "j42", 3, None, "ranklog")
-    assert rec.fields == {"path": str(tmp_path / "logs" / "j42" / "rank3.log")}
+    log = tmp_path / "logs" / "j42" / "rank3.log"
+    st, data = log.stat(), log.read_bytes()  # the last row of a path says where it reaches
+    assert rec.fields == {"path": str(log), "dev": st.st_dev, "ino": st.st_ino,
+                          "end_offset": len(data), "fp_len": len(data),
+                          "fp": hashlib.blake2b(data, digest_size=16).hexdigest()}
     assert rec.occurred_ns is None and abs(rec.observed_ns - time.time_ns()) < 60e9
 
 
@@ -459,6 +464,52 @@ def test_restart_mid_stream_with_a_real_spool_delivers_every_line_exactly_once(t
         tbs = [r for r in ours if r.kind == KIND_RANK_TRACEBACK and r.fields["path"] == str(p)]
         assert len(tbs) == 8 and all(len(tb.message.split("\n")) == 4 for tb in tbs)
     assert [r.seq for r in records] == list(range(1, len(records) + 1))
+
+
+def test_a_kill_before_the_commit_is_caught_up_from_the_spool(tmp_path, running):
+    """Rows spooled after the last commit (a rotated file drained, its successor read, a
+    new file opened after other paths were emitted, a traceback held open) are found in
+    the spool at restart: every line once, none twice."""
+    logs = [tmp_path / f"rank{r}.log" for r in range(3)]
+    glob, state = str(tmp_path / "rank{rank}.log"), tmp_path / "ranklog.json"
+    spool = Spool(tmp_path / "spool", node="n1", max_bytes=64 << 20, fsync="never")
+    _write_ranks(logs[:2], 0, 50)
+    with Tailer(state) as t:  # the source's engine, driven as a FollowLoop would
+        engine = RankLines(t, spool_emit(spool))
+
+        def wake(paths):
+            for p in paths:
+                t.add(str(p))
+                engine.batches(t.poll_batches(str(p)))
+        wake(logs[:2])
+        engine.tick()  # committed: 50 lines of ranks 0 and 1
+        _write_ranks(logs[:2], 50, 80)
+        os.rename(logs[0], str(logs[0]) + ".1")
+        _write_ranks(logs, 80, 100)  # rank 2 is new
+        write(logs[1], b"\n".join(TB) + b"\n")  # a traceback, open at the kill
+        wake(logs)  # emitted, then the agent is killed: no commit
+    rotated = Path(str(logs[0]) + ".1")
+    spooled = lines_of(read_all(spool))
+    assert len(spooled) == sum(len(file_lines(p)) for p in [rotated, *logs]) - len(TB)  # not held
+
+    src = RanklogSource(globs=[glob], state_dir=str(tmp_path), traceback_flush_s=0.2)
+    since = src.saved_at_ns()
+    assert since == json.loads(state.read_text())["committed_at_ns"] > 0  # saved since (rank 2)
+    src.catch_up(spool.recent_rows(since, "ranklog"))
+    with running(src, spool_emit(spool)):
+        write(logs[1], b"[rank1]: ValueError: the end\n")
+        _write_ranks(logs, 100, 110)
+        total = sum(len(file_lines(p)) for p in [rotated, *logs])
+        deadline = time.monotonic() + 20
+        while len(lines_of(read_all(spool))) < total and time.monotonic() < deadline:
+            time.sleep(0.05)
+    records = read_all(spool)
+    spool.close()
+    assert lines_of(records, str(logs[0])) == file_lines(rotated) + file_lines(logs[0])
+    for p in logs[1:]:
+        assert lines_of(records, str(p)) == file_lines(p), p
+    tb = [r for r in records if r.kind == KIND_RANK_TRACEBACK and r.fields["path"] == str(logs[1])]
+    assert tb[-1].message.split("\n") == [*map(to_text, TB), "[rank1]: ValueError: the end"]
 
 
 def test_no_thread_or_inotify_watch_left_after_stop(tmp_path, running):
