@@ -127,9 +127,10 @@ def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Ma
     """Tie kernel findings to ranks by pid, else an OOM kill to the one SIGKILLed rank.
 
     ``started``: per node, when the job's first process there started (the agents'
-    process records). A kernel kill of a pid that is none of the job's ranks, from
-    before that, was another job's (back-to-back jobs share a node's kernel log):
-    it becomes context, never the job's failure."""
+    process records). A kernel line naming a pid that is none of the job's ranks (an
+    OOM kill, an Xid), from before that, was another job's (back-to-back jobs share a
+    node's kernel log): it becomes context, never the job's failure. One that names
+    no pid (a GPU fallen off the bus) may still be why the job failed: it stays."""
     killed: dict[str | None, set[int]] = defaultdict(set)
     for f in findings:
         ex = exit_of(f)
@@ -144,10 +145,10 @@ def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Ma
             ev.pid = pid
         pid = ev.pid  # NVML's Xid names no pid in its text: the GPU's one process
         first = (started or {}).get(ev.node)
-        if (pid is not None and pid not in pids and f.category == "host-memory" and first is not None
+        if (pid is not None and pid not in pids and first is not None
                 and ev.occurred_ns is not None and ev.occurred_ns + ev.uncertainty_ns < first):
             f.match = replace(f.match, role="context")
-            f.links.append(f"pid {pid} is no rank of this job and was killed before its processes "
+            f.links.append(f"pid {pid} is no rank of this job, and this came before its processes "
                            f"started on {ev.node}: another job's")
             continue
         if pid in pids:

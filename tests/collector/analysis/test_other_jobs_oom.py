@@ -74,3 +74,17 @@ def test_a_kill_after_the_job_started_of_a_pid_it_does_not_know_still_counts():
     ]
     first = report(records)["first_failure"]
     assert first["signature"] == "kernel.memcg_oom_kill"
+
+
+def test_an_earlier_xid_of_another_jobs_pid_is_context_too():
+    xid = next(ln for ln in (KMSG.parent / "nvrm.kmsg").read_bytes().splitlines(True) if b"): 79, " in ln)
+    usec = int(xid.split(b",")[2])
+    at = T0 - 60 * S
+    boot = BootWall(ns=at - usec * 1000, error_ns=50, at_boottime_ns=usec * 1000)
+    stream = KmsgStream("boot-1", last_seq=int(xid.split(b",")[1]) - 1)
+    records = [d.to_record(NODE, "k", 9) for d in stream.feed(xid, boot, observed_ns=at + 10**6)]
+    records += [proc("proc.start", 0, 5000, T0, 1), proc("proc.start", 1, 5001, T0, 2),
+                *oom_kill(5001, T0 + 30 * S, 2),
+                proc("proc.exit", 1, 5001, T0 + 30 * S + 5 * 10**6, 3, code=-9, signal="SIGKILL")]
+    first = report(records)["first_failure"]
+    assert first["rank"] == 1 and first["signature"] == "kernel.memcg_oom_kill"
