@@ -239,23 +239,14 @@ def load_config(path: str | Path | None = None,
     problems: list[str] = []
     doc = settings.read_toml(path, problems)
     where = f"{path}: " if path is not None else ""
-    values: dict[str | None, dict[str, Any]] = {t: {} for t in _PARSERS}
-    tables = dict(doc.pop("sources", {}) or {})
+    tables = doc.pop("sources", {})
     if type(tables) is not dict:
         problems.append(f"{where}[sources] must be a table of source tables")
         tables = {}
-    for key, v in doc.items():
-        if key in _TABLE_TYPES:
-            if type(v) is not dict:
-                problems.append(f"{where}[{key}] must be a table, got {v!r}")
-                continue
-            for k, x in v.items():
-                _take(values, key, k, x, False, f"{where}{key}.{k}", problems)
-        else:
-            _take(values, None, key, v, False, f"{where}{key}", problems)
-    for (table, key), v in (flags or {}).items():
-        name = "--collector" if key == "collectors" else settings.flag_name(table, key)
-        _take(values, table, key, v, True, name, problems)
+    values = settings.read_values(_PARSERS, doc, flags or {}, where, problems,
+                                  {"collectors": "--collector"})
+    if "collectors" in values[None]:
+        values[None]["collectors"] = tuple(values[None]["collectors"])
     srcs: dict[str, SourceConfig] = {}
     source_flags = source_flags or {}
     for name in sorted(set(sources.names()) | set(tables) | set(source_flags)):
@@ -268,19 +259,6 @@ def load_config(path: str | Path | None = None,
     if problems:
         raise ConfigError(problems)
     return cfg
-
-
-def _take(values: dict, table: str | None, key: str, v: Any, flag: bool, name: str,
-          problems: list[str]) -> None:
-    parser = _PARSERS[table].get(key)
-    if parser is None:
-        known = ", ".join(_PARSERS[table]) + ("" if table else ", [tls], [spool], [sources.NAME]")
-        problems.append(f"{name}: unknown key; known here: {known}")
-        return
-    try:
-        values[table][key] = parser(v, flag)
-    except ValueError as e:
-        problems.append(f"{name}: {e}")
 
 
 def _check(cfg: AgentConfig, problems: list[str]) -> AgentConfig:

@@ -175,6 +175,43 @@ def read_token(path: Path | None, problems: list[str]) -> str | None:
     return token
 
 
+def read_values(parsers: dict[str | None, dict[str, Parser]], doc: dict[str, Any],
+                flags: dict[tuple[str | None, str], Any], where: str, problems: list[str],
+                flag_names: dict[str, str] | None = None) -> dict[str | None, dict[str, Any]]:
+    """{table: {key: value}} from a TOML document (top-level keys and ``[table]`` keys, as
+    ``parsers`` declares them) with ``flags`` ((table, key) -> value) on top.
+    ``flag_names`` renames a key's flag where it is not ``flag_name(table, key)``."""
+    values: dict[str | None, dict[str, Any]] = {t: {} for t in parsers}
+    tables = [t for t in parsers if t is not None]
+    for key, v in doc.items():
+        if key in tables:
+            if type(v) is not dict:
+                problems.append(f"{where}[{key}] must be a table, got {v!r}")
+                continue
+            for k, x in v.items():
+                _take(parsers, values, key, k, x, False, f"{where}{key}.{k}", problems)
+        else:
+            _take(parsers, values, None, key, v, False, f"{where}{key}", problems)
+    for (table, key), v in flags.items():
+        name = (flag_names or {}).get(key) or flag_name(table, key)
+        _take(parsers, values, table, key, v, True, name, problems)
+    return values
+
+
+def _take(parsers: dict[str | None, dict[str, Parser]], values: dict, table: str | None, key: str,
+          v: Any, flag: bool, name: str, problems: list[str]) -> None:
+    parser = parsers[table].get(key)
+    if parser is None:
+        known = ", ".join(parsers[table]) + ("" if table else "".join(
+            f", [{t}]" for t in parsers if t is not None))
+        problems.append(f"{name}: unknown key; known here: {known}")
+        return
+    try:
+        values[table][key] = parser(v, flag)
+    except ValueError as e:
+        problems.append(f"{name}: {e}")
+
+
 def flag_name(table: str | None, key: str) -> str:
     return "--" + ((table + "-") if table else "").replace("_", "-") + key.replace("_", "-")
 

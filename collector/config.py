@@ -167,38 +167,14 @@ def load_config(path: str | Path | None = None,
     ((table, key) -> string value) on top; ConfigError lists every problem."""
     problems: list[str] = []
     doc = settings.read_toml(path, problems)
-    values: dict[str | None, dict[str, Any]] = {t: {} for t in _PARSERS}
     where = f"{path}: " if path is not None else ""
-    for key, v in doc.items():
-        if key in _TABLE_TYPES:
-            if type(v) is not dict:
-                problems.append(f"{where}[{key}] must be a table, got {v!r}")
-                continue
-            for k, x in v.items():
-                _take(values, key, k, x, False, f"{where}{key}.{k}", problems)
-        else:
-            _take(values, None, key, v, False, f"{where}{key}", problems)
-    for (table, key), v in (flags or {}).items():
-        _take(values, table, key, v, True, settings.flag_name(table, key), problems)
+    values = settings.read_values(_PARSERS, doc, flags or {}, where, problems)
     cfg = CollectorConfig(**{k: v for k, v in values[None].items()}, **{
         t: _TABLE_TYPES[t](**values[t]) for t in _TABLE_TYPES})
     cfg = _check(cfg, problems)
     if problems:
         raise ConfigError(problems)
     return cfg
-
-
-def _take(values: dict, table: str | None, key: str, v: Any, flag: bool, name: str,
-          problems: list[str]) -> None:
-    parser = _PARSERS[table].get(key)
-    if parser is None:
-        known = ", ".join(_PARSERS[table]) + ("" if table else ", [" + "], [".join(_TABLE_TYPES) + "]")
-        problems.append(f"{name}: unknown key; known here: {known}")
-        return
-    try:
-        values[table][key] = parser(v, flag)
-    except ValueError as e:
-        problems.append(f"{name}: {e}")
 
 
 def _check(cfg: CollectorConfig, problems: list[str]) -> CollectorConfig:
