@@ -1,4 +1,5 @@
-"""Benchmark: the collector's SQLite store (collector/store/sqlite.py).
+"""Benchmark: the collector's stores, SQLite (collector/store/sqlite.py) and PostgreSQL
+(collector/store/postgres.py).
 
 Inserts N realistic records (DeepSpeed-style rank lines of ~150 bytes from RANKS
 ranks on NODES nodes, one agent stream per node, a jobless kernel or cgroup record
@@ -11,8 +12,14 @@ from the marks and from every record, and reads the shipped store back: a whole
 job streamed through ``records``, a rank, a grep, the first page, and prunes half
 of it by size.
 
+With ``--postgres`` the same batches go into a PostgresStore on a private server
+(tests/collector/pg_server.py, started here) or on ``--pg-url``, and the same reads
+run on it; for a private server the CPU time of its processes (the backend, the WAL
+writer, the checkpointer...) is measured beside the bench's own.
+
     python3 bench/store.py [--records 1000000] [--batch 10000] [--ranks 8] [--nodes 2]
                            [--variants shipped,no-marks,full-sync] [--out bench/out] [--keep]
+                           [--postgres [--pg-url URL]]
 
 Prints a Markdown table for bench/RESULTS.md.
 """
@@ -195,31 +202,89 @@ def bench_reports(out: Path) -> list[tuple[str, int, float, float, str]]:
     return rows
 
 
-def bench_reads(path: Path) -> list[tuple[str, int, float, float, str]]:
+def _server_cpu(data: Path | None) -> float:
+    """CPU seconds (user + system) of the server whose data directory is ``data``: its
+    postmaster and every process it started that is still running (0 if unknown)."""
+    if data is None:
+        return 0.0
+    top = int((data / "postmaster.pid").read_text().split()[0])
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            f = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(stat.parent.name) == top or int(f[1]) == top:  # f[1]: ppid
+            total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return total
+
+
+def bench_postgres(args, data: Path | None, url: str) -> list[str]:
+    """Insert the batches into a PostgresStore, then read it back; Markdown lines."""
+    from collector.store.postgres import PostgresStore
+
+    lines = []
+    with PostgresStore(url) as s:
+        cpu = wall = 0.0
+        srv0 = _server_cpu(data)
+        for node, stream, seqs, cols in batches(args.records, args.batch, args.ranks, args.nodes):
+            c0, w0 = time.process_time(), time.perf_counter()
+            assert s.insert_columns(node, stream, seqs, cols) == len(seqs)
+            cpu += time.process_time() - c0
+            wall += time.perf_counter() - w0
+        srv = _server_cpu(data) - srv0
+        n = args.records
+        disk = s._conn().execute("SELECT pg_total_relation_size('records')").fetchone()[0]
+        lines += ["| store | CPU µs/record, this process | CPU µs/record, server | records/s (wall) "
+                  "| disk bytes/record | used_bytes / disk |", "|---|---|---|---|---|---|",
+                  f"| PostgresStore, batches of {args.batch:,} | {cpu / n * 1e6:.2f} | "
+                  f"{srv / n * 1e6:.2f} | {n / wall:,.0f} | {disk / n:.0f} | "
+                  f"{s.used_bytes() / disk:.2f} |", ""]
+        lines += ["| read | records | CPU s | server CPU s | wall s | note |",
+                  "|---|---|---|---|---|---|"]
+        srv0 = _server_cpu(data)
+        rep, cpu, wall = timed(lambda: query.report(s, JOB, CATALOG))
+        lines.append(f"| report, every record (no marks on PostgreSQL) | {s.job(JOB).records:,} | {cpu:.2f} | "
+                     f"{_server_cpu(data) - srv0:.2f} | {wall:.2f} | first failure "
+                     f"{(rep['first_failure'] or {}).get('signature')} |")
+        for label, n, cpu, wall, note, server in bench_reads(s, lambda: _server_cpu(data)):
+            rate = f" ({n / wall:,.0f}/s)" if n > 1000 and wall else ""
+            lines.append(f"| {label} | {n:,}{rate} | {cpu:.2f} | {server:.2f} | {wall:.2f} | "
+                         f"{note} |")
+    return lines
+
+
+def bench_reads(s, server_cpu=lambda: 0.0) -> list[tuple[str, int, float, float, str, float]]:
+    """Reads of the store ``s``: (label, records, CPU s, wall s, note, server CPU s)."""
     rows = []
-    with SqliteStore(path) as s:
-        def stream_all(sel):
-            n, rss0, peak = 0, _rss_mib(), 0.0
-            for _ in s.records(sel):
-                n += 1
-                if n % 100_000 == 0:
-                    peak = max(peak, _rss_mib() - rss0)
-            return n, peak
-        for label, sel in (("whole job", Selection(job=JOB)),
-                           ("one rank", Selection(job=JOB, ranks=(3,))),
-                           ("grep 'allocator cache'", Selection(job=JOB, grep="allocator cache")),
-                           ("first 1000", Selection(job=JOB, limit=1000)),
-                           ("everything, no job", Selection())):
-            (n, peak), cpu, wall = timed(lambda: stream_all(sel))
-            rows.append((label, n, cpu, wall, f"RSS +{peak:.0f} MiB"))
-        info, cpu, wall = timed(lambda: s.jobs())
-        rows.append(("jobs()", len(info), cpu, wall, f"{info[0].records} records"))
-        _, cpu, wall = timed(lambda: [s.high_seq("gpu-01", "stream-gpu-01") for _ in range(1000)])
-        rows.append(("high_seq() x1000", 1000, cpu, wall, ""))
-        used = s.used_bytes()
-        n, cpu, wall = timed(lambda: s.prune(max_age_s=None, max_bytes=used // 2))
-        rows.append(("prune to half the bytes", n, cpu, wall,
-                     f"{used / 2**20:.0f} -> {s.used_bytes() / 2**20:.0f} MiB live"))
+
+    def stream_all(sel):
+        n, rss0, peak = 0, _rss_mib(), 0.0
+        for _ in s.records(sel):
+            n += 1
+            if n % 100_000 == 0:
+                peak = max(peak, _rss_mib() - rss0)
+        return n, peak
+
+    def run(label, fn, note):
+        s0 = server_cpu()
+        r, cpu, wall = timed(fn)
+        n, text = note(r)
+        rows.append((label, n, cpu, wall, text, server_cpu() - s0))
+    for label, sel in (("whole job", Selection(job=JOB)),
+                       ("one rank", Selection(job=JOB, ranks=(3,))),
+                       ("grep 'allocator cache'", Selection(job=JOB, grep="allocator cache")),
+                       ("grep 'allocator cache' (regex: not plain)",
+                        Selection(job=JOB, grep="allocator cach[e]")),
+                       ("first 1000", Selection(job=JOB, limit=1000)),
+                       ("everything, no job", Selection())):
+        run(label, lambda: stream_all(sel), lambda r: (r[0], f"RSS +{r[1]:.0f} MiB"))
+    run("jobs()", s.jobs, lambda info: (len(info), f"{info[0].records} records"))
+    run("high_seq() x1000", lambda: [s.high_seq("gpu-01", "stream-gpu-01") for _ in range(1000)],
+        lambda _: (1000, ""))
+    used = s.used_bytes()
+    run("prune to half the bytes", lambda: s.prune(max_age_s=None, max_bytes=used // 2),
+        lambda n: (n, f"{used / 2**20:.0f} -> {s.used_bytes() / 2**20:.0f} MiB live"))
     return rows
 
 
@@ -234,6 +299,10 @@ def main() -> int:
     ap.add_argument("--cpu", type=int, default=0, help="the core to pin to")
     ap.add_argument("--out", default="bench/out/store")
     ap.add_argument("--keep", action="store_true", help="keep the database files")
+    ap.add_argument("--postgres", action="store_true",
+                    help="also the PostgreSQL store, on a private server started here")
+    ap.add_argument("--pg-url", metavar="URL", help="with --postgres: an existing, empty database")
+    ap.add_argument("--pg-cpu", type=int, default=1, help="the core to pin a private server to")
     args = ap.parse_args()
     args.variants = [v for v in args.variants.split(",") if v]
     if "shipped" not in args.variants or not set(args.variants) <= set(VARIANTS):
@@ -261,12 +330,35 @@ def main() -> int:
           f"{spent / (args.records // 4) * 1e6:.2f} CPU µs/record\n")
     print("| read | records | CPU s | wall s | note |")
     print("|---|---|---|---|---|")
-    for label, n, cpu, wall, note in bench_reports(out) + bench_reads(out / "shipped.db"):
-        rate = f" ({n / wall:,.0f}/s)" if n > 1000 and wall else ""
-        print(f"| {label} | {n:,}{rate} | {cpu:.2f} | {wall:.2f} | {note} |")
+    reports = bench_reports(out)
+    with SqliteStore(out / "shipped.db") as s:
+        for label, n, cpu, wall, note in reports + [r[:5] for r in bench_reads(s)]:
+            rate = f" ({n / wall:,.0f}/s)" if n > 1000 and wall else ""
+            print(f"| {label} | {n:,}{rate} | {cpu:.2f} | {wall:.2f} | {note} |")
     if not args.keep:
         shutil.rmtree(out)
+    if args.postgres:
+        print("\n" + "\n".join(run_postgres(args)))
     return 0
+
+
+def run_postgres(args) -> list[str]:
+    if args.pg_url:
+        return bench_postgres(args, None, args.pg_url)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "collector"))
+    from pg_server import PgServer
+
+    server = PgServer()
+    try:
+        pids = [int((server.data / "postmaster.pid").read_text().split()[0])]
+        os.sched_setaffinity(pids[0], {args.pg_cpu})  # its backends inherit it
+        head = [f"PostgreSQL {server.version()}, server pinned to CPU {args.pg_cpu}, the "
+                f"bench to CPU {args.cpu}; default settings but shared_buffers=128MB, "
+                "max_wal_size=2GB (tests/collector/pg_server.py), fsync and "
+                "synchronous_commit on", ""]
+        return head + bench_postgres(args, server.data, server.create_database("bench"))
+    finally:
+        server.close()
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from .analysis.scan import Needles
 from .checkpoint_files import CheckpointPathError, inspect_checkpoint_dir
 from .query import QueryError
 from .reports import render
+from .store.base import StoreError
 
 PROGRESS_MIN_BYTES = 64 << 20
 
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
         return a.func(a)
-    except QueryError as e:
+    except (QueryError, StoreError) as e:
         print(f"firstfault: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:

@@ -1,7 +1,7 @@
 """``firstfault jobs | report | timeline``: ask a running collector (its HTTP API) or
-read its SQLite file directly when no collector runs.
+read its store directly (the SQLite file, or the PostgreSQL database by its URL).
 
-    firstfault jobs [--collector URL | --db PATH] [--format text|json]
+    firstfault jobs [--collector URL | --db PATH_OR_URL] [--format text|json]
     firstfault report JOB [--format text|md|json] [--output FILE] [--bundle FILE.tar.gz]
     firstfault timeline JOB [--rank R] [--node N] [--since T] [--until T] [--grep RE]
                             [--limit N] [--format text|json|jsonl]
@@ -70,14 +70,18 @@ class _Http:
 
 
 class _Db:
-    """The store file, read directly."""
+    """The store, read directly: a SQLite file or a postgres:// URL."""
 
-    def __init__(self, path: str) -> None:
-        from .store.sqlite import SqliteStore
+    def __init__(self, db: str) -> None:
+        from .store import URL_SCHEMES, open_store
+        from .store.base import StoreError
 
-        if not os.path.exists(path):
-            raise query.QueryError(f"no database at {path}")
-        self.store = SqliteStore(path)
+        if not db.startswith(URL_SCHEMES) and not os.path.exists(db):
+            raise query.QueryError(f"no database at {db}")
+        try:
+            self.store = open_store(db)
+        except StoreError as e:
+            raise query.QueryError(str(e)) from None
         self.catalog = load_catalog()
 
     def jobs(self) -> list[dict]:
@@ -163,7 +167,8 @@ def add_parsers(sub) -> None:
     common = argparse.ArgumentParser(add_help=False)
     where = common.add_mutually_exclusive_group()
     where.add_argument("--collector", metavar="URL", help=f"the collector's HTTP API (default {DEFAULT_URL})")
-    where.add_argument("--db", metavar="PATH", help="read the collector's SQLite file directly")
+    where.add_argument("--db", metavar="PATH_OR_URL",
+                       help="read the collector's store directly: its SQLite file or postgresql:// URL")
     common.add_argument("--token-file", metavar="F", help="token for a collector API that is not on loopback")
 
     p = sub.add_parser("jobs", parents=[common], help="list the jobs the collector knows")

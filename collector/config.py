@@ -4,7 +4,10 @@ A whole file (every key optional; these are the defaults, except token_file and 
 
     listen = "127.0.0.1:7140"          # agents connect here (HOST:PORT, [v6]:PORT)
     http = "127.0.0.1:7141"            # the query API
-    db = "./firstfault.db"             # SQLite path; postgres://... is not supported yet
+    db = "./firstfault.db"             # the store: a SQLite file (created if absent), or
+                                       # postgresql://USER:PASSWORD@HOST:PORT/DB (or postgres://;
+                                       # libpq URL syntax; needs firstfault[postgres]): one
+                                       # database several collectors can share
     token_file = "/etc/firstfault/token"   # required unless listen is loopback
     log_level = "info"                 # debug, info, warning, error
 
@@ -52,6 +55,7 @@ from typing import Any
 import agent.settings as settings
 from agent.settings import Address, HelpRequested, is_loopback_host  # noqa: F401 (re-exported)
 from agent.wire import MAX_BATCH_RECORDS, MAX_FRAME_BYTES
+from collector.store import display
 
 USAGE = """\
 usage: firstfault collector [--config FILE] [--listen HOST:PORT] [--http HOST:PORT]
@@ -226,9 +230,8 @@ def describe(cfg: CollectorConfig) -> str:
         v = getattr(cfg, f.name)
         if f.name == "token":
             continue
-        if f.name == "db" and "@" in v:  # a URL's password stays out of logs
-            scheme, _, rest = v.partition("://")
-            v = f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+        if f.name == "db":  # a URL's password stays out of logs
+            v = display(v)
         if is_dataclass(v) and not isinstance(v, Address):
             parts += [f"{f.name}.{g.name}={getattr(v, g.name)}" for g in fields(v)]
         else:

@@ -38,6 +38,8 @@ from collector.api import start as start_http
 from collector.config import (USAGE, CollectorConfig, ConfigError, HelpRequested, describe, is_loopback_host,
                               parse_args)
 from collector.server import IngestServer, make_ssl_context
+from collector.store import display
+from collector.store import open_store as open_any_store
 from collector.store.base import Store, StoreError
 
 log = logging.getLogger("collector.daemon")
@@ -48,14 +50,11 @@ class StartError(Exception):
 
 
 def open_store(db: str) -> Store:
-    """The store for ``db``: a SQLite file path (postgres:// URLs: not supported yet)."""
-    if db.startswith(("postgres://", "postgresql://")):
-        raise StartError(f"db {db.split('@')[-1]!r}: PostgreSQL is not supported yet; "
-                         "use a SQLite file path (--db /var/lib/firstfault/firstfault.db)")
+    """The store for ``db`` (a SQLite file path or a postgres:// URL), marking at
+    insert what reports read where the backend keeps marks."""
     from collector.analysis.marks import ReportMarker
-    from collector.store.sqlite import SqliteStore  # the default backend
 
-    return SqliteStore(db, marker=ReportMarker(load_catalog()))
+    return open_any_store(db, marker=ReportMarker(load_catalog()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +100,7 @@ async def run(cfg: CollectorConfig, notifier: Notifier | None = None) -> int:
             # opened on the store thread: every later call runs there too
             store = await loop.run_in_executor(writer, open_store, cfg.db)
         except (StoreError, OSError) as e:
-            raise StartError(f"cannot open the store db={cfg.db}: {e}") from e
+            raise StartError(f"cannot open the store db={display(cfg.db)}: {e}") from e
         try:
             return await _serve(cfg, store, writer, notifier)
         finally:

@@ -1,1 +1,33 @@
 """Where the collector keeps records: the Store protocol and its backends."""
+
+from __future__ import annotations
+
+from .base import Marker, Store
+
+URL_SCHEMES = ("postgres://", "postgresql://")
+
+
+def display(db: str) -> str:
+    """``db`` for messages and logs: a URL's password left out."""
+    scheme, sep, rest = db.partition("://")
+    if not sep:
+        return db
+    where, slash, tail = rest.partition("/")
+    user, at, host = where.rpartition("@")
+    path, mark, query = tail.partition("?")
+    query = "&".join(p for p in query.split("&") if not p.startswith("password="))
+    return (f"{scheme}://{user.split(':', 1)[0]}{at}{host}{slash}{path}"
+            f"{mark if query else ''}{query}")
+
+
+def open_store(db: str, *, marker: Marker | None = None) -> Store:
+    """The store ``db`` names: a postgres:// or postgresql:// URL (PostgresStore), else
+    a SQLite file path (SqliteStore, marking with ``marker``: base.Marker; PostgresStore
+    keeps no marks); StoreError if it can not be opened."""
+    if db.startswith(URL_SCHEMES):
+        from .postgres import PostgresStore
+
+        return PostgresStore(db)
+    from .sqlite import SqliteStore
+
+    return SqliteStore(db, marker=marker)

@@ -13,6 +13,7 @@ nothing and is not an error (agents resend after reconnecting).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -59,6 +60,19 @@ class Selection:
     until_ns: int | None = None
     grep: str | None = None  # a regular expression over message
     limit: int | None = None  # None: every matching record, never cut silently
+
+
+def check_selection(sel: Selection) -> bool:
+    """ValueError for a bad ``grep`` or a negative ``limit``; False when an empty rank
+    or node filter makes the selection match nothing (every store checks alike)."""
+    try:
+        if sel.grep is not None:
+            re.compile(sel.grep)
+    except re.error as e:
+        raise ValueError(f"grep: bad regular expression {sel.grep!r}: {e}") from e
+    if sel.limit is not None and sel.limit < 0:
+        raise ValueError(f"limit: must be >= 0, got {sel.limit}")
+    return not (sel.ranks is not None and not sel.ranks or sel.nodes is not None and not sel.nodes)
 
 
 class Store(Protocol):

@@ -25,7 +25,7 @@ import msgpack
 
 from agent.wire import Record
 
-from .base import Selection
+from .base import Selection, check_selection
 from .blocks import (
     BOOT_ID, FIELDS, KIND, LOCAL_RANK, MESSAGE, MONO, OBSERVED, OCCURRED, PID, RANK, SEQ,
     SEVERITY, SOURCE, T, unpack,
@@ -100,14 +100,7 @@ class Reading:
         return self._read(sel, None if row is None else row[0])
 
     def _read(self, sel: Selection, mid: int | None) -> Iterator[Record]:
-        try:
-            if sel.grep is not None:
-                regex(sel.grep)
-        except re.error as e:
-            raise ValueError(f"grep: bad regular expression {sel.grep!r}: {e}") from e
-        if sel.limit is not None and sel.limit < 0:
-            raise ValueError(f"limit: must be >= 0, got {sel.limit}")
-        if sel.ranks is not None and not sel.ranks or sel.nodes is not None and not sel.nodes:
+        if not check_selection(sel):
             return iter(())  # an empty filter matches nothing
         with self._sql("reading records"):
             self._refresh()

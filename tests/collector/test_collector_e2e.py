@@ -1,6 +1,7 @@
-"""A real collector process: agents (test clients speaking agent/wire.py) stream a real
-job's logs from two nodes; `firstfault report/jobs/timeline` over the HTTP API and on
-the SQLite file name the same first failure as `firstfault analyze` of the files."""
+"""Real collector processes, one on a SQLite file and one on PostgreSQL: agents (test
+clients speaking agent/wire.py) stream a real job's logs from two nodes into each;
+`firstfault report/jobs/timeline` over the HTTP API and on the store directly name the
+same first failure as `firstfault analyze` of the files, and both stores answer alike."""
 
 import json
 import sys
@@ -31,9 +32,7 @@ def _rank_files(ranks):
             yield r, p
 
 
-@pytest.fixture(scope="module")
-def collector(tmp_path_factory):
-    db = tmp_path_factory.mktemp("collector") / "ff.db"
+def _start(db) -> Collector:
     c = Collector(db)
     for node, ranks in NODES.items():
         records = []
@@ -47,8 +46,28 @@ def collector(tmp_path_factory):
             a.send_batch(records[i:i + 500])
             a.wait_ack(records[min(i + 500, len(records)) - 1].seq)
         a.close()
-    yield c, db
-    assert c.stop() == 0
+    return c
+
+
+@pytest.fixture(scope="module")
+def collectors(request, tmp_path_factory):
+    """Started on first use: backend -> (collector, its --db)."""
+    started: dict = {}
+
+    def get(backend: str):
+        if backend not in started:
+            db = (str(tmp_path_factory.mktemp("collector") / "ff.db") if backend == "sqlite"
+                  else request.getfixturevalue("postgres").create_database())
+            started[backend] = (_start(db), db)
+        return started[backend]
+    yield get
+    for c, _ in started.values():
+        assert c.stop() == 0
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def collector(request, collectors):
+    return collectors(request.param)
 
 
 def _cli(capsys, *args) -> tuple[int, str]:
@@ -101,3 +120,16 @@ def test_report_from_the_db_file_and_unknown_job(collector, capsys):
     assert code == 0 and json.loads(out)["first_failure"]["rank"] == 2
     assert main(["report", "nope", "--db", str(db)]) == 1
     assert "no job 'nope'" in capsys.readouterr().err
+
+
+def test_postgres_and_sqlite_collectors_answer_alike(collectors, capsys):
+    out = {}
+    for backend in ("sqlite", "postgres"):
+        c, db = collectors(backend)
+        url = f"http://{c.http[0]}:{c.http[1]}"
+        rep = json.loads(_cli(capsys, "report", JOB, "--collector", url, "--format", "json")[1])
+        rep.pop("generated_at")
+        timeline = _cli(capsys, "timeline", JOB, "--collector", url, "--format", "jsonl")[1]
+        jobs = json.loads(_cli(capsys, "jobs", "--db", db, "--format", "json")[1])["jobs"]
+        out[backend] = rep, timeline, jobs
+    assert out["postgres"] == out["sqlite"]

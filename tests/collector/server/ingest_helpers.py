@@ -162,12 +162,20 @@ class Agent:
             self.pending.extend(self.decoder.feed(data))
 
     def expect_error(self, timeout: float = 10.0) -> Error | None:
-        """Read until the server closes; the error it sent (None: closed without one)."""
+        """Read until the server closes; the error it sent (None: closed without one).
+        Pings are not answered here: a pong sent to a socket the server has closed
+        draws a reset that can discard the error still unread."""
+        self.sock.settimeout(timeout)
         try:
             while True:
-                self.recv(timeout)
-        except ClosedByServer as e:
-            return e.error
+                for msg in self.pending:
+                    if isinstance(msg, Error):
+                        return msg
+                self.pending = []
+                data = self.sock.recv(65536)
+                if not data:
+                    return None
+                self.pending.extend(self.decoder.feed(data))
         except (ConnectionResetError, BrokenPipeError):
             return None
 

@@ -1,5 +1,6 @@
 """collector/daemon.py: exit codes, a whole run in-process on the FakeStore, and the
-real thing as a subprocess on SqliteStore: SIGTERM, and kill -9 mid-stream (slow)."""
+real thing as a subprocess on SqliteStore and on PostgreSQL: SIGTERM, and kill -9
+mid-stream (slow)."""
 
 from __future__ import annotations
 
@@ -37,9 +38,15 @@ def test_usage_and_config_errors(capsys):
     assert "2 problems" in err and "--nope: unknown flag" in err and "token is required" in err
 
 
-def test_postgres_is_not_supported_yet(caplog):
-    assert daemon.main(["--db", "postgres://ff:secret@db/ff", "--listen", "127.0.0.1:0"]) == 1
-    assert "PostgreSQL is not supported yet" in caplog.text and "secret" not in caplog.text
+def test_a_postgres_server_that_is_away_is_a_clear_start_error(caplog):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"postgres://ff:secret@127.0.0.1:{port}/ff"
+    assert daemon.main(["--db", url, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"]) == 1
+    assert re.search(rf"cannot start: cannot open the store db=postgres://ff@127.0.0.1:{port}/ff: "
+                     r".*can not connect to PostgreSQL: .*Connection refused", caplog.text)
+    assert "secret" not in caplog.text
 
 
 def test_run_in_process_until_sigterm(monkeypatch, caplog):
@@ -80,17 +87,16 @@ def test_run_in_process_until_sigterm(monkeypatch, caplog):
     assert "stopping signal=SIGTERM" in caplog.text
 
 
-def _stored_seqs(db: Path, node: str, stream: str) -> list[int]:
+def _stored_seqs(db: Path | str, node: str, stream: str) -> list[int]:
+    from collector.store import open_store
     from collector.store.base import Selection
-    from collector.store.sqlite import SqliteStore
 
-    with SqliteStore(db) as store:
+    with open_store(str(db)) as store:
         return [r.seq for r in store.records(Selection(nodes=(node,))) if r.stream == stream]
 
 
 @needs_sqlite
-def test_subprocess_on_sqlite_stops_on_sigterm(tmp_path):
-    db = tmp_path / "ff.db"
+def test_subprocess_stops_on_sigterm(db):
     c = Collector(db)
     a = Agent(c.address)
     assert a.hello().high_seq is None
@@ -108,12 +114,19 @@ def test_subprocess_on_sqlite_stops_on_sigterm(tmp_path):
     assert c.stop() == 0
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request, tmp_path):
+    """The --db of a new store: a SQLite file, or a database on the test server."""
+    if request.param == "sqlite":
+        return tmp_path / "ff.db"
+    return request.getfixturevalue("pg_url")
+
+
 @needs_sqlite
 @pytest.mark.slow
-def test_kill_9_mid_stream_loses_nothing_acked(tmp_path):
+def test_kill_9_mid_stream_loses_nothing_acked(db):
     """The agent keeps up to 3 batches unacked; the collector is SIGKILLed while
     batches are in flight, restarted, and the agent resends after high_seq."""
-    db = tmp_path / "ff.db"
     total, size = 60_000, 500
     acked = -1
     for attempt in range(4):

@@ -1,9 +1,16 @@
-"""Fixtures of the store tests: a record factory, a fixed clock, a fresh store file."""
+"""Fixtures of the store tests: a record factory, a fixed clock, and stores of each
+backend: ``store`` and ``open_store`` run a test on SQLite and on PostgreSQL (a new
+database on the session's server, tests/collector/conftest.py), ``sqlite_store`` only
+on SQLite."""
+
+import itertools
 
 import pytest
 
 from agent.wire import Record
 from collector.store.sqlite import SqliteStore
+
+BACKENDS = ("sqlite", "postgres")
 
 T0 = 1_796_206_319_782_000_000  # 2026-12-02 10:11:59.782 UTC
 S = 1_000_000_000  # one second in ns
@@ -45,8 +52,70 @@ def rec():
     return make_record
 
 
+def rows(store, query: str) -> list[tuple]:
+    """What a literal SQL query (valid in both dialects) returns on the store's database."""
+    if isinstance(store, SqliteStore):
+        return store._db.execute(query).fetchall()
+    return store._conn().execute(query).fetchall()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def store(tmp_path, clock):
+def open_store(request, backend, tmp_path, clock):
+    """open_store(name="ff", **kw): a store of the test's backend; a name opened
+    again is the same database."""
+    opened, urls = [], {}
+
+    def open_(name: str = "ff", **kw):
+        kw.setdefault("now_ns", clock)
+        if backend == "sqlite":
+            s = SqliteStore(tmp_path / f"{name}.db", **kw)
+        else:
+            from collector.store.postgres import PostgresStore
+
+            if name not in urls:
+                urls[name] = request.getfixturevalue("postgres").create_database()
+            s = PostgresStore(urls[name], **kw)
+        opened.append(s)
+        return s
+    yield open_
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture
+def empty_store(request, backend, tmp_path):
+    """empty_store(): a store of the test's backend holding nothing, each call (for
+    property tests: PostgreSQL reuses one database, emptied)."""
+    calls = itertools.count()
+    url = None
+
+    def open_():
+        nonlocal url
+        if backend == "sqlite":
+            return SqliteStore(tmp_path / f"empty-{next(calls)}.db")
+        from collector.store.postgres import PostgresStore
+        from collector.store.postgres_schema import TABLES
+
+        url = url or request.getfixturevalue("postgres").create_database()
+        with PostgresStore(url) as s:
+            for table in TABLES[1:]:  # all but schema_version
+                s._conn().execute(f"DELETE FROM {table}")
+        return PostgresStore(url)
+    return open_
+
+
+@pytest.fixture
+def store(open_store):
+    return open_store()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path, clock):
     s = SqliteStore(tmp_path / "ff.db", now_ns=clock)
     yield s
     s.close()

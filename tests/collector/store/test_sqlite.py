@@ -1,4 +1,5 @@
-"""SqliteStore: idempotent inserts, ordering, selections, jobs, clocks, pruning."""
+"""The stores (SqliteStore and PostgresStore, by the ``store`` fixture): idempotent
+inserts, ordering, selections, jobs, clocks, pruning; SqliteStore's own details."""
 
 import dataclasses
 import sqlite3
@@ -10,6 +11,8 @@ from collector.store import sqlite as sq
 from collector.store.base import NodeClock, Selection, StoreError
 from collector.store.sqlite import SqliteStore
 
+from .conftest import rows
+
 T0 = 1_796_206_319_782_000_000
 S = 1_000_000_000
 MIN = 60 * S
@@ -19,8 +22,15 @@ def keys(records):
     return [(r.node, r.stream, r.seq) for r in records]
 
 
+def stored(store) -> tuple[str, str, str]:
+    """(table, count, time): how the store's schema holds records (SQLite: blocks)."""
+    if isinstance(store, SqliteStore):
+        return "blocks", "sum(n)", "t_lo"
+    return "records", "count(*)", "t_ns"
+
+
 def count(store) -> int:
-    return store._db.execute("SELECT coalesce(sum(n), 0) FROM blocks").fetchone()[0]
+    return rows(store, f"SELECT coalesce({stored(store)[1]}, 0) FROM {stored(store)[0]}")[0][0]
 
 
 # --- idempotency and high_seq -----------------------------------------------------
@@ -62,17 +72,15 @@ def test_high_seq_per_stream(store, rec):
     assert store.high_seq("gpu-03", "s1") is None
 
 
-def test_insert_columns_stores_what_insert_stores(tmp_path, rec, clock):
+def test_insert_columns_stores_what_insert_stores(open_store, rec):
     batch = [rec(i, rank=i % 3, fields={"x": i} if i % 2 else {}) for i in range(20)]
     batch[5] = dataclasses.replace(batch[5], job=None)
     cols = wire.BatchColumns.from_wire(wire.Batch(tuple(batch)).to_wire())
-    a = SqliteStore(tmp_path / "a.db", now_ns=clock)
-    b = SqliteStore(tmp_path / "b.db", now_ns=clock)
+    a, b = open_store("a"), open_store("b")
     assert a.insert(batch) == b.insert_columns(cols.node, cols.stream, cols.seqs, cols.cols) == 20
     assert b.insert_columns(cols.node, cols.stream, cols.seqs, cols.cols) == 0
     assert list(a.records(Selection())) == list(b.records(Selection())) == batch
     assert a.jobs() == b.jobs()
-    a.close(), b.close()
 
 
 def test_every_field_round_trips(store, rec):
@@ -189,7 +197,8 @@ def test_a_selection_without_job_merges_every_job_and_node(store, rec):
     assert len(list(store.records(Selection(since_ns=T0 + 15 * S)))) == 5
 
 
-def test_queries_use_the_indexes_without_sorting(store, rec):
+def test_queries_use_the_indexes_without_sorting(sqlite_store, rec):
+    store = sqlite_store
     store.insert([rec(i) for i in range(10)])
     db = store._db
     meta = "SELECT bid, sid, t_lo, t_hi, ranks, mid FROM blocks "
@@ -210,9 +219,8 @@ def test_queries_use_the_indexes_without_sorting(store, rec):
     assert indexes == {"blocks_seq", "blocks_job", "blocks_free", "blocks_unmarked"}
 
 
-def test_another_store_on_the_same_file_sees_new_streams_and_jobs(tmp_path, rec, clock):
-    writer = SqliteStore(tmp_path / "ff.db", now_ns=clock)
-    reader = SqliteStore(tmp_path / "ff.db", now_ns=clock)
+def test_another_store_on_the_same_file_sees_new_streams_and_jobs(open_store, rec):
+    writer, reader = open_store(), open_store()
     assert reader.high_seq("gpu-01", "s1") is None
     writer.insert([rec(i, job="late") for i in range(3)])
     assert reader.high_seq("gpu-01", "s1") == 2
@@ -222,7 +230,17 @@ def test_another_store_on_the_same_file_sees_new_streams_and_jobs(tmp_path, rec,
     writer.insert([rec(0, node="gpu-07", stream="new", job="newer", t=T0 + 100 * S)])
     assert [(r.node, r.job) for r in it][-1][0] in ("gpu-01", "gpu-07")  # no KeyError
     assert [r.node for r in reader.records(Selection(job="newer"))] == ["gpu-07"]
-    writer.close(), reader.close()
+
+
+def test_reading_while_inserting_on_the_same_store(store, rec):
+    """The HTTP API streams a timeline in chunks between the ingest's inserts."""
+    store.insert([rec(i) for i in range(12_000)])
+    it = store.records(Selection(job="job-1"))
+    first = [next(it) for _ in range(7000)]
+    assert store.insert([rec(i, t=T0 - S) for i in range(12_000, 12_010)]) == 10
+    rest = list(it)
+    seqs = [r.seq for r in first + rest]
+    assert seqs[:7000] == list(range(7000)) and seqs[7000:12_000] == list(range(7000, 12_000))
 
 
 # --- jobs ---------------------------------------------------------------------------
@@ -273,7 +291,7 @@ def test_clocks_keep_history_and_return_the_latest(store):
     store.save_clock(NodeClock("gpu-02", -3, 50, T0))
     assert store.clocks() == {"gpu-01": NodeClock("gpu-01", 7, 100, T0 + 20 * S),
                               "gpu-02": NodeClock("gpu-02", -3, 50, T0)}
-    assert store._db.execute("SELECT count(*) FROM node_clocks").fetchone()[0] == 4
+    assert rows(store, "SELECT count(*) FROM node_clocks") == [(4,)]
 
 
 # --- prune --------------------------------------------------------------------------
@@ -298,10 +316,11 @@ def test_prune_by_age(store, rec, clock):
     assert store.insert(old) == 10  # (unless sent again, then they are new)
     assert store.prune(max_age_s=3600, max_bytes=None) == 10
     assert store.clocks()["gpu-02"].offset_ns == 3  # each node's latest estimate stays
-    assert store._db.execute("SELECT count(*) FROM node_clocks").fetchone()[0] == 2
+    assert rows(store, "SELECT count(*) FROM node_clocks") == [(2,)]
     assert store.prune(max_age_s=None, max_bytes=None) == 0
-    check = store._db.execute("SELECT sum(n) FROM blocks WHERE jid IS NULL").fetchone()[0]
-    assert check == 6 and count(store) == 12
+    table, n, _ = stored(store)
+    assert rows(store, f"SELECT {n} FROM {table} WHERE jid IS NULL") == [(6,)]
+    assert count(store) == 12
 
 
 def test_prune_by_size_deletes_the_oldest_first(store, rec, clock):
@@ -316,14 +335,13 @@ def test_prune_by_size_deletes_the_oldest_first(store, rec, clock):
     deleted = store.prune(max_age_s=None, max_bytes=bound)
     assert store.used_bytes() <= bound
     assert deleted == total - count(store) and deleted > total / 2
-    db = store._db
-    oldest_left = db.execute("SELECT min(t_lo) FROM blocks").fetchone()[0]
-    assert oldest_left > T0 + 6000 * S
+    table, n, t = stored(store)
+    assert rows(store, f"SELECT min({t}) FROM {table}")[0][0] > T0 + 6000 * S
     for j in store.jobs():  # counts and first times follow the rows
-        jid = store._jids[j.job]
-        assert db.execute("SELECT sum(n), min(t_lo) FROM blocks WHERE jid = ?",
-                          (jid,)).fetchone() == (j.records, j.first_ns)
-    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert rows(store, f"SELECT {n}, min({t}) FROM {table} r JOIN jobs j ON r.jid = j.jid "
+                           f"WHERE j.job = '{j.job}'") == [(j.records, j.first_ns)]
+    if isinstance(store, SqliteStore):
+        assert rows(store, "PRAGMA integrity_check") == [("ok",)]
 
 
 def test_prune_rejects_negative_bounds(store):
@@ -335,8 +353,8 @@ def test_prune_rejects_negative_bounds(store):
 
 # --- life cycle ---------------------------------------------------------------------
 
-def test_a_closed_store_says_so(tmp_path):
-    with SqliteStore(tmp_path / "ff.db") as s:
+def test_a_closed_store_says_so(open_store):
+    with open_store() as s:
         pass
     s.close()
     with pytest.raises(StoreError, match="closed"):
@@ -353,7 +371,8 @@ def test_power_safe_means_synchronous_full(tmp_path):
     s.close()
 
 
-def test_a_failed_insert_rolls_back_and_keeps_the_store_usable(store, rec, monkeypatch):
+def test_a_failed_insert_rolls_back_and_keeps_the_store_usable(sqlite_store, rec, monkeypatch):
+    store = sqlite_store
     store.insert([rec(0)])
 
     def boom(*a, **kw):

@@ -1,15 +1,15 @@
-"""SqliteStore against a model: random batches (with resends) and random selections."""
+"""The stores (SQLite and PostgreSQL) against a model: random batches (with resends)
+and random selections."""
 
 import re
-import tempfile
-from pathlib import Path
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.wire import Record
 from collector.store.base import Selection
-from collector.store.sqlite import JOB_MARGIN_NS, SqliteStore
+from collector.store.sqlite import JOB_MARGIN_NS
 
 T0 = 1_796_206_319_782_000_000
 NODES = ("gpu-01", "gpu-02", "gpu-03")
@@ -68,12 +68,13 @@ def model(stored: dict, sel: Selection) -> list[Record]:
     return rs if sel.limit is None else rs[:sel.limit]
 
 
-@settings(max_examples=60)
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(st.lists(records(), max_size=25), max_size=6),
        sels=st.lists(selections, min_size=1, max_size=8))
-def test_store_matches_the_model(batches, sels):
+def test_store_matches_the_model(empty_store, batches, sels):
     stored: dict = {}
-    with tempfile.TemporaryDirectory() as tmp, SqliteStore(Path(tmp) / "ff.db") as store:
+    with empty_store() as store:
         for batch in batches:
             new = 0
             for r in batch:
