@@ -1,6 +1,6 @@
 """The Store protocol: what the collector's ingest and query sides need from storage.
 
-One implementation per backend (sqlite.py, the default; postgres.py later). Every
+One implementation per backend (sqlite.py, the default; postgres.py, shared). Every
 method is synchronous and called from one thread at a time per Store object; the
 asyncio server runs them in a worker thread so a slow disk slows reading from
 sockets (backpressure) instead of growing memory.
