@@ -7,8 +7,8 @@ speaking agent/wire.py:
    token); wait for ``welcome``. Its ``high_seq`` says what the collector already
    stored: that much is acked in the spool, and sending resumes right after it
    (a collector that lost data gets back whatever the spool still holds).
-2. send batches read from the spool as columns (``Spool.read_batch_after``,
-   ``wire.encode_columns``: no Record is built), up to ``window_records`` unacked
+2. send batches read from the spool as frames (``Spool.read_frame_after``: the
+   spooled column bytes go out as they are, nothing is decoded), up to ``window_records`` unacked
    records in flight, each frame within the welcome's limits; sleep on
    ``Spool.wait`` when there is nothing new.
 3. meanwhile read the collector: ``ack`` -> ``Spool.ack`` (segments it covers are
@@ -256,24 +256,24 @@ class _Session:
                 self.ack_event.clear()
                 await self.ack_event.wait()
                 continue
-            batch = spool.read_batch_after(self.sent, max_records, self.max_bytes)
+            try:
+                batch = spool.read_frame_after(self.sent, max_records, self.max_bytes)
+            except wire.WireError as e:
+                if e.code != wire.ERR_TOO_LARGE or max_records == 1:
+                    raise
+                max_records //= 2
+                continue
             if batch is None:
                 if woken:  # told there is more, found none (its segment went): no spinning
                     await asyncio.sleep(0.1)
                 woken = await loop.run_in_executor(None, spool.wait, self.sent, 0.25)
                 continue
             woken = False
-            try:
-                frame = wire.encode_columns(batch)
-            except wire.WireError as e:
-                if e.code != wire.ERR_TOO_LARGE or len(batch) == 1:
-                    raise
-                max_records = max(1, len(batch) // 2)
-                continue
+            seqs, frame = batch
             max_records = self.max_records
             self.writer.write(frame)
             await self.writer.drain()
-            self.sent = batch.seqs[-1]
+            self.sent = seqs[-1]
             stats.batches += 1
-            stats.records += len(batch)
+            stats.records += len(seqs)
             stats.bytes += len(frame)

@@ -262,6 +262,33 @@ def _count(buf: bytes, p: int, stop: int) -> int | None:
     return None
 
 
+def _elements(packed: bytes | memoryview) -> bytes | memoryview:
+    """A msgpack array's element bytes (its header cut off)."""
+    b = packed[0]
+    return packed[1:] if b < 0xDC else packed[3:] if b == 0xDC else packed[5:]
+
+
+def _column_elements(payload: memoryview) -> list[bytes | memoryview]:
+    """The element bytes of each column array of an entry payload (nothing decoded)."""
+    u = msgpack.Unpacker()
+    u.feed(payload)
+    u.read_array_header()
+    u.skip()  # count
+    out, pos = [], u.tell()
+    for _ in COLUMNS:
+        u.skip()
+        end = u.tell()
+        out.append(_elements(payload[pos:end]))
+        pos = end
+    return out
+
+
+def _seqs(ranges: list[range]) -> range | list[int]:
+    contiguous = all(a.stop == b.start for a, b in zip(ranges, ranges[1:]))
+    return (range(ranges[0].start, ranges[-1].stop) if contiguous
+            else [s for r in ranges for s in r])
+
+
 def entry_at(buf: bytes, pos: int, floor: int, ceil: int | None) -> tuple[int, int, int] | None:
     """(end, seq, count) of a valid entry at ``pos`` of ``buf``, else None.
 
@@ -420,6 +447,7 @@ class Spool:
     Writer: ``append(records) -> last seq`` (InvalidRecordError,
     SpoolFullError), ``close()``. Reader: ``read_batch_after(seq, max_records,
     max_bytes) -> wire.BatchColumns | None`` (what a batch carries, no Records),
+    ``read_frame_after(...) -> (seqs, framed batch) | None`` (the same, as wire bytes),
     ``read_after(...) -> list[Record]``, ``wait(seq, timeout_s)``, ``ack(seq)``.
     ``stats() -> SpoolStats`` from anywhere.
 
@@ -941,10 +969,53 @@ class Spool:
         Sequential calls (``seq`` = the last batch's last seq) resume where the
         last one stopped; any other ``seq`` scans its segment from the start.
         """
-        after = -1 if seq is None else seq
-        plan, cursor = self._plan(after)
         ranges: list[range] = []
         parts: list[list[Any]] = []
+        for eseq, lo, hi, count, payload in self._pick(seq, max_records, max_bytes):
+            obj = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+            parts.append(obj[1:] if lo == 0 and hi == count else [c[lo:hi] for c in obj[1:]])
+            ranges.append(range(eseq + lo, eseq + hi))
+        if not ranges:
+            return None
+        if len(parts) == 1:
+            cols = parts[0]
+        else:
+            cols = [[] for _ in COLUMNS]
+            for p in parts:
+                for c, values in zip(cols, p):
+                    c += values
+        return BatchColumns(self.node, self.stream, _seqs(ranges), dict(zip(COLUMNS, cols)))
+
+    def read_frame_after(self, seq: int | None, max_records: int = wire.MAX_BATCH_RECORDS,
+                         max_bytes: int = DEFAULT_READ_BYTES) -> tuple[range | list[int], bytes] | None:
+        """As read_batch_after, as (seqs, one framed wire ``batch``): the shipper's path.
+
+        Whole entries are not decoded: their column arrays' bytes go into the frame
+        as they are (wire.encode_packed_columns), checked at append and by the crc
+        here. WireError (ERR_TOO_LARGE) if the frame passes MAX_FRAME_BYTES."""
+        ranges: list[range] = []
+        cols: list[list[bytes]] = [[] for _ in COLUMNS]
+        for eseq, lo, hi, count, payload in self._pick(seq, max_records, max_bytes):
+            if lo == 0 and hi == count:
+                got = _column_elements(payload)
+            else:  # part of an entry: decode it, pack the part again
+                obj = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+                got = [_elements(msgpack.packb(c[lo:hi])) for c in obj[1:]]
+            for c, b in zip(cols, got):
+                c.append(b)
+            ranges.append(range(eseq + lo, eseq + hi))
+        if not ranges:
+            return None
+        seqs = _seqs(ranges)
+        return seqs, wire.encode_packed_columns(self.node, self.stream, seqs,
+                                                [b"".join(c) for c in cols])
+
+    def _pick(self, seq: int | None, max_records: int, max_bytes: int
+              ) -> Iterator[tuple[int, int, int, int, memoryview]]:
+        """(entry seq, lo, hi, count, payload) of the entries whose records [lo, hi)
+        a read after ``seq`` takes; moves the cursor once consumed to the end."""
+        after = -1 if seq is None else seq
+        plan, cursor = self._plan(after)
         taken = nbytes = 0
         cur, full = None, False
         for path, base, end, ceil in plan:
@@ -963,12 +1034,9 @@ class Spool:
                     if taken and nbytes + (stop - off) > max_bytes:
                         full = True
                         break
-                    obj = msgpack.unpackb(payload, raw=False, strict_map_key=False)
                     lo = max(0, after + 1 - eseq)
                     hi = min(count, lo + max_records - taken)
-                    parts.append(obj[1:] if lo == 0 and hi == count
-                                 else [c[lo:hi] for c in obj[1:]])
-                    ranges.append(range(eseq + lo, eseq + hi))
+                    yield eseq, lo, hi, count, payload
                     taken += hi - lo
                     nbytes += stop - off
                     cur = ((eseq + hi - 1, path, off, eseq - 1) if hi < count
@@ -980,20 +1048,8 @@ class Spool:
                 os.close(fd)
             if full:
                 break
-        if not taken:
-            return None
-        self._cursor = cur
-        if len(parts) == 1:
-            cols = parts[0]
-        else:
-            cols = [[] for _ in COLUMNS]
-            for p in parts:
-                for c, values in zip(cols, p):
-                    c += values
-        contiguous = all(a.stop == b.start for a, b in zip(ranges, ranges[1:]))
-        seqs = (range(ranges[0].start, ranges[-1].stop) if contiguous
-                else [s for r in ranges for s in r])
-        return BatchColumns(self.node, self.stream, seqs, dict(zip(COLUMNS, cols)))
+        if taken:
+            self._cursor = cur
 
     def _plan(self, after: int) -> tuple[list[tuple[str, int, int, int]], Any]:
         """(path, base, readable end, ceil) of the segments holding seqs > ``after``; the cursor."""

@@ -635,6 +635,32 @@ def encode_columns(batch: BatchColumns) -> bytes:
     return _PREFIX.pack(len(body)) + body
 
 
+def encode_packed_columns(node: str, stream: str, seqs: range | list[int],
+                          columns: list[bytes]) -> bytes:
+    """The frame encode_columns makes, from each column's values already packed back
+    to back (``columns[i]``: the msgpack of column i's len(seqs) values, no array
+    header): the spool's entries hold them so, checked when they were appended."""
+    n = len(seqs)
+    if not n or len(columns) != len(_COLUMN_NAMES):
+        raise WireError(f"batch: {n} records and {len(columns)} columns")
+    seq = seqs.start if type(seqs) is range else list(seqs)
+    head = msgpack.packb({"type": "batch", "node": node, "stream": stream, "count": n, "seq": seq})
+    array = (bytes([0x90 | n]) if n < 16 else b"\xdc" + n.to_bytes(2, "big") if n < 1 << 16
+             else b"\xdd" + n.to_bytes(4, "big"))
+    parts = [b"\x86", head[1:], _COLS_KEY]  # head is a map of 5: one more key, "cols"
+    for key, col in zip(_PACKED_NAMES, columns):
+        parts += (key, array, col)
+    body = b"".join(parts)
+    if len(body) > MAX_FRAME_BYTES:
+        raise WireError(f"batch: frame of {len(body)} bytes exceeds MAX_FRAME_BYTES "
+                        f"({MAX_FRAME_BYTES}); send fewer records per batch", ERR_TOO_LARGE)
+    return _PREFIX.pack(len(body)) + body
+
+
+_COLS_KEY = msgpack.packb("cols") + bytes([0x80 | len(_COLUMN_NAMES)])
+_PACKED_NAMES = tuple(map(msgpack.packb, _COLUMN_NAMES))
+
+
 def decode_batch(frame: bytes) -> list[Record]:
     """The records of exactly one whole framed ``batch`` message."""
     decoder = FrameDecoder()

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from agent import spool as spool_mod
 from agent.spool import HEADER, InvalidRecordError, Spool, SpoolError, SpoolFullError
-from agent.wire import MAX_MESSAGE_BYTES, Record, decode_batch, encode_batch
+from agent.wire import MAX_MESSAGE_BYTES, Record, decode_batch, decode_batch_columns, encode_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1796206319790113000
@@ -159,6 +159,27 @@ def test_sequential_reads_equal_one_read(tmp_path):
             pieces += b.records()
             after = b.seqs[-1]
         assert pieces == [r for r in whole if r.seq > 17]
+
+
+def test_frames_carry_what_column_reads_carry(tmp_path):
+    with open_spool(tmp_path, segment_bytes=4096) as sp:
+        assert sp.read_frame_after(None) is None
+        for k in range(40):
+            sp.append([row(k * 10 + j) for j in range(1 + k % 9)])
+        sp.append([row(999, message="ünïcode \\xff")])
+        for after, max_records, max_bytes in ((None, 10_000, 1 << 30), (17, 4, 700), (3, 5, 1 << 30)):
+            want, got = [], []
+            a = after
+            while b := sp.read_batch_after(a, max_records, max_bytes):
+                want.append(b)
+                a = b.seqs[-1]
+            a = after
+            while f := sp.read_frame_after(a, max_records, max_bytes):
+                seqs, frame = f
+                got.append(decode_batch_columns(frame))
+                assert list(got[-1].seqs) == list(seqs)
+                a = seqs[-1]
+            assert got == want and len(want) >= 1
 
 
 def test_seqs_increase_across_restarts(tmp_path):

@@ -513,3 +513,25 @@ def test_encode_columns_round_trips_contiguous_and_listed_seqs():
     gapped = BatchColumns("n1", "s", [5, 9], {k: v[:2] for k, v in cols.cols.items()})
     back = decode_batch_columns(encode_columns(gapped))
     assert list(back.seqs) == [5, 9] and back.cols["message"] == ["line 5", "line 6"]
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 70_000])
+def test_encode_packed_columns_makes_the_frame_encode_columns_makes(n):
+    from agent.wire import BatchColumns, decode_batch_columns, encode_columns, encode_packed_columns
+    cols = {"source": ["ranklog"] * n, "kind": ["rank.line"] * n,
+            "message": [f"step {i} é" for i in range(n)], "occurred_ns": [None] * n,
+            "observed_ns": list(range(10, 10 + n)), "boot_id": [None] * n, "mono_ns": [None] * n,
+            "job": ["j1"] * n, "rank": [3] * n, "local_rank": [None] * n, "pid": [None] * n,
+            "severity": [6] * n, "fields": [{"path": "/l/r3.log", "n": i} for i in range(n)]}
+    for seqs in (range(7, 7 + n), list(range(7, 7 + 2 * n, 2))):
+        batch = BatchColumns("n1", "s", seqs, cols)
+        packed = [msgpack.packb(c)[1 if n < 16 else 3 if n < 1 << 16 else 5:] for c in cols.values()]
+        frame = encode_packed_columns("n1", "s", seqs, packed)
+        assert frame == encode_columns(batch)
+        if n <= wire.MAX_BATCH_RECORDS:
+            back = decode_batch_columns(frame)
+            assert list(back.seqs) == list(seqs) and back.cols == cols
+    big = [msgpack.packb(["x" * 60_000] * 150)[3:]] + packed[1:]  # 9 MB of messages
+    with pytest.raises(WireError) as e:
+        encode_packed_columns("n1", "s", range(1, 151), big)
+    assert e.value.code == wire.ERR_TOO_LARGE
