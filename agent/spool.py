@@ -283,6 +283,18 @@ def _column_elements(payload: memoryview) -> list[bytes | memoryview]:
     return out
 
 
+def _same(col: tuple, packed: bytes) -> bool:
+    """Whether ``packed`` (msgpack of ``col``) is its first value's bytes repeated: the
+    wire then sees one value, and checking it checks them all. (Equality alone would
+    not do: 1 == 1.0 == True, and a collector rejects a float or bool rank.)"""
+    c0, n = col[0], len(col)
+    if col.count(c0) != n:
+        return False
+    one = msgpack.packb(c0)
+    return (packed[:len(packed) - len(one) * n] == wire.array_header(n)
+            and packed.endswith(one * n))
+
+
 def _seqs(ranges: list[range]) -> range | list[int]:
     contiguous = all(a.stop == b.start for a, b in zip(ranges, ranges[1:]))
     return (range(ranges[0].start, ranges[-1].stop) if contiguous
@@ -839,17 +851,19 @@ class Spool:
         if len(cols) != len(COLUMNS) or len(rows[0]) != len(rows[-1]):
             raise InvalidRecordError(f"spool append: a record has {len(rows[0])} or "
                                      f"{len(rows[-1])} columns, not {len(COLUMNS)}")
-        if self.validate:
-            m = {"node": self.node, "stream": self.stream, "count": len(rows), "seq": 0,
-                 "cols": dict(zip(COLUMNS, map(list, cols)))}
-            try:
-                wire._check_batch(m)
-            except WireError as e:
-                raise InvalidRecordError(f"spool append: {e}") from None
+        n = len(rows)
+        head = msgpack.packb(n)
         try:
-            payload = msgpack.packb([len(rows), *cols])
+            packed = [msgpack.packb(c) for c in cols]
         except (TypeError, ValueError, OverflowError) as e:
             raise InvalidRecordError(f"spool append: cannot encode: {e}") from None
+        if self.validate:
+            for name, col, b in zip(COLUMNS, cols, packed):
+                try:
+                    wire.check_column(name, col[:1] if _same(col, b) else col)
+                except WireError as e:
+                    raise InvalidRecordError(f"spool append: {e}") from None
+        payload = b"".join([b"\x9e", head, *packed])
         if len(payload) > self._entry_limit and len(rows) > 1:
             half = len(rows) // 2
             self._encode(rows[:half], out)

@@ -307,6 +307,7 @@ _FAST_CHECKS: dict[str, Callable[[list], bool]] = {
     "severity": _fast_ints(0, 7, False), "fields": _fast_fields,
 }
 assert tuple(_FAST_CHECKS) == _COLUMN_NAMES
+_CHECKS = dict(_COLUMNS)
 _record_row = attrgetter(*_COLUMN_NAMES)
 _MISSING = object()
 
@@ -506,17 +507,24 @@ def _check_batch(m: dict[str, Any]) -> tuple[str, str, Any, list[list[Any]]]:
         seqs = seq
     cols = _get(m, "cols", _MAP, "batch")
     columns = []
-    for name, (ok, what) in _COLUMNS:
+    for name in _COLUMN_NAMES:
         col = cols.get(name)
         if type(col) is not list or len(col) != n:
             raise WireError(f"batch column {name!r}: expected a list of {n} values, "
                             f"got {_show(col)}")
-        if not _FAST_CHECKS[name](col) and not all(map(ok, col)):
+        check_column(name, col)
+        columns.append(col)
+    return node, stream, seqs, columns
+
+
+def check_column(name: str, col: list | tuple) -> None:
+    """WireError naming the first value of batch column ``name`` it does not allow."""
+    if not _FAST_CHECKS[name](col):
+        ok, what = _CHECKS[name]
+        if not all(map(ok, col)):
             i = next(i for i, v in enumerate(col) if not ok(v))
             raise WireError(f"batch record {i} column {name!r}: expected {what}, "
                             f"got {_show(col[i])}")
-        columns.append(col)
-    return node, stream, seqs, columns
 
 
 def _increasing(seqs: list[int]) -> bool:
@@ -645,8 +653,7 @@ def encode_packed_columns(node: str, stream: str, seqs: range | list[int],
         raise WireError(f"batch: {n} records and {len(columns)} columns")
     seq = seqs.start if type(seqs) is range else list(seqs)
     head = msgpack.packb({"type": "batch", "node": node, "stream": stream, "count": n, "seq": seq})
-    array = (bytes([0x90 | n]) if n < 16 else b"\xdc" + n.to_bytes(2, "big") if n < 1 << 16
-             else b"\xdd" + n.to_bytes(4, "big"))
+    array = array_header(n)
     parts = [b"\x86", head[1:], _COLS_KEY]  # head is a map of 5: one more key, "cols"
     for key, col in zip(_PACKED_NAMES, columns):
         parts += (key, array, col)
@@ -655,6 +662,12 @@ def encode_packed_columns(node: str, stream: str, seqs: range | list[int],
         raise WireError(f"batch: frame of {len(body)} bytes exceeds MAX_FRAME_BYTES "
                         f"({MAX_FRAME_BYTES}); send fewer records per batch", ERR_TOO_LARGE)
     return _PREFIX.pack(len(body)) + body
+
+
+def array_header(n: int) -> bytes:
+    """The msgpack header of an array of ``n`` values."""
+    return (bytes([0x90 | n]) if n < 16 else b"\xdc" + n.to_bytes(2, "big") if n < 1 << 16
+            else b"\xdd" + n.to_bytes(4, "big"))
 
 
 _COLS_KEY = msgpack.packb("cols") + bytes([0x80 | len(_COLUMN_NAMES)])

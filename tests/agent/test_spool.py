@@ -248,6 +248,27 @@ def test_invalid_records_write_nothing(tmp_path):
         assert sp.append([row(1)]) == 2
 
 
+def with_column(name: str, values: list) -> list[tuple]:
+    i = spool_mod.COLUMNS.index(name)
+    return [row(k)[:i] + (v,) + row(k)[i + 1:] for k, v in enumerate(values)]
+
+
+@pytest.mark.parametrize("name,values", [
+    ("rank", [1, True, 1]), ("rank", [1, 1.0, 1]), ("rank", [-1] * 4),  # equal is not the same
+    ("severity", [6] * 2 + [9]), ("job", [""] * 3), ("source", ["ranklog"] * 2 + [None]),
+    ("fields", [{"path": "/l"}] * 2 + [{"path": "/l", "bad": [1]}]),
+    ("message", ["x" * (MAX_MESSAGE_BYTES + 1)] * 3)])
+def test_a_repeated_column_is_checked_as_its_first_value_only_when_every_value_packs_alike(
+        tmp_path, name, values):
+    with open_spool(tmp_path) as sp:
+        with pytest.raises(InvalidRecordError, match=f"column '{name}'"):
+            sp.append(with_column(name, values))
+        fields = with_column("fields", [{"n": 1}, {"n": True}, {"n": 1.0}])  # all allowed
+        assert sp.append(fields) == 3
+        assert [r.fields["n"] for r in read_all(sp)] == [1, True, 1.0]
+        assert [type(r.fields["n"]) for r in read_all(sp)] == [int, bool, float]
+
+
 def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="fsync"):
         Spool(tmp_path, node="n", max_bytes=1 << 20, fsync="sometimes")
