@@ -19,7 +19,7 @@ A whole file (every key optional; these are the defaults, except where said)::
     [spool]
     max_bytes = 1073741824             # on overflow the oldest unacked records become a gap record
     fsync = "interval"                 # always | interval | never
-    fsync_interval_ms = 100
+    fsync_interval_ms = 20
 
     [sources.cgroup]                   # one table per source (agent/sources/NAME.py)
     enabled = true                     # default: on where available; ranklog when it has globs
@@ -88,7 +88,7 @@ class TLSConfig:
 class SpoolConfig:
     max_bytes: int = 1 << 30
     fsync: str = "interval"
-    fsync_interval_ms: int = 100
+    fsync_interval_ms: int = 20  # readers see records only after their fsync (bench/agent.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ collector keeps (node, stream, seq) once).
 
 from __future__ import annotations
 
+import gc
 import inspect
 import logging
 import os
@@ -46,6 +47,9 @@ from agent.wire import KIND_AGENT_STATUS, SOURCE_AGENT
 log = logging.getLogger("firstfault.agent")
 
 FLUSH_TIMEOUT_S = 10.0
+# Sources make a tuple per line: at the default 700 the young generation is collected
+# every few hundred lines, ~12% of the agent's CPU at full speed (bench/agent.py).
+GC_YOUNG_THRESHOLD = 50_000
 
 
 class StartError(Exception):
@@ -171,6 +175,8 @@ class Agent:
                  cfg.node, self.spool.stream, ",".join(s.name for s in srcs),
                  ",".join(map(str, cfg.collectors)),
                  self.metrics.address if self.metrics else "off")
+        gc.freeze()  # start-up's objects are never garbage: collections skip them
+        gc.set_threshold(GC_YOUNG_THRESHOLD)
         self.notifier.ready(self.status_line())
 
     def metrics_text(self) -> str:

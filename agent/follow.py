@@ -120,9 +120,10 @@ class FollowLoop:
 
     ``run()`` blocks until ``stop_event`` is set (checked at least every
     STOP_CHECK_S; ``stop()`` sets it and wakes the loop at once), then stops and
-    joins the watchdog observer and closes the tailer. Each poll's lines go to
-    ``on_lines(list[Line])`` (or ``on_batches(list[LineBatch])``), its events to
-    ``on_events(list[Event])`` first (otherwise they are only logged);
+    joins the watchdog observer and closes the tailer. A wake's lines (all its
+    polls) go to ``on_lines(list[Line])`` (or ``on_batches(list[LineBatch])``) in
+    one call, a poll's events to ``on_events(list[Event])`` after the lines read
+    before them (otherwise they are only logged); wakes are MIN_WAKE_S apart;
     ``on_tick()`` after every wake, returning the ``tailer.clock`` time it wants to
     be called again (None: no need), for a consumer that holds lines for a while.
     All of them run in the loop's thread and their exceptions end ``run()``.
@@ -139,6 +140,9 @@ class FollowLoop:
     """
 
     STOP_CHECK_S = 0.5
+    MIN_WAKE_S = 0.01  # events within 10 ms of the last wake wait for the next: a poll,
+    # an append and a commit per wake, not per write (bench/agent.py)
+    DELIVER_LINES = 4096  # a wake's lines are handed over in parts of about this many
 
     def __init__(self, tailer: Tailer, globs: str | Iterable[str],
                  on_lines: Callable[[list[Line]], object] | None, stop_event: threading.Event, *,
@@ -157,6 +161,7 @@ class FollowLoop:
             self._specs.append((g, rx, *_watch_base(g)))
         self._qlock = threading.Lock()
         self._queue: dict[str, None] = {}
+        self._pending: list[LineBatch] = []  # polled this wake, not yet handed over
         self._rescan = False
         self._wake = threading.Event()
         self._followed: set[str] = set()
@@ -193,6 +198,7 @@ class FollowLoop:
             observer.start()
             self._scan(first=True)
             next_safety = time.monotonic() + self.safety_poll_s
+            woke = 0.0
             while not self.stop_event.is_set():
                 timeout = min(next_safety - time.monotonic(), self.STOP_CHECK_S)
                 deadline = self.tailer.next_deadline()
@@ -202,6 +208,8 @@ class FollowLoop:
                     timeout = min(timeout, max(deadline - self.tailer.clock(), 0.05))
                 if timeout > 0:
                     self._wake.wait(timeout)
+                    self.stop_event.wait(woke + self.MIN_WAKE_S - time.monotonic())
+                woke = time.monotonic()
                 self._wake.clear()
                 if self.stop_event.is_set():
                     break
@@ -218,6 +226,7 @@ class FollowLoop:
                     self._poll(path)
                 for path in self.tailer.due_paths():
                     self._poll(path)
+                self._deliver()
                 if self._on_tick is not None:
                     self._tick_at = self._on_tick()
         finally:
@@ -261,6 +270,7 @@ class FollowLoop:
                 new.append(path)
         for path in (sorted(self._followed) if poll_all else new):
             self._poll(path)
+        self._deliver()
         if poll_all:
             for path in [p for p in self._followed if not os.path.lexists(p)]:
                 if self.tailer.settled(path):
@@ -286,7 +296,17 @@ class FollowLoop:
         batches = self.tailer.poll_batches(path)
         events = self.tailer.take_events()
         if events and self._on_events is not None:
+            self._deliver()  # the lines read before these events go first
             self._on_events(events)
+        self._pending += batches
+        if sum(map(len, self._pending)) >= self.DELIVER_LINES:
+            self._deliver()  # a backlog: memory stays bounded
+        if self.tailer.more(path):
+            self._notify(path)
+
+    def _deliver(self) -> None:
+        """Hand over the batches of a wake's polls at once (one spool append a wake)."""
+        batches, self._pending = self._pending, []
         if batches:
             if self._on_batches is not None:
                 self._on_batches(batches)
@@ -295,5 +315,3 @@ class FollowLoop:
                 for b in batches:
                     lines += b.lines()
                 self._on_lines(lines)
-        if self.tailer.more(path):
-            self._notify(path)

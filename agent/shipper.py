@@ -46,6 +46,7 @@ from agent.wire import Ack, Error, Hello, Ping, Pong, Welcome
 log = logging.getLogger(__name__)
 
 AGENT_NAME = "firstfault-agent"
+SEND_BYTES = 1 << 20  # spool bytes a batch takes at most (bench/agent.py: RSS)
 
 
 class SessionError(Exception):
@@ -211,7 +212,8 @@ class _Session:
                  writer: asyncio.StreamWriter, decoder: wire.FrameDecoder, welcome: Welcome) -> None:
         self.s, self.reader, self.writer, self.decoder = shipper, reader, writer, decoder
         self.max_records = welcome.max_batch_records
-        self.max_bytes = welcome.max_frame_bytes // 2  # spool entry bytes ~ wire bytes
+        # spool entry bytes ~ wire bytes; 1 MiB frames keep the agent's RSS low
+        self.max_bytes = min(welcome.max_frame_bytes // 2, SEND_BYTES)
         self.sent = welcome.high_seq
         self.acked = welcome.high_seq if welcome.high_seq is not None else -1
         self.ack_event = asyncio.Event()

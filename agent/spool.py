@@ -464,9 +464,11 @@ class Spool:
     ``stats() -> SpoolStats`` from anywhere.
 
     validate=True runs the wire format's own checks (agent/wire.py) on every
-    append, so a bad record fails at its source instead of wedging the shipper;
-    it costs more than the rest of an append (bench/RESULTS.md). Turn it off only
-    when the records are checked once elsewhere.
+    append, so a bad record fails at its source instead of wedging the shipper.
+    A column whose packed bytes are one value's bytes repeated (a source's name,
+    a path's job, rank and fields) is checked as that one value: the collector
+    decodes exactly it n times. Turn it off only when the records are checked
+    once elsewhere.
     """
 
     def __init__(self, path: str | os.PathLike, *, node: str, max_bytes: int,

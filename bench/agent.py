@@ -28,7 +28,7 @@ VmRSS / VmHWM from /proc/PID/status.
               here; latency = write -> line received by the sink, no acks in omfwd).
 
     python3 bench/agent.py [--lines 1000000] [--rate 10000] [--seconds 30]
-        [--idle 20] [--fsync-interval-ms 100] [--phases throughput,steady,...]
+        [--idle 20] [--fsync-interval-ms 20] [--write-ms 2] [--no-samplers] [--phases throughput,steady,...]
 """
 
 from __future__ import annotations
@@ -73,10 +73,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def cpu_s(pid: int) -> float:
+def cpu_s(pid: int, part: slice = slice(11, 13)) -> float:
+    """utime + stime of ``pid`` (all its threads), seconds; ``part`` 11:12 utime only."""
     with open(f"/proc/{pid}/stat") as f:
         parts = f.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / TICK  # utime, stime
+    return sum(map(int, parts[part])) / TICK
 
 
 def rss_kib(pid: int) -> tuple[int, int]:
@@ -107,6 +108,8 @@ class AckSink:
         self.acked, self.records, self.lines = 0, 0, 0
         self.connected_at: float | None = None
         self.latencies_ms: list[float] = []
+        self.read_ms: list[float] = []  # write -> the agent read it (its observed_ns)
+        self.sent_ms: list[float] = []  # write -> the batch reached the sink
         self._inflight: list[tuple[int, list[int]]] = []
         self._loop = asyncio.new_event_loop()
         self._server = None
@@ -137,6 +140,10 @@ class AckSink:
         self.records += count
         msgs = m["cols"]["message"]
         ts = [stamp(x) for x in msgs if "t_ns=" in x]
+        now = time.time_ns()
+        self.read_ms += [(o - stamp(x)) / 1e6 for x, o in zip(msgs, m["cols"]["observed_ns"])
+                         if "t_ns=" in x]
+        self.sent_ms += [(now - t) / 1e6 for t in ts]
         self._inflight.append((last, ts))
 
     def _ack(self, seq: int) -> None:
@@ -286,7 +293,7 @@ WRITER = r"""
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
 from bench.agent import line, FILES
-paths, mode, n, rate, seconds = sys.argv[2:2 + FILES], *sys.argv[2 + FILES:]
+paths, (mode, n, rate, seconds, _) = sys.argv[2:2 + FILES], sys.argv[2 + FILES:]
 n, rate, seconds = int(n), int(rate), float(seconds)
 fds = [os.open(p, os.O_WRONLY | os.O_APPEND) for p in paths]
 if mode == "burst":  # n lines built first, then written as fast as possible, 1 MiB writes
@@ -297,8 +304,8 @@ if mode == "burst":  # n lines built first, then written as fast as possible, 1 
     for r, fd in enumerate(fds):
         for k in range(0, len(data[r]), 1 << 20):
             os.write(fd, data[r][k:k + (1 << 20)])
-else:  # rate lines/s for seconds: every 2 ms the lines owed, one write per file
-    t0, i = time.monotonic(), 0
+else:  # rate lines/s for seconds: every tick the lines owed, one write per file
+    t0, i, tick = time.monotonic(), 0, float(sys.argv[-1]) / 1000
     while (now := time.monotonic()) - t0 < seconds:
         due = int((now - t0) * rate)
         for r, fd in enumerate(fds):
@@ -307,7 +314,7 @@ else:  # rate lines/s for seconds: every 2 ms the lines owed, one write per file
                 os.write(fd, "".join(line(r, k, time.time_ns())
                                      for k in range(first, due, FILES)).encode())
         i = max(i, due)
-        time.sleep(0.002)
+        time.sleep(tick)
 print(n // FILES * FILES if mode == "burst" else i)
 """
 
@@ -316,11 +323,12 @@ RANK_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(FILES), "MASTER_AD
 
 
 def writer(paths: list[str], mode: str, n: int = 0, rate: int = 0, seconds: float = 0,
-           cpu: int = 1):
+           tick_ms: float = 2, cpu: int = 1):
     """Start the writer child on ``cpu`` (with a rank's environment, so procs finds it);
     a burst writer builds its lines first. Returns ``run``: go, wait, lines written."""
     p = subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", WRITER, ROOT, *paths,
-                          mode, str(n), str(rate), str(seconds)], env={**os.environ, **RANK_ENV},
+                          mode, str(n), str(rate), str(seconds), str(tick_ms)],
+                         env={**os.environ, **RANK_ENV},
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     if mode == "burst":
         assert p.stdout.readline() == "ready\n"
@@ -364,11 +372,12 @@ def profile(pid: int) -> subprocess.Popen | None:
 
 def measure(pid: int, run, done) -> dict:
     """CPU and wall of ``pid`` from before ``run()`` until ``done()``; its peak RSS."""
-    c0, t0 = cpu_s(pid), time.monotonic()
+    c0, t0, s0 = cpu_s(pid), time.monotonic(), cpu_s(pid, slice(12, 13))
     prof = profile(pid)
     n = run()
     ok = settle(lambda: done(n), 120)
     wall, cpu = time.monotonic() - t0, cpu_s(pid) - c0
+    sys_s = cpu_s(pid, slice(12, 13)) - s0
     rss, hwm = rss_kib(pid)
     if prof is not None:
         prof.send_signal(signal.SIGINT)
@@ -376,7 +385,8 @@ def measure(pid: int, run, done) -> dict:
     return {"lines": n, "complete": ok, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
             "cpu_us_per_line": round(cpu / n * 1e6, 3) if n else None,
             "lines_per_cpu_s": round(n / cpu) if cpu else None,
-            "cpu_pct": round(100 * cpu / wall, 2), "rss_mib": round(rss / 1024, 1),
+            "cpu_pct": round(100 * cpu / wall, 2), "system_share": round(sys_s / cpu, 2) if cpu else None,
+            "rss_mib": round(rss / 1024, 1),
             "hwm_mib": round(hwm / 1024, 1)}
 
 
@@ -431,18 +441,26 @@ def phase_steady(work: str, kind: str, args) -> dict:
         cport = free_port()
         col = start_collector(work, cport)
         sink = AckSink(upstream=("127.0.0.1", cport)).start()
-        sh = start_agent(work, sink.port, args.cpu, args.fsync_interval_ms, samplers=True)
+        sh = start_agent(work, sink.port, args.cpu, args.fsync_interval_ms,
+                         samplers=not args.no_samplers)
     else:
         sink = LineSink()
         sh = start_rsyslog(work, sink.port, args.cpu)
     try:
         time.sleep(1)
         quiet(sh.pid)
-        sink.latencies_ms = []
+        sink.latencies_ms, sink.read_ms, sink.sent_ms = [], [], []
+        col_c0 = cpu_s(col.pid) if col is not None else 0.0
         base = sink.lines
-        r = measure(sh.pid, writer(paths, "rate", rate=args.rate, seconds=args.seconds),
+        r = measure(sh.pid, writer(paths, "rate", rate=args.rate, seconds=args.seconds,
+                           tick_ms=args.write_ms),
                     lambda n: sink.lines - base >= n)
         r = latency(r, sink.latencies_ms)
+        if col is not None:
+            r["collector_cpu_pct"] = round(100 * (cpu_s(col.pid) - col_c0) / r["wall_s"], 1)
+        if kind == "agent":
+            r["read_p50_ms"], r["read_p99_ms"] = pct(sink.read_ms, 50), pct(sink.read_ms, 99)
+            r["sent_p50_ms"], r["sent_p99_ms"] = pct(sink.sent_ms, 50), pct(sink.sent_ms, 99)
         if args.idle:  # no writes; a rank-like process alive, so cgroup samples at 1 Hz
             rank = subprocess.Popen(["sleep", str(args.idle + 15)], env={**os.environ, **RANK_ENV})
             time.sleep(12)  # procs finds it (young_s), cgroup starts sampling it
@@ -491,16 +509,20 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=10_000)
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--idle", type=float, default=20)
-    ap.add_argument("--fsync-interval-ms", type=int, default=100)
+    ap.add_argument("--write-ms", type=float, default=2,
+                    help="steady: each file gets one write (of the lines owed) this often")
+    ap.add_argument("--fsync-interval-ms", type=int, default=20)
     ap.add_argument("--cpu", type=int, default=0, help="the core the shipper is pinned to")
     ap.add_argument("--phases", default="throughput,steady,backlog")
     ap.add_argument("--no-rsyslog", action="store_true")
+    ap.add_argument("--no-samplers", action="store_true", help="steady: ranklog only")
     ap.add_argument("--out", default=os.path.join(HERE, "out", "agent"))
     args = ap.parse_args()
     os.sched_setaffinity(0, {1 - args.cpu})
     kinds = ["agent"] + ([] if args.no_rsyslog or not shutil.which("rsyslogd") else ["rsyslog"])
     res: dict = {"date": time.strftime("%Y-%m-%d"), "lines": args.lines, "rate": args.rate,
-                 "fsync_interval_ms": args.fsync_interval_ms}
+                 "write_ms": args.write_ms, "fsync_interval_ms": args.fsync_interval_ms,
+                 "loadavg": os.getloadavg()[0]}
     phases = args.phases.split(",")
     for kind in kinds:
         for ph in ("throughput", "steady"):
