@@ -268,7 +268,7 @@ class _Session:
             if batch is None:
                 if woken:  # told there is more, found none (its segment went): no spinning
                     await asyncio.sleep(0.1)
-                woken = await loop.run_in_executor(None, spool.wait, self.sent, 0.25)
+                woken = await loop.run_in_executor(None, spool.wait, self.sent, 1.0)
                 continue
             woken = False
             seqs, frame = batch

@@ -490,6 +490,7 @@ class Spool:
         self.max_bytes, self.segment_bytes = max_bytes, segment_bytes
         self.fsync, self.fsync_interval_ms, self.validate = fsync, fsync_interval_ms, validate
         self._entry_limit = min(4 * 1024 * 1024, segment_bytes // 4)
+        self._dirty = threading.Event()  # written since the flusher's last look
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._closed = False
@@ -694,6 +695,7 @@ class Spool:
     # --- writing (the caller holds the lock) -----------------------------------
 
     def _write(self, data: bytes) -> None:
+        self._dirty.set()
         view, done = memoryview(data), 0
         try:
             while done < len(data):
@@ -823,11 +825,17 @@ class Spool:
         self._cond.notify_all()
 
     def _flush_loop(self) -> None:
-        while not self._stop.wait(self.fsync_interval_ms / 1000):
+        """fsync every fsync_interval_ms while appends come; asleep while none do."""
+        while not self._stop.is_set():
+            self._dirty.wait()
+            self._dirty.clear()
+            if self._stop.wait(self.fsync_interval_ms / 1000):
+                return
             try:
                 self._flush_once()
             except OSError as e:
                 log.error("spool fsync failed path=%s error=%s", self.path, e)
+                self._dirty.set()  # try again in an interval
 
     def _flush_once(self) -> None:
         with self._lock:
@@ -953,6 +961,7 @@ class Spool:
             self._closed = True
             self._cond.notify_all()
         self._stop.set()
+        self._dirty.set()
         if self._flusher is not None:
             self._flusher.join()
         with self._lock:
