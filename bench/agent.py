@@ -19,7 +19,9 @@ VmRSS / VmHWM from /proc/PID/status.
               here (the agent skips it), kmsg off. Shipped to a real ``firstfault
               collector`` (SQLite) through ``AckSink`` as a proxy that forwards both
               ways and notes, per batch, each line's write stamp and the time the
-              collector's ack covering it came back: write -> acked latency.
+              collector's ack covering it came back: write -> acked latency; also
+              write -> read (the record's observed_ns) and write -> batch at the proxy.
+              The writer writes each file every WRITE_MS (2: ~4,000 writes/s).
   backlog     the collector away while LINES lines are written; then it comes up and
               the agent sends its spool: time to drain and the agent's RSS meanwhile.
   idle        no writes for IDLE seconds (all sources of "steady" on).
@@ -484,8 +486,10 @@ def phase_backlog(work: str, args) -> dict:
     try:
         time.sleep(1)
         quiet(sh.pid)
-        spool = measure(sh.pid, writer(paths, "burst", n=args.lines), lambda n: True)
-        quiet(sh.pid)
+        run, c0 = writer(paths, "burst", n=args.lines), cpu_s(sh.pid)
+        spool = {"lines": run()}
+        quiet(sh.pid)  # until everything is read and spooled
+        spool["cpu_s"] = round(cpu_s(sh.pid) - c0, 2)
         spooled = rss_kib(sh.pid)
         sink.start()
         c0 = cpu_s(sh.pid)
