@@ -1012,7 +1012,8 @@ class Spool:
         return BatchColumns(self.node, self.stream, _seqs(ranges), dict(zip(COLUMNS, cols)))
 
     def read_frame_after(self, seq: int | None, max_records: int = wire.MAX_BATCH_RECORDS,
-                         max_bytes: int = DEFAULT_READ_BYTES) -> tuple[range | list[int], bytes] | None:
+                         max_bytes: int = DEFAULT_READ_BYTES
+                         ) -> tuple[range | list[int], bytes] | None:
         """As read_batch_after, as (seqs, one framed wire ``batch``): the shipper's path.
 
         Whole entries are not decoded: their column arrays' bytes go into the frame

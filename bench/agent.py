@@ -30,7 +30,8 @@ VmRSS / VmHWM from /proc/PID/status.
               here; latency = write -> line received by the sink, no acks in omfwd).
 
     python3 bench/agent.py [--lines 1000000] [--rate 10000] [--seconds 30]
-        [--idle 20] [--fsync-interval-ms 20] [--write-ms 2] [--no-samplers] [--phases throughput,steady,...]
+        [--idle 20] [--fsync-interval-ms 20] [--write-ms 2] [--no-samplers]
+        [--phases throughput,steady,backlog] [--no-rsyslog]
 """
 
 from __future__ import annotations
@@ -163,7 +164,8 @@ class AckSink:
                 async for raw, m in self._frames(reader):
                     if m["type"] == "hello":
                         writer.write(wire.encode_message(wire.Welcome(
-                            version=wire.PROTOCOL_VERSION, high_seq=None, collector_ns=time.time_ns(),
+                            version=wire.PROTOCOL_VERSION, high_seq=None,
+                            collector_ns=time.time_ns(),
                             max_frame_bytes=wire.MAX_FRAME_BYTES,
                             max_batch_records=wire.MAX_BATCH_RECORDS)))
                     elif m["type"] == "batch":
@@ -255,7 +257,8 @@ def start_agent(work: str, port: int, cpu: int, fsync_ms: int, samplers: bool) -
         off += ["--procs-enabled", "false", "--cgroup-enabled", "false"]
     a = Shipper([sys.executable, "-m", "firstfault", "agent", "--collector", f"127.0.0.1:{port}",
                  "--state-dir", os.path.join(work, "state"), "--node", "bench", "--metrics", "",
-                 "--log-level", "warning", "--ranklog", os.path.join(work, "logs", "rank{rank}.log"),
+                 "--log-level", "warning",
+                 "--ranklog", os.path.join(work, "logs", "rank{rank}.log"),
                  "--spool-fsync-interval-ms", str(fsync_ms), *off], cpu,
                 env={"PYTHONPATH": ROOT})
     return a
@@ -368,7 +371,8 @@ def profile(pid: int) -> subprocess.Popen | None:
     out = os.environ.get("BENCH_PROFILE")
     if not out:
         return None
-    return subprocess.Popen(["py-spy", "record", "-p", str(pid), "-o", out, "-f", "raw", "-r", "250",
+    return subprocess.Popen(["py-spy", "record", "-p", str(pid), "-o", out, "-f", "raw",
+                             "-r", "250",
                              "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -387,7 +391,8 @@ def measure(pid: int, run, done) -> dict:
     return {"lines": n, "complete": ok, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
             "cpu_us_per_line": round(cpu / n * 1e6, 3) if n else None,
             "lines_per_cpu_s": round(n / cpu) if cpu else None,
-            "cpu_pct": round(100 * cpu / wall, 2), "system_share": round(sys_s / cpu, 2) if cpu else None,
+            "cpu_pct": round(100 * cpu / wall, 2),
+            "system_share": round(sys_s / cpu, 2) if cpu else None,
             "rss_mib": round(rss / 1024, 1),
             "hwm_mib": round(hwm / 1024, 1)}
 

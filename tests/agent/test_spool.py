@@ -167,7 +167,8 @@ def test_frames_carry_what_column_reads_carry(tmp_path):
         for k in range(40):
             sp.append([row(k * 10 + j) for j in range(1 + k % 9)])
         sp.append([row(999, message="ünïcode \\xff")])
-        for after, max_records, max_bytes in ((None, 10_000, 1 << 30), (17, 4, 700), (3, 5, 1 << 30)):
+        for after, max_records, max_bytes in ((None, 10_000, 1 << 30), (17, 4, 700),
+                                              (3, 5, 1 << 30)):
             want, got = [], []
             a = after
             while b := sp.read_batch_after(a, max_records, max_bytes):

@@ -525,7 +525,8 @@ def test_encode_packed_columns_makes_the_frame_encode_columns_makes(n):
             "severity": [6] * n, "fields": [{"path": "/l/r3.log", "n": i} for i in range(n)]}
     for seqs in (range(7, 7 + n), list(range(7, 7 + 2 * n, 2))):
         batch = BatchColumns("n1", "s", seqs, cols)
-        packed = [msgpack.packb(c)[1 if n < 16 else 3 if n < 1 << 16 else 5:] for c in cols.values()]
+        head = 1 if n < 16 else 3 if n < 1 << 16 else 5
+        packed = [msgpack.packb(c)[head:] for c in cols.values()]
         frame = encode_packed_columns("n1", "s", seqs, packed)
         assert frame == encode_columns(batch)
         if n <= wire.MAX_BATCH_RECORDS:
