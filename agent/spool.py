@@ -2,7 +2,8 @@
 
 Every record is written here before it counts as accepted; the shipper reads what
 is here after the collector's high mark, sends it, and trims the spool when the
-collector acks. This docstring is the on-disk specification, format version 1.
+collector acks. This docstring is the on-disk specification, format version 1;
+agent/spoolfile.py holds its pure side (encode, check, scan, resync, gap records).
 
 Directory
     meta        JSON, always replaced whole (meta.tmp, fsync, rename, fsync dir):
@@ -136,7 +137,6 @@ its seqs had no holes since the last meta save.
 
 from __future__ import annotations
 
-import bisect
 import errno
 import fcntl
 import json
@@ -144,10 +144,8 @@ import logging
 import os
 import re
 import secrets
-import struct
 import threading
 import time
-import zlib
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Iterable, Iterator
@@ -155,28 +153,23 @@ from typing import Any, Iterable, Iterator
 import msgpack
 
 from agent import wire
-from agent.wire import KIND_AGENT_GAP, SOURCE_AGENT, BatchColumns, Record, WireError
+from agent.spoolfile import (
+    COLUMNS, ENTRY_MAX_RECORDS, FORMAT_VERSION, HEADER, HEADER_BYTES, MIN_RECORD_BYTES, OBSERVED,
+    array_elements, column_elements, encode_entry, entry_at, gap_ok, gap_row, gaps_in,
+    observed_range, resync, same_packed, scan,
+)
+from agent.wire import BatchColumns, Record, WireError
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
-HEADER = struct.Struct(">IIQ")  # len, crc, seq
-HEADER_BYTES = HEADER.size
-_LEN_SEQ = struct.Struct(">IQ")
-MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
-ENTRY_MAX_RECORDS = 1000
-MIN_RECORD_BYTES = 15  # source and kind >= 2 payload bytes each, 11 columns >= 1
 MIN_SEGMENT_BYTES = 4096
 DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
 DEFAULT_READ_BYTES = 4 * 1024 * 1024
 GAP_RESERVE_BYTES = 2048  # room kept for the gap record an overflow writes
 FSYNC_MODES = ("always", "interval", "never")
-COLUMNS = wire._COLUMN_NAMES  # the wire batch columns, in wire order
-_OBSERVED = COLUMNS.index("observed_ns")
 _row = attrgetter(*COLUMNS)
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.seg$")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-_GAP_KIND = msgpack.packb(KIND_AGENT_GAP)
 
 
 class SpoolError(Exception):
@@ -248,51 +241,12 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 # --- parsing: pure functions over a segment's bytes ----------------------------
 
-def _count(buf: bytes, p: int, stop: int) -> int | None:
-    """The record count at the start of a payload at ``p`` (None if malformed)."""
-    if buf[p] != 0x9E:  # fixarray of 14
-        return None
-    b = buf[p + 1]
-    if b < 0x80:
-        return b or None
-    if b == 0xCC and p + 3 <= stop:
-        return buf[p + 2]
-    if b == 0xCD and p + 4 <= stop:
-        return int.from_bytes(buf[p + 2:p + 4], "big") or None
-    return None
 
 
-def _elements(packed: bytes | memoryview) -> bytes | memoryview:
-    """A msgpack array's element bytes (its header cut off)."""
-    b = packed[0]
-    return packed[1:] if b < 0xDC else packed[3:] if b == 0xDC else packed[5:]
 
 
-def _column_elements(payload: memoryview) -> list[bytes | memoryview]:
-    """The element bytes of each column array of an entry payload (nothing decoded)."""
-    u = msgpack.Unpacker()
-    u.feed(payload)
-    u.read_array_header()
-    u.skip()  # count
-    out, pos = [], u.tell()
-    for _ in COLUMNS:
-        u.skip()
-        end = u.tell()
-        out.append(_elements(payload[pos:end]))
-        pos = end
-    return out
 
 
-def _same(col: tuple, packed: bytes) -> bool:
-    """Whether ``packed`` (msgpack of ``col``) is its first value's bytes repeated: the
-    wire then sees one value, and checking it checks them all. (Equality alone would
-    not do: 1 == 1.0 == True, and a collector rejects a float or bool rank.)"""
-    c0, n = col[0], len(col)
-    if col.count(c0) != n:
-        return False
-    one = msgpack.packb(c0)
-    return (packed[:len(packed) - len(one) * n] == wire.array_header(n)
-            and packed.endswith(one * n))
 
 
 def _seqs(ranges: list[range]) -> range | list[int]:
@@ -301,142 +255,24 @@ def _seqs(ranges: list[range]) -> range | list[int]:
             else [s for r in ranges for s in r])
 
 
-def entry_at(buf: bytes, pos: int, floor: int, ceil: int | None) -> tuple[int, int, int] | None:
-    """(end, seq, count) of a valid entry at ``pos`` of ``buf``, else None.
-
-    Valid: whole in ``buf``, crc right, seq > ``floor``, last seq < ``ceil``.
-    """
-    if len(buf) - pos < HEADER_BYTES + 2:
-        return None
-    n, crc, seq = HEADER.unpack_from(buf, pos)
-    end = pos + HEADER_BYTES + n
-    if n < 2 or n > MAX_PAYLOAD_BYTES or end > len(buf) or seq <= floor:
-        return None
-    count = _count(buf, pos + HEADER_BYTES, end)
-    if count is None or seq + count - 1 >= (ceil if ceil is not None else 2**63):
-        return None
-    mv = memoryview(buf)
-    if zlib.crc32(mv[pos + 8:end], zlib.crc32(mv[pos:pos + 4])) != crc:
-        return None
-    return end, seq, count
 
 
-def _torn(buf: bytes, pos: int, floor: int) -> bool:
-    """Whether the bytes from ``pos`` are an append cut short (not corruption)."""
-    if len(buf) - pos < HEADER_BYTES:
-        return True
-    n, _, seq = HEADER.unpack_from(buf, pos)
-    if n <= MAX_PAYLOAD_BYTES and pos + HEADER_BYTES + n > len(buf) and floor < seq < 2**63:
-        return True
-    return not bytes(buf[pos:]).strip(b"\0")
 
 
-def resync(buf: bytes, pos: int, floor: int, ceil: int | None) -> int:
-    """Offset of the next valid entry after a bad one at ``pos``, or len(buf)."""
-    if len(buf) - pos >= HEADER_BYTES:
-        q = pos + HEADER_BYTES + HEADER.unpack_from(buf, pos)[0]
-        if q < len(buf) and entry_at(buf, q, floor, ceil):
-            return q
-    best = len(buf)
-    hi = (floor + 1) >> 24
-    for prefix in (hi, hi + 1):  # seq in floor+1 .. floor+2**24: these top 5 bytes
-        needle = prefix.to_bytes(5, "big")
-        at = pos + 1
-        while (i := buf.find(needle, at + 8, best + 12)) != -1:
-            q = i - 8
-            at = q + 1
-            if entry_at(buf, q, floor, ceil):
-                best = q
-                break
-    return best
 
 
-def scan(buf: bytes, floor: int, ceil: int | None, newest: bool):
-    """Walk one segment: (entries, bad, torn_at).
-
-    entries: [(offset, end, seq, count)]; bad: [(start, end, floor_before)] byte
-    ranges skipped; torn_at: where a torn tail starts (newest segment only) or None.
-    """
-    entries: list[tuple[int, int, int, int]] = []
-    bad: list[tuple[int, int, int]] = []
-    pos = 0
-    while pos < len(buf):
-        e = entry_at(buf, pos, floor, ceil)
-        if e is not None:
-            entries.append((pos, *e))
-            floor, pos = e[1] + e[2] - 1, e[0]
-            continue
-        nxt = resync(buf, pos, floor, ceil)
-        if newest and nxt == len(buf) and _torn(buf, pos, floor):
-            return entries, bad, pos
-        bad.append((pos, nxt, floor))
-        pos = nxt
-    return entries, bad, None
 
 
-def _observed(buf: bytes, off: int, end: int) -> tuple[int | None, int | None]:
-    """(min, max) observed_ns of the entry at ``off``."""
-    try:
-        col = msgpack.unpackb(buf[off + HEADER_BYTES:end], raw=False,
-                              strict_map_key=False)[1 + _OBSERVED]
-        return min(col), max(col)
-    except (ValueError, TypeError, IndexError, msgpack.UnpackException):
-        return None, None
 
 
-def encode_entry(seq: int, payload: bytes) -> bytes:
-    """Header + payload of one entry."""
-    crc = zlib.crc32(payload, zlib.crc32(_LEN_SEQ.pack(len(payload), seq)))
-    return HEADER.pack(len(payload), crc, seq) + payload
 
 
-def _iso(ns: int | None) -> str:
-    if ns is None:
-        return "?"
-    ms = ns % 10**9 // 10**6
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ms:03d}Z"
 
 
-def _gap_row(g: dict[str, Any], now_ns: int) -> tuple:
-    n, a, b = g["dropped_records"], g["first_seq"], g["last_seq"]
-    what = {"overflow": "spool over max_bytes: dropped the oldest unshipped",
-            "corrupt": "spool corrupt on disk: lost",
-            "disk_full": "disk full: could not spool"}.get(g["reason"], "lost")
-    count = f"{n}" if n is not None else f"at most {b - a + 1}"
-    msg = (f"{what} {count} records (seq {a}..{b}, {g['dropped_bytes']} bytes) observed "
-           f"{_iso(g['from_ns'])} .. {_iso(g['to_ns'])}")
-    occurred = None if g["reason"] == "corrupt" else g.get("at_ns", now_ns)
-    fields = {k: g[k] for k in ("reason", "dropped_records", "dropped_bytes", "first_seq",
-                                "last_seq", "from_ns", "to_ns")}
-    return (SOURCE_AGENT, KIND_AGENT_GAP, msg, occurred, now_ns, None, None, None, None,
-            None, None, 4, fields)
 
 
-def _gaps_in(buf: bytes, entries: list[tuple[int, int, int, int]]) -> list[dict[str, Any]]:
-    """The fields of the gap records among ``entries`` (found by their kind's bytes)."""
-    out, at, starts = [], 0, [e[0] for e in entries]
-    while (i := buf.find(_GAP_KIND, at)) != -1:
-        k = bisect.bisect_right(starts, i) - 1
-        if k < 0 or i >= entries[k][1]:  # in bytes that are no entry
-            at = i + 1
-            continue
-        at = entries[k][1]
-        try:
-            cols = msgpack.unpackb(buf[entries[k][0] + HEADER_BYTES:entries[k][1]], raw=False,
-                                   strict_map_key=False)[1:]
-        except (ValueError, TypeError, msgpack.UnpackException):
-            continue
-        out += [f for kind, f in zip(cols[1], cols[12])
-                if kind == KIND_AGENT_GAP and _gap_ok(f)]
-    return out
 
 
-def _gap_ok(g: Any) -> bool:
-    """Whether ``g`` (from meta) has the fields of a gap."""
-    return (type(g) is dict and type(g.get("reason")) is str
-            and all(type(g.get(k)) is int for k in ("first_seq", "last_seq", "dropped_bytes"))
-            and all(g.get(k) is None or type(g.get(k)) is int
-                    for k in ("dropped_records", "from_ns", "to_ns")))
 
 
 def _fsync_dir(path: str) -> None:
@@ -574,7 +410,7 @@ class Spool:
                             self.path, meta.get("node"), self.node)
             self.stream, self._created_ns = secrets.token_hex(8), time.time_ns()
             self._acked = None
-        pending = [g for g in meta.get("pending_gaps") or [] if _gap_ok(g)]
+        pending = [g for g in meta.get("pending_gaps") or [] if gap_ok(g)]
         names = []
         for name in os.listdir(self.path):
             if name.endswith(".tmp"):
@@ -599,14 +435,14 @@ class Spool:
                             seg.path, torn, len(buf) - torn)
             if bad or torn is not None:
                 repairs.append((seg, buf, entries, bool(bad)))
-            for g in _gaps_in(buf, entries):
+            for g in gaps_in(buf, entries):
                 seg.carry(g)
             if entries:
                 seg.first_seq, seg.last_seq = entries[0][2], entries[-1][2] + entries[-1][3] - 1
                 seg.records = sum(e[3] for e in entries)
                 seg.size = sum(e[1] - e[0] for e in entries)
-                seg.first_ns = _observed(buf, *entries[0][:2])[0]
-                seg.last_ns = last_ns = _observed(buf, *entries[-1][:2])[1]
+                seg.first_ns = observed_range(buf, *entries[0][:2])[0]
+                seg.last_ns = last_ns = observed_range(buf, *entries[-1][:2])[1]
                 floor = seg.last_seq
             self._segs.append(seg)
         pending += [g for g in new_gaps if g is not None]
@@ -662,8 +498,8 @@ class Spool:
                     below = head_seq - 1
             last, n = below + max(1, (stop - start) // MIN_RECORD_BYTES), None
         prev = [e for e in entries if e[1] <= start]
-        from_ns = _observed(buf, *prev[-1][:2])[1] if prev else last_ns
-        to_ns = _observed(buf, stop, nxt[0])[0] if nxt is not None else None
+        from_ns = observed_range(buf, *prev[-1][:2])[1] if prev else last_ns
+        to_ns = observed_range(buf, stop, nxt[0])[0] if nxt is not None else None
         log.error("spool corrupt bytes skipped path=%s offset=%d bytes=%d seqs=%d..%d",
                   path, start, stop - start, first, last)
         if last < first:
@@ -802,7 +638,7 @@ class Spool:
         while self._pending:
             g, now = self._pending.pop(0), time.time_ns()
             try:  # popped first: writing it may make room and queue an overflow gap
-                self._put(msgpack.packb([1, *([v] for v in _gap_row(g, now))]), 1, now, now,
+                self._put(msgpack.packb([1, *([v] for v in gap_row(g, now))]), 1, now, now,
                           room=room)
             except BaseException:
                 self._pending.insert(0, g)
@@ -870,7 +706,7 @@ class Spool:
         if self.validate:
             for name, col, b in zip(COLUMNS, cols, packed):
                 try:
-                    wire.check_column(name, col[:1] if _same(col, b) else col)
+                    wire.check_column(name, col[:1] if same_packed(col, b) else col)
                 except WireError as e:
                     raise InvalidRecordError(f"spool append: {e}") from None
         payload = b"".join([b"\x9e", head, *packed])
@@ -882,7 +718,7 @@ class Spool:
         if HEADER_BYTES + len(payload) + GAP_RESERVE_BYTES > self.max_bytes:
             raise InvalidRecordError(f"spool append: a record of {len(payload)} bytes does "
                                      f"not fit max_bytes={self.max_bytes}")
-        obs = cols[_OBSERVED]
+        obs = cols[OBSERVED]
         try:
             out.append((payload, len(rows), min(obs), max(obs)))
         except TypeError:  # validate=False and a bad observed_ns
@@ -1023,10 +859,10 @@ class Spool:
         cols: list[list[bytes]] = [[] for _ in COLUMNS]
         for eseq, lo, hi, count, payload in self._pick(seq, max_records, max_bytes):
             if lo == 0 and hi == count:
-                got = _column_elements(payload)
+                got = column_elements(payload)
             else:  # part of an entry: decode it, pack the part again
                 obj = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-                got = [_elements(msgpack.packb(c[lo:hi])) for c in obj[1:]]
+                got = [array_elements(msgpack.packb(c[lo:hi])) for c in obj[1:]]
             for c, b in zip(cols, got):
                 c.append(b)
             ranges.append(range(eseq + lo, eseq + hi))

@@ -146,7 +146,8 @@ def pieces() -> list[tuple[str, float]]:
     import msgpack
 
     from agent import wire
-    from agent.spool import COLUMNS, HEADER_BYTES, _row, encode_entry, entry_at
+    from agent.spool import _row
+    from agent.spoolfile import COLUMNS, HEADER_BYTES, encode_entry, entry_at
 
     recs = drafts(lines(1000), 0, 1000)
     rows = list(map(_row, recs))

@@ -24,7 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent import spool as spool_mod
-from agent.spool import HEADER, InvalidRecordError, Spool, SpoolError, SpoolFullError
+from agent.spool import InvalidRecordError, Spool, SpoolError, SpoolFullError
+from agent.spoolfile import HEADER
 from agent.wire import MAX_MESSAGE_BYTES, Record, decode_batch, decode_batch_columns, encode_batch
 
 ROOT = Path(__file__).resolve().parents[2]
