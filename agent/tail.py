@@ -8,7 +8,7 @@ nothing of sources, records or the wire. It reads per-rank log files such as
 
 API
     ``Tailer(state_path, *, max_line_bytes=65536, read_chunk=256 KiB,
-    fingerprint_bytes=1024, partial_flush_s=5.0, clock=time.monotonic)``
+    fingerprint_bytes=1024, partial_flush_s=5.0, clock=time.monotonic, fsync=True)``
     follows a set of paths: ``add(path, fields=None)``, ``remove(path)``, ``fields(path)``.
     ``poll_file(path) -> list[Line]`` reads what was appended since the last poll
     (at most ``read_chunk`` bytes a call; ``more(path)`` says there is more to read)
@@ -59,7 +59,10 @@ Positions and the commit contract (exactly once across restarts)
     ``commit([Position(line.path, line.file, line.end)])``. A commit says "the
     consumer has durably taken every line of this path's stream up to here"; it
     returns after the state file is written and fsynced (and renamed, and its
-    directory fsynced). Positions only move forward; a stale one (an older
+    directory fsynced); with ``fsync=False`` it is only written and renamed: a
+    process crash keeps it, an OS crash may bring back an older state file (or a
+    corrupt one: ``state_reset``), so only a consumer that keeps positions of its
+    own (``advance``) should turn it off. Positions only move forward; a stale one (an older
     content of a truncated file, a removed path) is ignored; one past what was
     returned raises TailError. Nothing but a commit moves a saved offset, so
     after a restart a new Tailer returns exactly the lines after the last commit:
@@ -180,7 +183,7 @@ class Tailer(_Reader, _State):
     def __init__(self, state_path: str | os.PathLike[str] | None, *, max_line_bytes: int = 64 * 1024,
                  read_chunk: int = 256 << 10, fingerprint_bytes: int = 1024,
                  partial_flush_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
-                 max_events: int = 10_000):
+                 max_events: int = 10_000, fsync: bool = True):
         if max_line_bytes < MIN_LINE_BYTES:
             raise ValueError(f"max_line_bytes must be >= {MIN_LINE_BYTES}, got {max_line_bytes}")
         if read_chunk < 1 or fingerprint_bytes < 1:
@@ -188,7 +191,7 @@ class Tailer(_Reader, _State):
         self.state_path = os.fspath(state_path) if state_path is not None else None
         self.max_line_bytes, self.read_chunk = max_line_bytes, read_chunk
         self.fingerprint_bytes, self.partial_flush_s = fingerprint_bytes, partial_flush_s
-        self.clock = clock
+        self.clock, self.fsync = clock, fsync
         self._lock = threading.RLock()
         self._paths: dict[str, _PathState] = {}
         self._events: deque[Event] = deque(maxlen=max_events)

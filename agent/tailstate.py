@@ -3,8 +3,9 @@ is the specification: "State file" and the "restart" rotation rule).
 
 ``_State`` is mixed into Tailer: ``_load`` reads ``state_path`` (a corrupt file is
 moved to ``<state>.corrupt`` and reported), ``_save`` replaces it atomically
-(tmp, fsync, rename, fsync dir); ``_resolve`` / ``_reopen`` find a path's saved
-files again after a restart, at the path or rotated beside it; ``advance`` (with
+(tmp, fsync, rename, fsync dir; the fsyncs only if ``fsync``); ``_resolve`` /
+``_reopen`` find a path's saved files again after a restart, at the path or rotated
+beside it; ``advance`` (with
 ``fingerprint`` and ``committed_at_ns``) moves a restored position past the last
 commit to where the consumer's own records say it took the stream.
 """
@@ -194,17 +195,19 @@ class _State:
                 view = memoryview(raw)
                 while view:
                     view = view[os.write(fd, view):]
-                os.fsync(fd)
+                if self.fsync:
+                    os.fsync(fd)
                 if committed:
                     self._committed_at = os.fstat(fd).st_mtime_ns
             finally:
                 os.close(fd)
             os.replace(tmp, self.state_path)
-            dfd = os.open(os.path.dirname(self.state_path) or ".", os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            if self.fsync:
+                dfd = os.open(os.path.dirname(self.state_path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
         except OSError as exc:
             raise StateError(f"cannot write the tail state {self.state_path}: {exc}") from exc
         self._last_saved = raw

@@ -33,9 +33,11 @@ local rank). Other named parts (``{node}``) become fields of that name.
 
 Exactly once across restarts: rows of one poll go to the spool in one
 ``emit_many`` call, and only after it returned are their positions committed
-(``<state_dir>/ranklog.json``, once per FollowLoop wake, after all its polls,
-and at stop). Lines held for an open traceback are not committed, and nothing
-after the first held line is emitted before it (a path's records leave in one
+(``<state_dir>/ranklog.json``, written without fsync: a commit only bounds the
+restart's catch-up scan of the spool; after a wake's polls once COMMIT_S passed
+since the last commit or COMMIT_BYTES of lines were read since, and at stop).
+Lines held for an open traceback are not committed, and nothing after the first
+held line is emitted before it (a path's records leave in one
 prefix of its stream, so the committed offset never passes an emitted line).
 A stop, or an emit that raises, at any point: the restarted source reads again
 exactly what the spool lacks. An agent *killed* between a spool append and the
@@ -52,8 +54,11 @@ before following: a saved file of that (dev, ino) whose first bytes still match
 is resumed there, the path's files before it are dropped (drained: a stream
 leaves in order); a position naming no saved file (committed and forgotten
 since, another inode) changes nothing. Known issue: rows in a spool segment that
-was filled, acknowledged and removed between two commits (8 MiB within one
-FollowLoop wake) are not seen at restart: those lines are sent again.
+was filled, acknowledged and removed between two commits (a whole segment between
+two commits: COMMIT_BYTES is 1 MiB, the default segment 8 MiB, a spool configured
+smaller has smaller segments) are not seen at restart: those lines are sent again.
+An OS crash may bring back an older state file (the catch-up scan then starts
+earlier) or a corrupt one (``state_reset``: lines may come twice).
 
 Cost: the hot path builds no object per line: a chunk is decoded at once and
 its rows zipped from columns (bench/ranklog.py, bench/RESULTS.md); only chunks
@@ -86,6 +91,8 @@ log = logging.getLogger(__name__)
 KIND_RANK_GAP = "rank.gap"  # not (yet) in wire.KINDS; new kinds decode as-is
 GAP_EVENTS = (LOST, TRUNCATED, ERROR, STATE_RESET)
 MAX_TRACEBACK_BYTES = 4 * MAX_MESSAGE_BYTES  # a traceback held longer is shipped as it is
+COMMIT_S = 0.25  # positions are committed at most this often while lines flow...
+COMMIT_BYTES = 1 << 20  # ...or once this many bytes of lines were read since the last
 MAX_PATHS_KNOWN = 4096  # identities cached; the cache starts over beyond (paths come and go)
 _GLOB_CHARS = set("*?[]{}")
 _START_MARK = START_MARK.encode()
@@ -145,17 +152,20 @@ class RankLines:
 
     The engine of the source, without threads or inotify: ``batches(list[LineBatch])``
     and ``events(list[Event])`` as a FollowLoop hands them over, ``tick()`` when
-    ``next_tick`` (on ``clock``) is due.
+    ``next_tick`` (on ``clock``) is due; positions are committed ``commit_s`` after the
+    last commit (or after COMMIT_BYTES) and by ``commit()``.
     """
 
     def __init__(self, tailer: Tailer, emit: Emit, *, job_label: str | None = None,
-                 traceback_flush_s: float = 1.0, clock: Callable[[], float] | None = None) -> None:
-        self.tailer, self.emit_rows = tailer, emit_many(emit)
+                 traceback_flush_s: float = 1.0, commit_s: float = COMMIT_S,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.tailer, self.emit_rows, self.commit_s = tailer, emit_many(emit), commit_s
         self.job_label, self.traceback_flush_s = job_label, traceback_flush_s
         self.clock = clock or tailer.clock
         self._ident: dict[str, tuple] = {}
         self._pending: dict[str, _Pending] = {}
         self._emitted: dict[str, Position] = {}  # emitted, not yet committed
+        self._emitted_bytes, self._commit_at = 0, self.clock() + commit_s
 
     def identity(self, path: str) -> tuple:
         """(job, rank, local_rank, fields) of a path, from the glob's named parts and the layout."""
@@ -190,6 +200,7 @@ class RankLines:
         rows: list[tuple] = []
         commit: dict[str, tuple[Position, int]] = {}
         for b in batches:
+            self._emitted_bytes += b.stop - b.start
             ident = self.identity(b.path)
             p = self._pending.get(b.path)
             if p is not None and p.file != b.file:  # rotated or truncated: its tracebacks end
@@ -221,13 +232,18 @@ class RankLines:
             self.emit_rows(rows)
 
     def next_tick(self) -> float | None:
-        """The clock time at which an open traceback goes quiet long enough to ship."""
-        return min((t.touched + self.traceback_flush_s for p in self._pending.values()
-                    for t in p.open.values()), default=None)
+        """The clock time at which an open traceback goes quiet long enough to ship, or
+        emitted positions are due for a commit."""
+        due = [t.touched + self.traceback_flush_s for p in self._pending.values()
+               for t in p.open.values()]
+        if self._emitted:
+            due.append(self._commit_at)
+        return min(due, default=None)
 
     def tick(self) -> float | None:
-        """Ship the tracebacks that went quiet, commit what was emitted; the next time
-        to call again. The FollowLoop calls it once a wake, after that wake's polls."""
+        """Ship the tracebacks that went quiet, commit what was emitted when due (COMMIT_S,
+        COMMIT_BYTES); the next time to call again. The FollowLoop calls it once a wake,
+        after that wake's polls."""
         now = self.clock()
         rows: list[tuple] = []
         commit: dict[str, tuple[Position, int]] = {}
@@ -238,7 +254,8 @@ class RankLines:
             if quiet:
                 self._drain(path, p, self.identity(path), rows, commit)
         self._ship(rows, commit)
-        self.commit()
+        if now >= self._commit_at or self._emitted_bytes >= COMMIT_BYTES:
+            self.commit()
         return self.next_tick()
 
     # -- grouping ----------------------------------------------------------------
@@ -260,6 +277,7 @@ class RankLines:
 
     def commit(self) -> None:
         """Commit the positions of everything emitted (one state file write)."""
+        self._emitted_bytes, self._commit_at = 0, self.clock() + self.commit_s
         if self._emitted:
             positions, self._emitted = self._emitted, {}
             self.tailer.commit(positions)
@@ -429,7 +447,7 @@ class RanklogSource(Source):
 
     def run(self, emit: Emit, stop: threading.Event) -> None:
         tailer = Tailer(self.state_path, max_line_bytes=self.max_line_bytes,
-                        partial_flush_s=self.partial_flush_s)
+                        partial_flush_s=self.partial_flush_s, fsync=False)
         try:
             for path in tailer.saved_paths():  # what the spool got after the last commit
                 pos = self._spooled.get(printable(path))

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from agent.sources import get
-from agent.sources.ranklog import KIND_RANK_GAP, RankLines, RanklogSource
+from agent.sources.ranklog import COMMIT_BYTES, KIND_RANK_GAP, RankLines, RanklogSource
 from agent.spool import COLUMNS, Spool
 from agent.tail import Tailer, to_text
 from agent.wire import KIND_RANK_LINE, KIND_RANK_TRACEBACK, Batch, Record
@@ -268,7 +268,7 @@ def test_a_huge_traceback_is_cut_to_the_wire_limit(tmp_path):
 def test_an_open_traceback_waits_for_a_chain_then_ships_when_quiet(tmp_path):
     log, state, clock, rows = tmp_path / "rank1.log", tmp_path / "state.json", Clock(), Rows()
     with Tailer(state, clock=clock) as t:
-        engine = RankLines(t, rows, traceback_flush_s=1.0)
+        engine = RankLines(t, rows, traceback_flush_s=1.0, commit_s=0)
         t.add(str(log))
         write(log, b"step 4\n" + b"\n".join(TB) + b"\n[rank1]: ValueError: boom\n[rank1]: \n")
         engine.batches(t.poll_batches(str(log)))
@@ -290,13 +290,41 @@ def test_an_open_traceback_waits_for_a_chain_then_ships_when_quiet(tmp_path):
         assert committed(state, log) == log.stat().st_size
 
 
+def test_positions_are_committed_commit_s_after_the_last_commit_or_after_commit_bytes(tmp_path):
+    log, state, clock, rows = tmp_path / "rank0.log", tmp_path / "state.json", Clock(), Rows()
+    with Tailer(state, clock=clock) as t:
+        engine = RankLines(t, rows, commit_s=0.25)
+        t.add(str(log))
+        write(log, b"step 1\n")
+        engine.batches(t.poll_batches(str(log)))
+        assert engine.tick() == clock.t + 0.25  # emitted: due for a commit then
+        assert committed(state, log) == 0 and [r.message for r in rows.records] == ["step 1"]
+        clock.t += 0.25
+        assert engine.tick() is None  # committed: nothing left to do
+        assert committed(state, log) == len(b"step 1\n")
+        start = clock.t
+        big = b"x" * 1000 + b"\n"
+        write(log, big * (COMMIT_BYTES // len(big)))  # just under COMMIT_BYTES
+        while True:  # wakes at the same clock time
+            engine.batches(t.poll_batches(str(log)))
+            engine.tick()
+            if not t.more(str(log)):
+                break
+        assert committed(state, log) == len(b"step 1\n")
+        write(log, big)
+        engine.batches(t.poll_batches(str(log)))
+        engine.tick()
+        assert committed(state, log) == log.stat().st_size  # past COMMIT_BYTES: committed at once
+        assert clock.t == start
+
+
 def test_lines_after_an_open_traceback_wait_for_it_and_a_restart_repeats_none(tmp_path):
     """Other ranks' lines after a held traceback are held too (the commit can not pass
     them), so an agent stopped while it is open sends every line exactly once."""
     log, state, rows = tmp_path / "console.log", tmp_path / "state.json", Rows()
     write(log, b"\n".join([TB[0], b"[rank0]: step 5", TB[1]]) + b"\n")
     with Tailer(state) as t:
-        engine = RankLines(t, rows)
+        engine = RankLines(t, rows, commit_s=0)
         t.add(str(log))
         engine.batches(t.poll_batches(str(log)))
         engine.tick()
@@ -304,7 +332,7 @@ def test_lines_after_an_open_traceback_wait_for_it_and_a_restart_repeats_none(tm
     write(log, b"\n".join([TB[2], b"[rank1]: ValueError: boom", b"[rank0]: step 6", b"[rank1]: x"]) + b"\n")
     clock = Clock()
     with Tailer(state, clock=clock) as t:  # the restarted agent
-        engine = RankLines(t, rows)
+        engine = RankLines(t, rows, commit_s=0)
         t.add(str(log))
         engine.batches(t.poll_batches(str(log)))
         assert engine.tick() is None
@@ -475,7 +503,7 @@ def test_a_kill_before_the_commit_is_caught_up_from_the_spool(tmp_path, running)
     spool = Spool(tmp_path / "spool", node="n1", max_bytes=64 << 20, fsync="never")
     _write_ranks(logs[:2], 0, 50)
     with Tailer(state) as t:  # the source's engine, driven as a FollowLoop would
-        engine = RankLines(t, spool_emit(spool))
+        engine = RankLines(t, spool_emit(spool), commit_s=0)
 
         def wake(paths):
             for p in paths:
