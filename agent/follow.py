@@ -1,12 +1,13 @@
 """Follow every file matching globs with a Tailer (agent/tail.py), woken by inotify.
 
-``FollowLoop(tailer, globs, on_lines, stop_event)`` drives a Tailer from watchdog
-(inotify) events; ``compile_glob`` turns ``/logs/{job}/rank{rank}.log`` into a
-glob and a regex with named parts. A FollowLoop runs in the thread that calls
-run(). Idle cost (bench/tail.py): ~0.06% CPU.
+``FollowLoop(tailer, globs, on_lines, stop_event)`` drives a Tailer from inotify
+events (agent/inotify.py: read in the loop's own thread, every pending event in one
+read a wake); ``compile_glob`` turns ``/logs/{job}/rank{rank}.log`` into a glob and
+a regex with named parts. A FollowLoop runs in the thread that calls run(). Idle
+cost (bench/tail.py): ~0.06% CPU.
 
-Known issue: the kernel's inotify queue can overflow; watchdog then only logs it:
-the safety poll (every ``safety_poll_s``) catches up.
+An overflow of the kernel's inotify queue (IN_Q_OVERFLOW) globs again and polls
+every followed file, as the safety poll (every ``safety_poll_s``) does.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ from __future__ import annotations
 import logging
 import os
 import re
+import select
 import stat as _stat
 import threading
 import time
 from collections.abc import Callable, Iterable
 from glob import glob as _glob
-from typing import Any
 
-from agent.tail import Event, Line, LineBatch, StateError, TailError, Tailer
+from agent.inotify import (IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_IGNORED, IN_ISDIR, IN_MODIFY,
+                           IN_MOVE_SELF, IN_MOVED_FROM, IN_MOVED_TO, IN_ONLYDIR, IN_Q_OVERFLOW,
+                           Inotify)
+from agent.tail import Event, Line, LineBatch, StateError, Tailer
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,12 @@ def _watch_base(glob_pattern: str) -> tuple[str, bool]:
 
 # -- the event loop --------------------------------------------------------------------
 
+# Only what can change a followed file: our own reads (open, access, close-nowrite)
+# must not come back as events.
+WATCH_MASK = (IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF
+              | IN_MOVE_SELF | IN_ONLYDIR)
+_RESCAN = IN_Q_OVERFLOW | IN_IGNORED | IN_ISDIR | IN_DELETE_SELF | IN_MOVE_SELF
+
 def _dir_stat(path: str) -> os.stat_result | None:
     try:
         st = os.stat(path)
@@ -100,27 +110,12 @@ def _dir_stat(path: str) -> os.stat_result | None:
     return st if _stat.S_ISDIR(st.st_mode) else None
 
 
-def _handler(loop: FollowLoop) -> Any:
-    from watchdog.events import FileSystemEventHandler, FileSystemMovedEvent
-
-    class Handler(FileSystemEventHandler):  # runs in watchdog's observer thread
-        def dispatch(self, event: Any) -> None:
-            if event.is_directory:  # a new or moved directory may hold files; a gone one a watch
-                loop._notify(None)
-                return
-            loop._notify(event.src_path)
-            if isinstance(event, FileSystemMovedEvent) and event.dest_path:
-                loop._notify(event.dest_path)
-
-    return Handler()
-
-
 class FollowLoop:
     """Follow every file matching ``globs`` with a Tailer, woken by inotify.
 
     ``run()`` blocks until ``stop_event`` is set (checked at least every
-    STOP_CHECK_S; ``stop()`` sets it and wakes the loop at once), then stops and
-    joins the watchdog observer and closes the tailer. A wake's lines (all its
+    STOP_CHECK_S; ``stop()`` sets it and wakes the loop at once), then closes its
+    inotify descriptor and the tailer. A wake's lines (all its
     polls) go to ``on_lines(list[Line])`` (or ``on_batches(list[LineBatch])``) in
     one call, a poll's events to ``on_events(list[Event])`` after the lines read
     before them (otherwise they are only logged); wakes are MIN_WAKE_S apart;
@@ -131,11 +126,13 @@ class FollowLoop:
     Events queue the paths to poll (deduplicated; a path with more to read goes
     to the back, so big files take turns chunk by chunk); nothing polls on a
     timer but the safety poll every ``safety_poll_s``, which globs again, polls
-    every followed path (a missed event, an inotify overflow) and forgets paths
-    that are gone and fully confirmed. Watched: the glob's directory up to its
-    first wildcard (recursively when a directory part has one); while that
-    directory does not exist, its nearest existing ancestor, so its creation is
-    seen. At start, saved paths matching a glob are followed even when gone, to
+    every followed path (a missed event; an inotify overflow does the same at once)
+    and forgets paths that are gone and fully confirmed. Watched (one inotify watch
+    a directory): the glob's directory up to its first wildcard (and every
+    directory below it when a directory part has one); while that directory does
+    not exist, its nearest existing ancestor, so its creation is seen; an event on
+    a directory (created, moved, deleted: its watch ignored) syncs the watches and
+    globs again. At start, saved paths matching a glob are followed even when gone, to
     drain what was rotated while the agent was stopped.
     """
 
@@ -159,43 +156,37 @@ class FollowLoop:
         for pattern in [globs] if isinstance(globs, str) else globs:
             g, rx = compile_glob(os.path.abspath(pattern))
             self._specs.append((g, rx, *_watch_base(g)))
-        self._qlock = threading.Lock()
         self._queue: dict[str, None] = {}
         self._pending: list[LineBatch] = []  # polled this wake, not yet handed over
-        self._rescan = False
-        self._wake = threading.Event()
+        self._rescan = self._poll_all = False
         self._followed: set[str] = set()
-        self._watches: dict[tuple[str, bool, int], Any] = {}
+        self._watches: dict[str, tuple[int, int]] = {}  # directory -> (wd, its inode)
+        self._dirs: dict[int, str] = {}  # wd -> directory
+        self._inotify: Inotify | None = None
+        self._wake_lock = threading.Lock()
+        self._wake_w: int | None = None  # a pipe that stop() writes to while run() waits
 
     def stop(self) -> None:
         self.stop_event.set()
-        self._wake.set()
-
-    def _notify(self, path: str | None) -> None:
-        with self._qlock:
-            if path is None:
-                self._rescan = True
-            else:
-                self._queue[path] = None
-        self._wake.set()
+        with self._wake_lock:
+            if self._wake_w is not None:
+                try:
+                    os.write(self._wake_w, b"x")
+                except BlockingIOError:  # full: woken already
+                    pass
 
     def run(self) -> None:
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        with self._wake_lock:
+            self._wake_w = wake_w
         try:
-            from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent,
-                                         FileCreatedEvent, FileDeletedEvent, FileModifiedEvent,
-                                         FileMovedEvent)
-            from watchdog.observers.inotify import InotifyObserver
-        except ImportError as exc:
-            raise TailError("FollowLoop needs watchdog 7: pip install 'watchdog>=7,<8'") from exc
-        # Only what can change a followed file: our own reads (open, access,
-        # close-nowrite) must not come back as events.
-        self._filter = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileDeletedEvent,
-                        DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
-        observer = InotifyObserver()
-        handler = _handler(self)
+            self._inotify = ino = Inotify()
+        except BaseException:
+            self._close_wake(wake_r)
+            self.tailer.close()
+            raise
         try:
-            self._sync_watches(observer, handler)
-            observer.start()
+            self._sync_watches()
             self._scan(first=True)
             next_safety = time.monotonic() + self.safety_poll_s
             woke = 0.0
@@ -207,19 +198,20 @@ class FollowLoop:
                 if deadline is not None:  # a quiet partial line to flush (at most 20/s)
                     timeout = min(timeout, max(deadline - self.tailer.clock(), 0.05))
                 if timeout > 0:
-                    self._wake.wait(timeout)
+                    if not self._queue:
+                        select.select([ino.fd, wake_r], [], [], timeout)
                     self.stop_event.wait(woke + self.MIN_WAKE_S - time.monotonic())
                 woke = time.monotonic()
-                self._wake.clear()
                 if self.stop_event.is_set():
                     break
-                with self._qlock:
-                    queue, self._queue = self._queue, {}
-                    rescan, self._rescan = self._rescan, False
+                self._take_events(ino.read())
+                queue, self._queue = self._queue, {}
+                rescan, self._rescan = self._rescan, False
+                poll_all, self._poll_all = self._poll_all, False
                 safety = time.monotonic() >= next_safety
-                if rescan or safety:
-                    self._sync_watches(observer, handler)
-                    self._scan(poll_all=safety)
+                if rescan or poll_all or safety:
+                    self._sync_watches()
+                    self._scan(poll_all=poll_all or safety)
                     if safety:
                         next_safety = time.monotonic() + self.safety_poll_s
                 for path in queue:
@@ -230,35 +222,67 @@ class FollowLoop:
                 if self._on_tick is not None:
                     self._tick_at = self._on_tick()
         finally:
-            observer.stop()
-            if observer.is_alive():
-                observer.join()
+            ino.close()
+            self._inotify = None
             self._watches.clear()
+            self._dirs.clear()
+            self._close_wake(wake_r)
             self.tailer.close()
 
-    def _sync_watches(self, observer: Any, handler: Any) -> None:
-        want: dict[tuple[str, bool, int], None] = {}
+    def _close_wake(self, wake_r: int) -> None:
+        with self._wake_lock:
+            os.close(self._wake_w)
+            self._wake_w = None
+        os.close(wake_r)
+
+    def _take_events(self, events: list) -> None:
+        """Queue the paths the events name; an event on a directory (or an overflow, or
+        a watch the kernel dropped) asks for a rescan."""
+        for ev in events:
+            if ev.mask & _RESCAN:
+                self._rescan = True
+                if ev.mask & IN_Q_OVERFLOW:
+                    log.warning("tail: the inotify queue overflowed; polling every file")
+                    self._poll_all = True
+                if ev.mask & IN_IGNORED:
+                    d = self._dirs.pop(ev.wd, None)
+                    if d is not None and self._watches.get(d, (None,))[0] == ev.wd:
+                        del self._watches[d]
+                continue
+            d = self._dirs.get(ev.wd)
+            if d is not None and ev.name:
+                self._queue[os.path.join(d, ev.name)] = None
+
+    def _sync_watches(self) -> None:
+        want: dict[str, int] = {}  # directory -> inode
         for _, _, base, recursive in self._specs:
             d = base
             while (st := _dir_stat(d)) is None and d != os.path.dirname(d):
                 d, recursive = os.path.dirname(d), False  # watch for its creation
             if st is None:
                 continue
-            want[(d, recursive, st.st_ino)] = None
-        for key in [k for k in self._watches if k not in want]:  # gone or replaced directories
-            try:
-                observer.unschedule(self._watches.pop(key))
-            except (KeyError, OSError):
-                pass
-        for key in want:
-            d, recursive, _ = key
-            if key in self._watches or (not recursive and (d, True, key[2]) in want):
+            want[d] = st.st_ino
+            if recursive:
+                for top, subdirs, _ in os.walk(d):
+                    for sub in subdirs:
+                        path = os.path.join(top, sub)
+                        if (st := _dir_stat(path)) is not None:
+                            want[path] = st.st_ino
+        for d in [d for d, (_, ino) in self._watches.items() if want.get(d) != ino]:
+            wd, _ = self._watches.pop(d)  # gone or replaced directories
+            if self._dirs.get(wd) == d and wd not in (w for w, _ in self._watches.values()):
+                del self._dirs[wd]
+                self._inotify.rm_watch(wd)
+        for d, ino in want.items():
+            if d in self._watches:
                 continue
             try:
-                self._watches[key] = observer.schedule(handler, d, recursive=recursive,
-                                                       event_filter=self._filter)
+                wd = self._inotify.add_watch(d, WATCH_MASK)
             except OSError as exc:
                 log.warning("tail cannot watch dir=%s: %s; the safety poll still reads it", d, exc)
+                continue
+            self._watches[d] = wd, ino
+            self._dirs[wd] = d
 
     def _scan(self, *, first: bool = False, poll_all: bool = False) -> None:
         new = []
@@ -302,7 +326,7 @@ class FollowLoop:
         if sum(map(len, self._pending)) >= self.DELIVER_LINES:
             self._deliver()  # a backlog: memory stays bounded
         if self.tailer.more(path):
-            self._notify(path)
+            self._queue[path] = None
 
     def _deliver(self) -> None:
         """Hand over the batches of a wake's polls at once (one spool append a wake)."""

@@ -4,7 +4,7 @@ Follows files by ``globs`` with named parts (``/logs/{job}/rank{rank}.log``,
 agent/follow.py ``compile_glob``) and the launchers' layouts under ``dirs``
 (torchrun ``--log-dir``, DeepSpeed ``--enable_each_rank_log``: agent/layouts.py),
 with the byte-exact tailer (agent/tail.py: rotation, copytruncate, positions) woken
-by inotify (watchdog). A line as written by a rank (tests/data/real)::
+by inotify (agent/follow.py). A line as written by a rank (tests/data/real)::
 
     [rank1]: ValueError: feature vector has 17 columns, expected 16 (bad record in batch at step 5)
 
@@ -68,7 +68,6 @@ tracebacks is open, go line by line.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import re
@@ -434,12 +433,6 @@ class RanklogSource(Source):
                 pos = tuple(f.get(k) for k in _POSITION)
                 if isinstance(f.get("path"), str) and list(map(type, pos)) == _POSITION_TYPES:
                     self._spooled[f["path"]] = pos
-
-    @classmethod
-    def unavailable(cls, paths) -> str | None:
-        if importlib.util.find_spec("watchdog") is None:
-            return "watchdog is not installed (pip install 'watchdog>=7,<8')"
-        return None
 
     def patterns(self) -> list[str]:
         """Every glob followed: the configured ones, then the layouts' under each dir."""

@@ -1,7 +1,7 @@
 """ranklog: real files in temp folders, real inotify, a real spool; tracebacks on real captures.
 
 The engine (RankLines) is driven directly where a test needs exact control of time
-and polls; the whole source runs in its SourceRunner thread (watchdog, FollowLoop)
+and polls; the whole source runs in its SourceRunner thread (FollowLoop, inotify)
 where a test is about pickup, rotation, layouts, restarts and leaks. Every test
 also fails if it leaves an inotify watch behind (counted in /proc/self/fdinfo).
 """
