@@ -102,6 +102,7 @@ WATCH_MASK = (IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | 
               | IN_MOVE_SELF | IN_ONLYDIR)
 _RESCAN = IN_Q_OVERFLOW | IN_IGNORED | IN_ISDIR | IN_DELETE_SELF | IN_MOVE_SELF
 
+
 def _dir_stat(path: str) -> os.stat_result | None:
     try:
         st = os.stat(path)
@@ -132,8 +133,8 @@ class FollowLoop:
     directory below it when a directory part has one); while that directory does
     not exist, its nearest existing ancestor, so its creation is seen; an event on
     a directory (created, moved, deleted: its watch ignored) syncs the watches and
-    globs again. At start, saved paths matching a glob are followed even when gone, to
-    drain what was rotated while the agent was stopped.
+    globs again. At start, saved paths matching a glob are followed even when gone,
+    to drain what was rotated while the agent was stopped.
     """
 
     STOP_CHECK_S = 0.5
