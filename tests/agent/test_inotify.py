@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import threading
 from pathlib import Path
@@ -96,3 +97,32 @@ def test_an_overflow_makes_the_follow_loop_poll_every_file(tmp_path, monkeypatch
         th.join(10)
     assert not th.is_alive()
 
+
+
+def test_a_deleted_and_recreated_job_directory_is_watched_again(tmp_path):
+    """The watch of a deleted directory goes (IN_IGNORED); its successor gets its own."""
+    got, stop = [], threading.Event()
+    loop = FollowLoop(Tailer(None), [str(tmp_path / "{job}" / "r{rank}.log")], got.extend, stop,
+                      safety_poll_s=3600)  # inotify alone
+    th = threading.Thread(target=loop.run)
+    th.start()
+    try:
+        job = tmp_path / "j1"
+        job.mkdir()
+        assert _wait(lambda: str(job) in loop._watches)
+        write(job / "r0.log", b"a\n")
+        assert _wait(lambda: datas(got) == [b"a"])
+        old_wd = loop._watches[str(job)][0]
+        shutil.rmtree(job)
+        assert _wait(lambda: str(job) not in loop._watches and old_wd not in loop._dirs)
+        job.mkdir()
+        assert _wait(lambda: str(job) in loop._watches)
+        write(job / "r0.log", b"b\n")
+        assert _wait(lambda: datas(got) == [b"a", b"b"])
+        assert loop._watches[str(job)][1] == job.stat().st_ino
+        assert sorted(loop._watches) == [str(tmp_path), str(job)]
+        assert loop._watches[str(job)][0] != old_wd
+    finally:
+        loop.stop()
+        th.join(10)
+    assert not th.is_alive()
