@@ -255,6 +255,13 @@ class FollowLoop:
                 self._queue[os.path.join(d, ev.name)] = None
 
     def _sync_watches(self) -> None:
+        """Watch the directories the globs need, again until no new one is added: a
+        directory created before its parent's watch existed sends no event."""
+        while self._sync_watches_once():
+            pass
+
+    def _sync_watches_once(self) -> bool:
+        """True if a watch was added."""
         want: dict[str, int] = {}  # directory -> inode
         for _, _, base, recursive in self._specs:
             d = base
@@ -274,6 +281,7 @@ class FollowLoop:
             if self._dirs.get(wd) == d and wd not in (w for w, _ in self._watches.values()):
                 del self._dirs[wd]
                 self._inotify.rm_watch(wd)
+        added = False
         for d, ino in want.items():
             if d in self._watches:
                 continue
@@ -284,6 +292,8 @@ class FollowLoop:
                 continue
             self._watches[d] = wd, ino
             self._dirs[wd] = d
+            added = True
+        return added
 
     def _scan(self, *, first: bool = False, poll_all: bool = False) -> None:
         new = []
