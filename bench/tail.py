@@ -11,7 +11,7 @@ then measures in this process (pinned to one core with --cpu):
   follow    FollowLoop end to end: the files exist empty, a child process appends
             all the data (1 MiB writes, round-robin over the files) and the loop,
             woken by inotify, reads it; one commit (write+fsync of the state)
-            every ~100k lines. CPU is this process only (loop, watchdog threads),
+            every ~100k lines. CPU is this process only (the follow loop and its inotify reads),
             not the writer's. Wall time runs until the last line arrived.
   idle      the FollowLoop with nothing to read for IDLE_S seconds: CPU %
 

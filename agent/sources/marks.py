@@ -42,7 +42,7 @@ The directory is ``marks/`` in the agent's state_dir (the daemon passes it as
 
 Delivery: a mark is deleted after ``emit`` returned (the record is in the spool),
 so a crash in between sends it twice, never zero times. The directory is watched
-with inotify (watchdog) and scanned at start and every ``rescan_s`` seconds (an
+with inotify (agent/inotify.py) and scanned at start and every ``rescan_s`` seconds (an
 inotify queue overflow or a missed event costs at most that delay).
 
 Known issues: any local user who may write the directory can mark any job id; a
@@ -56,11 +56,13 @@ import errno
 import json
 import logging
 import os
+import select
 import stat
 import threading
 import time
 from typing import NamedTuple
 
+from agent.inotify import IN_CLOSE_WRITE, IN_MOVED_TO, Inotify
 from agent.wire import KIND_AGENT_STATUS, KIND_JOB_MARK, MAX_NAME_BYTES, MAX_TEXT_BYTES, SOURCE_AGENT, SOURCE_MARKS
 
 from .base import Draft, Emit, Source, SourceError, printable, register
@@ -210,31 +212,19 @@ class MarksSource(Source):
     def run(self, emit: Emit, stop: threading.Event) -> None:
         if not self.agent_state_dir:
             raise SourceError("marks: no state_dir to watch")
-        from watchdog.events import FileSystemEventHandler
-        from watchdog.observers import Observer
-
         directory = marks_dir(self.agent_state_dir)
         os.makedirs(directory, exist_ok=True)
-        wake = threading.Event()
-
-        class Wake(FileSystemEventHandler):
-            def on_any_event(self, event) -> None:
-                wake.set()
-
-        observer = Observer()
-        observer.name = "ff-marks-inotify"
-        observer.schedule(Wake(), directory, recursive=False)
-        observer.start()
-        try:
+        with Inotify() as ino:
+            ino.add_watch(directory, IN_CLOSE_WRITE | IN_MOVED_TO)
             while not stop.is_set():
-                wake.clear()
+                ino.read()  # whatever woke us: scan the whole folder
                 self.scan(directory, emit)
                 deadline = time.monotonic() + self.rescan_s
-                while not stop.is_set() and not wake.is_set() and time.monotonic() < deadline:
-                    wake.wait(min(0.5, max(0.0, deadline - time.monotonic())))
-        finally:
-            observer.stop()
-            observer.join(5)
+                while not stop.is_set() and time.monotonic() < deadline:
+                    left = max(0.0, min(0.5, deadline - time.monotonic()))
+                    ready, _, _ = select.select([ino], [], [], left)
+                    if ready:
+                        break
 
     def scan(self, directory: str, emit: Emit) -> int:
         """Ship every mark now in ``directory``, oldest first; how many were shipped."""
