@@ -626,28 +626,12 @@ def encode_batch(records: list[Record] | tuple[Record, ...]) -> bytes:
     return encode_message(Batch(tuple(records)))
 
 
-def encode_columns(batch: BatchColumns) -> bytes:
-    """One framed ``batch`` message from columns (the agent's shipper: the spool hands
-    out BatchColumns of records it checked when they were appended, so only the
-    frame is checked here)."""
-    seqs = batch.seqs
-    if not len(seqs):
-        raise WireError("batch: a batch needs at least one record")
-    seq = seqs.start if type(seqs) is range else list(seqs)
-    body = msgpack.packb({"type": "batch", "node": batch.node, "stream": batch.stream,
-                          "count": len(seqs), "seq": seq,
-                          "cols": {k: batch.cols[k] for k in _COLUMN_NAMES}})
-    if len(body) > MAX_FRAME_BYTES:
-        raise WireError(f"batch: frame of {len(body)} bytes exceeds MAX_FRAME_BYTES "
-                        f"({MAX_FRAME_BYTES}); send fewer records per batch", ERR_TOO_LARGE)
-    return _PREFIX.pack(len(body)) + body
-
-
 def encode_packed_columns(node: str, stream: str, seqs: range | list[int],
                           columns: list[bytes]) -> bytes:
-    """The frame encode_columns makes, from each column's values already packed back
-    to back (``columns[i]``: the msgpack of column i's len(seqs) values, no array
-    header): the spool's entries hold them so, checked when they were appended."""
+    """One framed ``batch`` message (the agent's shipper) from each column's values
+    already packed back to back (``columns[i]``: the msgpack of column i's len(seqs)
+    values, no array header): the spool's entries hold them so, checked when they
+    were appended, so only the frame is checked here."""
     n = len(seqs)
     if not n or len(columns) != len(_COLUMN_NAMES):
         raise WireError(f"batch: {n} records and {len(columns)} columns")

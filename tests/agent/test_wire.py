@@ -502,33 +502,22 @@ def test_fast_fields_check_agrees_on_maps(col):
         assert all(map(wire._fields_ok, col)), col
 
 
-def test_encode_columns_round_trips_contiguous_and_listed_seqs():
-    from agent.wire import BatchColumns, decode_batch_columns, encode_batch, encode_columns
-    recs = [Record(node="n1", stream="s", seq=s, source="kmsg", kind="kernel.line",
-                   message=f"line {s}", observed_ns=10 + s, fields={"k": s}) for s in (5, 6, 7)]
-    frame = encode_batch(recs)
-    cols = decode_batch_columns(frame)
-    assert type(cols.seqs) is range
-    assert encode_columns(cols) == frame
-    gapped = BatchColumns("n1", "s", [5, 9], {k: v[:2] for k, v in cols.cols.items()})
-    back = decode_batch_columns(encode_columns(gapped))
-    assert list(back.seqs) == [5, 9] and back.cols["message"] == ["line 5", "line 6"]
-
-
 @pytest.mark.parametrize("n", [1, 15, 16, 70_000])
-def test_encode_packed_columns_makes_the_frame_encode_columns_makes(n):
-    from agent.wire import BatchColumns, decode_batch_columns, encode_columns, encode_packed_columns
+def test_encode_packed_columns_makes_the_frame_msgpack_makes_of_the_batch_map(n):
+    from agent.wire import decode_batch_columns, encode_packed_columns
     cols = {"source": ["ranklog"] * n, "kind": ["rank.line"] * n,
             "message": [f"step {i} é" for i in range(n)], "occurred_ns": [None] * n,
             "observed_ns": list(range(10, 10 + n)), "boot_id": [None] * n, "mono_ns": [None] * n,
             "job": ["j1"] * n, "rank": [3] * n, "local_rank": [None] * n, "pid": [None] * n,
             "severity": [6] * n, "fields": [{"path": "/l/r3.log", "n": i} for i in range(n)]}
     for seqs in (range(7, 7 + n), list(range(7, 7 + 2 * n, 2))):
-        batch = BatchColumns("n1", "s", seqs, cols)
+        seq = seqs.start if type(seqs) is range else seqs
+        body = msgpack.packb({"type": "batch", "node": "n1", "stream": "s", "count": n,
+                              "seq": seq, "cols": cols})
         head = 1 if n < 16 else 3 if n < 1 << 16 else 5
         packed = [msgpack.packb(c)[head:] for c in cols.values()]
         frame = encode_packed_columns("n1", "s", seqs, packed)
-        assert frame == encode_columns(batch)
+        assert frame == len(body).to_bytes(4, "big") + body
         if n <= wire.MAX_BATCH_RECORDS:
             back = decode_batch_columns(frame)
             assert list(back.seqs) == list(seqs) and back.cols == cols
