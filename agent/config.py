@@ -158,8 +158,9 @@ _REPEATABLE = frozenset({"--collector", "--ranklog"})
 
 # --- source options: checked against the source class's keyword arguments ----------
 
-def source_options(cls: type) -> dict[str, inspect.Parameter]:
-    """The keyword arguments of a source class that configuration may set."""
+def source_options(cls: type, *, wired: bool = False) -> dict[str, inspect.Parameter]:
+    """The keyword arguments of a source class that configuration may set (with
+    ``wired``: also those the daemon sets, WIRED)."""
     params: dict[str, inspect.Parameter] = {}
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
@@ -169,7 +170,8 @@ def source_options(cls: type) -> dict[str, inspect.Parameter]:
         for p in inspect.signature(init).parameters.values():
             if p.kind is p.VAR_KEYWORD:
                 more = True
-            elif p.name != "self" and p.kind is not p.VAR_POSITIONAL and p.name not in WIRED:
+            elif (p.name != "self" and p.kind is not p.VAR_POSITIONAL
+                  and (wired or p.name not in WIRED)):
                 params.setdefault(p.name, p)
         if not more:
             break

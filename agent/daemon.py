@@ -24,7 +24,6 @@ collector keeps (node, stream, seq) once).
 from __future__ import annotations
 
 import gc
-import inspect
 import logging
 import os
 import signal
@@ -88,9 +87,8 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
             problems.append(f"sources.{sc.name}: enabled but unavailable here: {why}")
             continue
         kw = dict(sc.options)
-        params = inspect.signature(cls.__init__).parameters
-        accepts = set(source_options(cls)) | set(params)
-        if "job_label" in accepts and "job_label" not in kw:
+        accepts = source_options(cls, wired=True)
+        if "job_label" in accepts:
             kw["job_label"] = cfg.job
         if "pids" in accepts and "procs" in built:
             kw["pids"] = built["procs"].pids
