@@ -13,8 +13,9 @@ nothing and is not an error (agents resend after reconnecting).
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -73,6 +74,31 @@ def check_selection(sel: Selection) -> bool:
     if sel.limit is not None and sel.limit < 0:
         raise ValueError(f"limit: must be >= 0, got {sel.limit}")
     return not (sel.ranks is not None and not sel.ranks or sel.nodes is not None and not sel.nodes)
+
+
+def check_prune(max_age_s: float | None, max_bytes: int | None) -> None:
+    """ValueError for a negative bound of ``Store.prune``."""
+    if max_age_s is not None and max_age_s < 0:
+        raise ValueError(f"max_age_s: must be >= 0, got {max_age_s}")
+    if max_bytes is not None and max_bytes < 0:
+        raise ValueError(f"max_bytes: must be >= 0, got {max_bytes}")
+
+
+def prune_to_size(max_bytes: int, used_bytes: Callable[[], int], records: Callable[[], int],
+                  kth_oldest: Callable[[int], int], delete_before: Callable[[int], int]) -> int:
+    """Delete the oldest records until ``used_bytes()`` is at most ``max_bytes``; how many
+    went. Each round deletes up to the time of the k-th oldest record, k the excess over
+    the bytes a record takes on average (plus 5 %), so a few rounds reach the bound."""
+    deleted = 0
+    while (used := used_bytes()) > max_bytes:
+        total = records()
+        if not total:
+            break
+        n = delete_before(kth_oldest(math.ceil((used - max_bytes) / (used / total) * 1.05)) + 1)
+        if not n:
+            break
+        deleted += n
+    return deleted
 
 
 class Store(Protocol):

@@ -17,7 +17,6 @@ near its high-water mark (VACUUM FULL, offline, shrinks it).
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -28,7 +27,7 @@ import msgpack
 
 from agent.wire import Record
 
-from .base import Selection, check_selection
+from .base import Selection, check_prune, check_selection, prune_to_size
 from .postgres_schema import escape, unescape
 from .sqlite_read import JOB_MARGIN_NS, merge, regex
 
@@ -196,10 +195,7 @@ class PostgresReads:
         """Delete records older than max_age_s (by t_ns), then the oldest until
         used_bytes() is at most max_bytes; return how many records went. Clock
         estimates older than max_age_s go too, but each node's latest stays."""
-        if max_age_s is not None and max_age_s < 0:
-            raise ValueError(f"max_age_s: must be >= 0, got {max_age_s}")
-        if max_bytes is not None and max_bytes < 0:
-            raise ValueError(f"max_bytes: must be >= 0, got {max_bytes}")
+        check_prune(max_age_s, max_bytes)
         with self._sql("prune"):
             self._load_names()
             deleted = 0
@@ -210,18 +206,15 @@ class PostgresReads:
                     "DELETE FROM node_clocks WHERE measured_ns < %s AND measured_ns < (SELECT "
                     "max(measured_ns) FROM node_clocks c WHERE c.node = node_clocks.node)",
                     (cutoff,)), "prune of clocks")
-            while max_bytes is not None and (used := self.used_bytes()) > max_bytes:
-                total = self._conn().execute(
-                    "SELECT ((SELECT coalesce(sum(records), 0) FROM jobs) + "
-                    "(SELECT coalesce(sum(free_records), 0) FROM streams))::bigint").fetchone()[0]
-                if not total:
-                    break
-                cutoff = self._kth_oldest(math.ceil((used - max_bytes) / (used / total) * 1.05))
-                n = self._delete_before(cutoff + 1)
-                if not n:
-                    break
-                deleted += n
+            if max_bytes is not None:
+                deleted += prune_to_size(max_bytes, self.used_bytes, self._record_count,
+                                         self._kth_oldest, self._delete_before)
             return deleted
+
+    def _record_count(self) -> int:
+        return self._conn().execute(
+            "SELECT ((SELECT coalesce(sum(records), 0) FROM jobs) + "
+            "(SELECT coalesce(sum(free_records), 0) FROM streams))::bigint").fetchone()[0]
 
     def used_bytes(self) -> int:
         """The bytes the records take (ROW_BYTES a row plus message and fields), what

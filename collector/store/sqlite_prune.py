@@ -4,9 +4,9 @@ keeps (its marks stay exact: blocks.py). One transaction per job and per stream.
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left
 
+from .base import check_prune, prune_to_size
 from .blocks import SEQ, T, Block, pack, pack_ranks, subset, unpack
 
 
@@ -17,10 +17,7 @@ class Pruning:
         """Delete records older than max_age_s (by t_ns), then the oldest until the
         live pages take at most max_bytes; return how many records went. Clock
         estimates older than max_age_s go too, but each node's latest stays."""
-        if max_age_s is not None and max_age_s < 0:
-            raise ValueError(f"max_age_s: must be >= 0, got {max_age_s}")
-        if max_bytes is not None and max_bytes < 0:
-            raise ValueError(f"max_bytes: must be >= 0, got {max_bytes}")
+        check_prune(max_age_s, max_bytes)
         with self._sql("prune"):
             return self._prune(max_age_s, max_bytes)
 
@@ -34,16 +31,10 @@ class Pruning:
                 "(SELECT max(measured_ns) FROM node_clocks c WHERE c.node = node_clocks.node)",
                 (cutoff,)), "prune of clocks")
         if max_bytes is not None:
-            while (used := self.used_bytes()) > max_bytes:
-                total = self._conn().execute("SELECT sum(n) FROM blocks").fetchone()[0]
-                if not total:
-                    break
-                per_record = used / total
-                cutoff = self._kth_oldest(math.ceil((used - max_bytes) / per_record * 1.05))
-                n = self._delete_before(cutoff + 1)
-                if not n:
-                    break
-                deleted += n
+            deleted += prune_to_size(
+                max_bytes, self.used_bytes,
+                lambda: self._conn().execute("SELECT sum(n) FROM blocks").fetchone()[0],
+                self._kth_oldest, self._delete_before)
         return deleted
 
     def used_bytes(self) -> int:
