@@ -107,13 +107,13 @@ SCENARIOS = {
         Scenario(
             "torchrun-oom-rank1-of-2", "torchrun", 2, "oom", 1, 5,
             expected=_expect(1, "host-memory", "optimizer-step", "resources", "safe", "global_step4",
-                             signal="SIGKILL"),
+                             signal="SIGKILL", phase_witness="survivor-stacks"),
             truth="Rank 1 allocates host memory in its optimizer step at step 5 inside a 1 GiB "
             "memory cgroup; the kernel's memcg OOM killer SIGKILLs it (no traceback)."),
         Scenario(
             "deepspeed-oom-rank1-of-2", "deepspeed", 2, "oom", 1, 5,
             expected=_expect(1, "host-memory", "optimizer-step", "resources", "safe", "global_step4",
-                             signal="SIGKILL"),
+                             signal="SIGKILL", phase_witness="survivor-stacks"),
             truth="As torchrun-oom-rank1-of-2, under the deepspeed launcher."),
         Scenario(
             "torchrun-kill-in-save-rank1-of-2", "torchrun", 2, "kill-in-save", 1, 4,
