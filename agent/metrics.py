@@ -25,6 +25,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
+from agent.osthread import name_this_thread
 from agent.settings import Address
 from agent.shipper import ShipperStats
 from agent.sink import SpoolSink
@@ -102,9 +103,13 @@ class MetricsServer:
                                                          "daemon_threads": True})
         self.server = server((address.host, address.port), Handler)
         self.address = Address(address.host, self.server.server_address[1])
-        self.thread = threading.Thread(target=self.server.serve_forever, name="ff-metrics",
+        self.thread = threading.Thread(target=self._serve, name="ff-metrics",
                                        daemon=True)
         self.thread.start()
+
+    def _serve(self) -> None:
+        name_this_thread()
+        self.server.serve_forever()
 
     def close(self) -> None:
         self.server.shutdown()

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Iterable
 
 from agent.hostpaths import HostPaths
+from agent.osthread import name_this_thread
 from agent.wire import KIND_AGENT_STATUS, MAX_TEXT_BYTES, SOURCE_AGENT, Record
 
 log = logging.getLogger(__name__)
@@ -277,7 +278,7 @@ class SourceRunner:
         self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
         self.healthy_after_s = healthy_after_s
         self._rng = rng or random.Random()
-        self.thread = threading.Thread(target=self._loop, name=f"ff-source-{source.name}",
+        self.thread = threading.Thread(target=self._loop, name=f"ff-{source.name}",
                                        daemon=True)
         self.failures = 0  # consecutive failed runs
 
@@ -306,6 +307,7 @@ class SourceRunner:
             log.exception("status record lost source=%s state=%s", self.source.name, state)
 
     def _loop(self) -> None:
+        name_this_thread()
         name, last_error = self.source.name, None
         while not self.stop.is_set():
             self._status("running", attempt=self.failures + 1)
