@@ -83,6 +83,21 @@ def cpu_s(pid: int, part: slice = slice(11, 13)) -> float:
     return sum(map(int, parts[part])) / TICK
 
 
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """utime + stime of each named thread of ``pid`` (the agent names them: ff-ranklog,
+    ff-shipper, ff-spool-flush, ...), summed by name; the main thread as ``main``."""
+    out: dict[str, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                head, rest = f.read().rsplit(")", 1)
+        except FileNotFoundError:  # ended meanwhile
+            continue
+        name = "main" if tid == str(pid) else head.split("(", 1)[1]
+        out[name] = out.get(name, 0.0) + sum(map(int, rest.split()[11:13])) / TICK
+    return out
+
+
 def rss_kib(pid: int) -> tuple[int, int]:
     """(VmRSS, VmHWM) in KiB."""
     got = {}
@@ -379,11 +394,13 @@ def profile(pid: int) -> subprocess.Popen | None:
 def measure(pid: int, run, done) -> dict:
     """CPU and wall of ``pid`` from before ``run()`` until ``done()``; its peak RSS."""
     c0, t0, s0 = cpu_s(pid), time.monotonic(), cpu_s(pid, slice(12, 13))
+    th0 = thread_cpu_s(pid)
     prof = profile(pid)
     n = run()
     ok = settle(lambda: done(n), 120)
     wall, cpu = time.monotonic() - t0, cpu_s(pid) - c0
     sys_s = cpu_s(pid, slice(12, 13)) - s0
+    threads = {k: round(v - th0.get(k, 0.0), 2) for k, v in thread_cpu_s(pid).items()}
     rss, hwm = rss_kib(pid)
     if prof is not None:
         prof.send_signal(signal.SIGINT)
@@ -394,7 +411,8 @@ def measure(pid: int, run, done) -> dict:
             "cpu_pct": round(100 * cpu / wall, 2),
             "system_share": round(sys_s / cpu, 2) if cpu else None,
             "rss_mib": round(rss / 1024, 1),
-            "hwm_mib": round(hwm / 1024, 1)}
+            "hwm_mib": round(hwm / 1024, 1),
+            "thread_cpu_s": {k: v for k, v in sorted(threads.items()) if v}}
 
 
 def latency(r: dict, lat: list[float]) -> dict:
