@@ -49,17 +49,22 @@ class InotifyEvent(NamedTuple):
 
 
 def parse_events(buf: bytes) -> list[InotifyEvent]:
-    """The events in ``buf`` (what a read of an inotify descriptor returned)."""
-    out = []
-    pos, size, unpack = 0, len(buf), _HEADER.unpack_from
-    while pos + _HEADER.size <= size:
-        wd, mask, cookie, n = unpack(buf, pos)
-        pos += _HEADER.size
-        if pos + n > size:
-            raise ValueError(f"inotify event truncated: name of {n} bytes at {pos} of {size}")
-        name = os.fsdecode(buf[pos:pos + n].rstrip(b"\0"))
-        pos += n
-        out.append(InotifyEvent(wd, mask, cookie, name))
+    """The events in ``buf`` (what a read of an inotify descriptor returned), in order;
+    an event identical to an earlier one in ``buf`` is left out (the kernel merges only
+    consecutive ones: 8 files written in turn queue IN_MODIFY 8-periodically)."""
+    out, seen = [], set()
+    pos, size, unpack, hsize = 0, len(buf), _HEADER.unpack_from, _HEADER.size
+    while pos + hsize <= size:
+        n = unpack(buf, pos)[3]
+        end = pos + hsize + n
+        if end > size:
+            raise ValueError(f"inotify event truncated: name of {n} bytes at {pos + hsize} of {size}")
+        raw = buf[pos:end]
+        if raw not in seen:
+            seen.add(raw)
+            wd, mask, cookie, _ = unpack(raw)
+            out.append(InotifyEvent(wd, mask, cookie, os.fsdecode(raw[hsize:].rstrip(b"\0"))))
+        pos = end
     if pos != size:
         raise ValueError(f"inotify read of {size} bytes ends inside an event header")
     return out
