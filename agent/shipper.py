@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from agent import wire
+from agent.osthread import name_this_thread
 from agent.settings import Address
 from agent.spool import Spool
 from agent.wire import Ack, Error, Hello, Ping, Pong, Welcome
@@ -129,10 +130,25 @@ class Shipper:
         return base * (0.5 + 0.5 * self._rng.random())
 
     def _run(self) -> None:
+        name_this_thread()
         asyncio.run(self._main())
 
     async def _main(self) -> None:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        self.readable = asyncio.Event()  # set when the spool has more to read
+        self.spool.watch(self._spool_readable)
+        try:
+            await self._sessions()
+        finally:
+            self.spool.watch(None)
+
+    def _spool_readable(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self.readable.set)
+        except RuntimeError:  # the loop is closed: nobody is waiting
+            pass
+
+    async def _sessions(self) -> None:
         self._started.set()
         failures, i = 0, 0
         while not self._stop.is_set():
@@ -250,7 +266,6 @@ class _Session:
                     raise SessionError(f"unexpected {msg.TYPE} from the collector")
 
     async def _write(self) -> None:
-        loop = asyncio.get_running_loop()
         spool, stats = self.s.spool, self.s.stats
         max_records, woken = self.max_records, False
         while True:
@@ -258,6 +273,7 @@ class _Session:
                 self.ack_event.clear()
                 await self.ack_event.wait()
                 continue
+            self.s.readable.clear()  # before the read: news after it sets it again
             try:
                 batch = spool.read_frame_after(self.sent, max_records, self.max_bytes)
             except wire.WireError as e:
@@ -268,7 +284,11 @@ class _Session:
             if batch is None:
                 if woken:  # told there is more, found none (its segment went): no spinning
                     await asyncio.sleep(0.1)
-                woken = await loop.run_in_executor(None, spool.wait, self.sent, 1.0)
+                try:
+                    await asyncio.wait_for(self.s.readable.wait(), 1.0)
+                    woken = True
+                except asyncio.TimeoutError:
+                    woken = False
                 continue
             woken = False
             seqs, frame = batch

@@ -51,10 +51,12 @@ Invariants
 Durability (``fsync``)
     "always"    fsync before append() returns: an accepted record survives power
                 loss; costs an fsync (~ms) per append, so append in batches.
-    "interval"  a flusher thread fsyncs every fsync_interval_ms; append returns
-                once the bytes are written (a process crash loses nothing); a power
-                loss may lose the last interval of accepted records, and readers
-                see records only after their fsync (up to one interval late).
+    "interval"  a flusher thread fsyncs what was appended, at once when the last
+                fsync is fsync_interval_ms old, else when it is (one fsync an
+                interval at most); append returns once the bytes are written (a
+                process crash loses nothing); a power loss may lose the last
+                interval of accepted records, and readers see records only after
+                their fsync (up to one interval and an fsync late).
     "never"     the OS writes back when it likes; readers see records at once. For
                 tests and benchmarks: after a power loss seqs the collector already
                 holds may be reused and new records dropped as duplicates.
@@ -148,11 +150,12 @@ import threading
 import time
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import msgpack
 
 from agent import wire
+from agent.osthread import name_this_thread
 from agent.spoolfile import (
     COLUMNS, ENTRY_MAX_RECORDS, FORMAT_VERSION, HEADER, HEADER_BYTES, MIN_RECORD_BYTES, OBSERVED,
     array_elements, column_elements, encode_entry, entry_at, gap_ok, gap_row, gaps_in,
@@ -328,7 +331,7 @@ class Spool:
         self._entry_limit = min(4 * 1024 * 1024, segment_bytes // 4)
         self._dirty = threading.Event()  # written since the flusher's last look
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        self._watcher: Callable[[], None] | None = None
         self._closed = False
         self._segs: list[_Segment] = []
         self._fd = -1
@@ -585,7 +588,7 @@ class Spool:
         self._vis_size = 0
         if old.last_seq is not None:
             self._vis_seq = max(self._vis_seq, old.last_seq)
-            self._cond.notify_all()
+            self._readable()
             if self._acked is not None and old.last_seq <= self._acked:
                 self._delete(old)
 
@@ -658,15 +661,18 @@ class Spool:
             self._counts["fsyncs"] += 1
         self._vis_size = act.size
         self._vis_seq = max(self._vis_seq, act.last_seq or 0)
-        self._cond.notify_all()
+        self._readable()
 
     def _flush_loop(self) -> None:
-        """fsync every fsync_interval_ms while appends come; asleep while none do."""
+        """fsync after appends, fsync_interval_ms apart at least; asleep while none come."""
+        name_this_thread()
+        last = -float("inf")
         while not self._stop.is_set():
             self._dirty.wait()
             self._dirty.clear()
-            if self._stop.wait(self.fsync_interval_ms / 1000):
+            if self._stop.wait(last + self.fsync_interval_ms / 1000 - time.monotonic()):
                 return
+            last = time.monotonic()
             try:
                 self._flush_once()
             except OSError as e:
@@ -683,11 +689,11 @@ class Spool:
             os.fsync(fd)  # outside the lock: appends go on meanwhile
         finally:
             os.close(fd)
-        with self._cond:
+        with self._lock:
             self._counts["fsyncs"] += 1
             if self._segs and self._segs[-1] is act and size > self._vis_size:
                 self._vis_size, self._vis_seq = size, max(self._vis_seq, last or 0)
-                self._cond.notify_all()
+                self._readable()
 
     # --- the writer's API ------------------------------------------------------
 
@@ -795,7 +801,7 @@ class Spool:
             if self._closed:
                 return
             self._closed = True
-            self._cond.notify_all()
+            self._readable()
         self._stop.set()
         self._dirty.set()
         if self._flusher is not None:
@@ -998,12 +1004,17 @@ class Spool:
                 except OSError as e:
                     log.error("spool gap not written yet path=%s error=%s", self.path, e)
 
-    def wait(self, seq: int | None, timeout_s: float) -> bool:
-        """Block until a record with seq > ``seq`` is readable; False on timeout or close."""
-        after = 0 if seq is None else seq  # seqs start at 1
-        with self._cond:
-            return self._cond.wait_for(lambda: self._closed or self._vis_seq > after,
-                                       timeout_s) and not self._closed
+    def _readable(self) -> None:
+        """More is readable (or the spool closed): tell the watcher. Under the lock."""
+        if self._watcher is not None:
+            self._watcher()
+
+    def watch(self, fn: Callable[[], None] | None) -> None:
+        """Call ``fn()`` (None: stop calling) whenever more becomes readable or the
+        spool closes, from the thread that made it so and under the spool's lock:
+        ``fn`` only hands the news on (``loop.call_soon_threadsafe``). One watcher."""
+        with self._lock:
+            self._watcher = fn
 
     def ack(self, seq: int) -> None:
         """The collector stored every record <= ``seq``: delete the closed segments it covers."""
