@@ -119,7 +119,9 @@ class FollowLoop:
     inotify descriptor and the tailer. A wake's lines (all its
     polls) go to ``on_lines(list[Line])`` (or ``on_batches(list[LineBatch])``) in
     one call, a poll's events to ``on_events(list[Event])`` after the lines read
-    before them (otherwise they are only logged); wakes are MIN_WAKE_S apart;
+    before them (otherwise they are only logged); wakes are ``min_wake_s`` apart
+    (events within it wait for the next: a poll, an append and a commit per wake,
+    not per write; bench/agent.py measures the CPU it saves and the latency it adds);
     ``on_tick()`` after every wake, returning the ``tailer.clock`` time it wants to
     be called again (None: no need), for a consumer that holds lines for a while.
     All of them run in the loop's thread and their exceptions end ``run()``.
@@ -138,8 +140,6 @@ class FollowLoop:
     """
 
     STOP_CHECK_S = 0.5
-    MIN_WAKE_S = 0.01  # events within 10 ms of the last wake wait for the next: a poll,
-    # an append and a commit per wake, not per write (bench/agent.py)
     DELIVER_LINES = 4096  # a wake's lines are handed over in parts of about this many
 
     def __init__(self, tailer: Tailer, globs: str | Iterable[str],
@@ -147,10 +147,11 @@ class FollowLoop:
                  on_batches: Callable[[list[LineBatch]], object] | None = None,
                  on_events: Callable[[list[Event]], object] | None = None,
                  on_tick: Callable[[], float | None] | None = None,
-                 safety_poll_s: float = 5.0):
+                 safety_poll_s: float = 5.0, min_wake_s: float = 0.025):
         if (on_lines is None) == (on_batches is None):
             raise ValueError("give exactly one of on_lines and on_batches")
         self.tailer, self.stop_event, self.safety_poll_s = tailer, stop_event, safety_poll_s
+        self.min_wake_s = min_wake_s
         self._on_lines, self._on_batches, self._on_events = on_lines, on_batches, on_events
         self._on_tick, self._tick_at = on_tick, None
         self._specs = []
@@ -201,7 +202,7 @@ class FollowLoop:
                 if timeout > 0:
                     if not self._queue:
                         select.select([ino.fd, wake_r], [], [], timeout)
-                    self.stop_event.wait(woke + self.MIN_WAKE_S - time.monotonic())
+                    self.stop_event.wait(woke + self.min_wake_s - time.monotonic())
                 woke = time.monotonic()
                 if self.stop_event.is_set():
                     break

@@ -403,7 +403,7 @@ class RanklogSource(Source):
     def __init__(self, *, globs: list[str] | tuple[str, ...] = (), dirs: list[str] | tuple[str, ...] = (),
                  job_label: str | None = None, max_line_bytes: int = MAX_MESSAGE_BYTES,
                  traceback_flush_s: float = 1.0, partial_flush_s: float = 5.0,
-                 safety_poll_s: float = 5.0, **kw) -> None:
+                 safety_poll_s: float = 5.0, read_gap_s: float = 0.025, **kw) -> None:
         super().__init__(**kw)
         self.globs = _option_paths("globs", globs, dirs=False)
         self.dirs = _option_paths("dirs", dirs, dirs=True)
@@ -418,6 +418,7 @@ class RanklogSource(Source):
         self.traceback_flush_s = _positive("traceback_flush_s", traceback_flush_s)
         self.partial_flush_s = _positive("partial_flush_s", partial_flush_s)
         self.safety_poll_s = _positive("safety_poll_s", safety_poll_s)
+        self.read_gap_s = _positive("read_gap_s", read_gap_s)
         self.state_path = os.path.join(self.state_dir, "ranklog.json") if self.state_dir else None
         self._spooled: dict[str, tuple[int, int, int, int, str]] = {}  # path -> catch_up's
 
@@ -450,7 +451,7 @@ class RanklogSource(Source):
                                traceback_flush_s=self.traceback_flush_s)
             loop = FollowLoop(tailer, self.patterns(), None, stop, on_batches=engine.batches,
                               on_events=engine.events, on_tick=engine.tick,
-                              safety_poll_s=self.safety_poll_s)
+                              safety_poll_s=self.safety_poll_s, min_wake_s=self.read_gap_s)
         except BaseException:
             tailer.close()
             raise

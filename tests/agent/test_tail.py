@@ -499,6 +499,33 @@ def _run_loop(tmp_path, globs, safety_poll_s=3600.0, **tailer_kw):
     return loop, th, got, events, tailer
 
 
+def test_follow_loop_reads_the_writes_of_one_min_wake_together(tmp_path):
+    calls: list[int] = []
+    stop = threading.Event()
+    path = tmp_path / "rank0.log"
+    write(path, b"ready\n")
+    loop = FollowLoop(Tailer(tmp_path / "state.json"), [str(tmp_path / "rank{rank}.log")],
+                      lambda lines: calls.append(len(lines)), stop, safety_poll_s=3600,
+                      min_wake_s=0.5)
+    th = threading.Thread(target=loop.run, name="follow-loop-test")
+    th.start()
+    try:
+        assert _wait(lambda: calls == [1])  # the loop runs
+        calls.clear()
+        t0 = time.monotonic()
+        for i in range(20):  # 20 writes within ~0.2 s, all in one gap after the last wake
+            with open(path, "ab") as f:
+                f.write(b"line %d\n" % i)
+            time.sleep(0.01)
+        writing_s = time.monotonic() - t0
+        assert _wait(lambda: sum(calls) == 20)
+        if writing_s < 0.45:  # the machine kept up: the writes fit one gap
+            assert len(calls) <= 2, calls
+    finally:
+        loop.stop()
+        th.join(10)
+
+
 def _wait(cond, timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

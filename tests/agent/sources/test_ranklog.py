@@ -151,7 +151,7 @@ TB = [b"[rank1]: Traceback (most recent call last):",
     ({"job_label": 7}, "job_label"), ({"max_line_bytes": 100}, "max_line_bytes"),
     ({"max_line_bytes": 1 << 20}, "max_line_bytes"), ({"max_line_bytes": True}, "max_line_bytes"),
     ({"traceback_flush_s": 0}, "traceback_flush_s"), ({"partial_flush_s": -1}, "partial_flush_s"),
-    ({"safety_poll_s": "5"}, "safety_poll_s"),
+    ({"safety_poll_s": "5"}, "safety_poll_s"), ({"read_gap_s": 0}, "read_gap_s"),
 ])
 def test_bad_option_values_raise_naming_the_option(opts, name):
     with pytest.raises(ValueError, match=name):
