@@ -159,7 +159,7 @@ from agent.osthread import name_this_thread
 from agent.spoolfile import (
     COLUMNS, ENTRY_MAX_RECORDS, FORMAT_VERSION, HEADER, HEADER_BYTES, MIN_RECORD_BYTES, OBSERVED,
     array_elements, column_elements, encode_entry, entry_at, gap_ok, gap_row, gaps_in,
-    observed_range, resync, same_packed, scan,
+    observed_range, pack_column, resync, scan,
 )
 from agent.wire import BatchColumns, Record, WireError
 
@@ -706,13 +706,13 @@ class Spool:
         n = len(rows)
         head = msgpack.packb(n)
         try:
-            packed = [msgpack.packb(c) for c in cols]
+            packed, checked = zip(*map(pack_column, cols))
         except (TypeError, ValueError, OverflowError) as e:
             raise InvalidRecordError(f"spool append: cannot encode: {e}") from None
         if self.validate:
-            for name, col, b in zip(COLUMNS, cols, packed):
+            for name, values in zip(COLUMNS, checked):
                 try:
-                    wire.check_column(name, col[:1] if same_packed(col, b) else col)
+                    wire.check_column(name, values)
                 except WireError as e:
                     raise InvalidRecordError(f"spool append: {e}") from None
         payload = b"".join([b"\x9e", head, *packed])

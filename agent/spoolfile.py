@@ -7,6 +7,8 @@ import bisect
 import struct
 import time
 import zlib
+from itertools import repeat
+from operator import is_
 from typing import Any
 
 import msgpack
@@ -59,6 +61,26 @@ def column_elements(payload: memoryview) -> list[bytes | memoryview]:
         out.append(array_elements(payload[pos:end]))
         pos = end
     return out
+
+
+def pack_column(col: tuple) -> tuple[bytes, tuple]:
+    """(``msgpack.packb(col)``, the values of ``col`` the wire checks must see).
+
+    Checked: the first value when every value packs alike; the first and the last
+    when one map fills all rows but the last (a ranklog path's position rides on
+    its last row): that map is packed once, its bytes repeated (a map costs ~180 ns
+    to pack, the column ~0.2 µs a record); else every value.
+    """
+    n, first = len(col), col[0]
+    if type(first) is dict and col.count(first) >= n - 1:
+        run = n if col[-1] is first else n - 1
+        if all(map(is_, col[:run], repeat(first))):
+            one = msgpack.packb(first)
+            if run == n:
+                return wire.array_header(n) + one * n, (first,)
+            return wire.array_header(n) + one * run + msgpack.packb(col[-1]), (first, col[-1])
+    packed = msgpack.packb(col)
+    return packed, col[:1] if same_packed(col, packed) else col
 
 
 def same_packed(col: tuple, packed: bytes) -> bool:

@@ -279,7 +279,6 @@ def _fast_message(col: list) -> bool:
 def _fast_fields(col: list) -> bool:
     if set(map(type, col)) != {dict}:
         return False
-    col = list({id(d): d for d in col}.values())  # sources share one map among many rows
     if not any(col):
         return True  # all empty
     if max(map(len, col)) > MAX_FIELDS or not all(map(_NAME[0], set(chain.from_iterable(col)))):

@@ -19,13 +19,14 @@ import threading
 import time
 from pathlib import Path
 
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent import spool as spool_mod
 from agent.spool import InvalidRecordError, Spool, SpoolError, SpoolFullError
-from agent.spoolfile import HEADER
+from agent.spoolfile import HEADER, pack_column
 from agent.wire import MAX_MESSAGE_BYTES, Record, decode_batch, decode_batch_columns, encode_batch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -269,6 +270,17 @@ def test_a_repeated_column_is_checked_as_its_first_value_only_when_every_value_p
         assert sp.append(fields) == 3
         assert [r.fields["n"] for r in read_all(sp)] == [1, True, 1.0]
         assert [type(r.fields["n"]) for r in read_all(sp)] == [int, bool, float]
+
+
+def test_a_column_packs_as_msgpack_and_names_the_values_that_can_differ():
+    shared, last = {"path": "/l"}, {"path": "/l", "ino": 7}
+    cases = [((shared,) * 4, (shared,)), ((shared,) * 3 + (last,), (shared, last)),
+             ((shared,) * 3 + ({"path": "/l"},), (shared, {"path": "/l"})),  # equal, not shared
+             ((shared, last, shared, shared), None),  # the odd one is not last: all
+             ((shared, {"path": "/l"}, shared, last), None),
+             ((shared,), (shared,)), ((1, True, 1), None), ((7,) * 3, (7,)), (("a", "b"), None)]
+    for col, want in cases:
+        assert pack_column(col) == (msgpack.packb(col), col if want is None else want)
 
 
 def test_bad_arguments(tmp_path):
