@@ -7,8 +7,8 @@ import bisect
 import struct
 import time
 import zlib
-from itertools import repeat
-from operator import is_
+from itertools import compress, islice
+from operator import is_not
 from typing import Any
 
 import msgpack
@@ -66,19 +66,19 @@ def column_elements(payload: memoryview) -> list[bytes | memoryview]:
 def pack_column(col: tuple) -> tuple[bytes, tuple]:
     """(``msgpack.packb(col)``, the values of ``col`` the wire checks must see).
 
-    Checked: the first value when every value packs alike; the first and the last
-    when one map fills all rows but the last (a ranklog path's position rides on
-    its last row): that map is packed once, its bytes repeated (a map costs ~180 ns
-    to pack, the column ~0.2 µs a record); else every value.
+    A column of maps that come in runs of one shared map (a source's fields: the
+    ranklog shares one per path, and puts its position on each path's last row) is
+    packed a map per run, its bytes repeated, and only the runs' maps are checked:
+    a map costs ~175 ns to pack and ~600 to check, finding the runs ~50. Other
+    columns: checked as their first value when every value packs alike.
     """
     n, first = len(col), col[0]
-    if type(first) is dict and col.count(first) >= n - 1:
-        run = n if col[-1] is first else n - 1
-        if all(map(is_, col[:run], repeat(first))):
-            one = msgpack.packb(first)
-            if run == n:
-                return wire.array_header(n) + one * n, (first,)
-            return wire.array_header(n) + one * run + msgpack.packb(col[-1]), (first, col[-1])
+    if type(first) is dict and n > 1:
+        cuts = [0, *compress(range(1, n), map(is_not, islice(col, 1, None), col)), n]
+        if len(cuts) - 1 <= n // 4:  # runs of 4 rows or more on average
+            runs = [(col[a], b - a) for a, b in zip(cuts, cuts[1:])]
+            body = b"".join([msgpack.packb(v) * k for v, k in runs])
+            return wire.array_header(n) + body, tuple(v for v, _ in runs)
     packed = msgpack.packb(col)
     return packed, col[:1] if same_packed(col, packed) else col
 

@@ -273,14 +273,24 @@ def test_a_repeated_column_is_checked_as_its_first_value_only_when_every_value_p
 
 
 def test_a_column_packs_as_msgpack_and_names_the_values_that_can_differ():
-    shared, last = {"path": "/l"}, {"path": "/l", "ino": 7}
-    cases = [((shared,) * 4, (shared,)), ((shared,) * 3 + (last,), (shared, last)),
-             ((shared,) * 3 + ({"path": "/l"},), (shared, {"path": "/l"})),  # equal, not shared
-             ((shared, last, shared, shared), None),  # the odd one is not last: all
-             ((shared, {"path": "/l"}, shared, last), None),
-             ((shared,), (shared,)), ((1, True, 1), None), ((7,) * 3, (7,)), (("a", "b"), None)]
+    a, a2, b = {"path": "/a"}, {"path": "/a", "ino": 7}, {"path": "/b"}
+    cases = [((a,) * 4, (a,)), ((a,) * 7 + (a2,), (a, a2)), ((a,) * 8 + (b,) * 7 + (a2,), (a, b, a2)),
+             ((a,) * 3 + ({"path": "/a"},), (a,)),  # apart, but they pack alike
+             ((a,) * 3 + (b,), None),  # runs of 2 on average: every map
+             ((a, a2, a, a2), None), ((a,), (a,)),
+             ((1, True, 1), None), ((7,) * 3, (7,)), (("a", "b"), None)]
     for col, want in cases:
         assert pack_column(col) == (msgpack.packb(col), col if want is None else want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=60))
+def test_a_column_of_shared_maps_packs_as_msgpack_and_checks_every_map_that_packs_apart(picks):
+    maps = [{"path": "/a"}, {"path": "/a"}, {"path": "/b", "ino": 1}, {"bad": [1]}]
+    col = tuple(maps[i] for i in picks)
+    packed, checked = pack_column(col)
+    assert packed == msgpack.packb(col)
+    assert {msgpack.packb(m) for m in col} == {msgpack.packb(m) for m in checked}
 
 
 def test_bad_arguments(tmp_path):
