@@ -181,7 +181,9 @@ class ProcsSource(PollingSource):
         self.use_pidfd = self.paths.is_default_proc and hasattr(os, "pidfd_open")
         self._ranks: dict[int, Rank] = {}
         self._published: dict[int, Identity] = {}
-        self._seen: dict[int, int] = {}  # pid -> start ticks of a process found not a rank
+        # pid -> (start ticks, inode of /proc/PID) of a process found not a rank: while the
+        # inode stays, it is that process (a reused pid gets a new one) and is not read again
+        self._seen: dict[int, tuple[int, int]] = {}
         self._poller = select.poll()
         self._next_rss = 0.0
 
@@ -203,11 +205,17 @@ class ProcsSource(PollingSource):
         except (OSError, ValueError, IndexError):
             return None
 
+    def _pids(self) -> dict[int, int]:
+        """pid -> inode of /proc/PID of every process, from one read of /proc (the
+        inodes come with the directory entries: no stat per process)."""
+        with os.scandir(self.paths.proc) as entries:
+            return {int(e.name): e.inode() for e in entries if e.name.isdigit()}
+
     def poll(self) -> list[Draft]:
         out: list[Draft] = []
         now_ns, boot = time.time_ns(), boot_wall()
         uptime_ticks = (boot.at_boottime_ns * CLK_TCK) // 1_000_000_000
-        alive = set(psutil.pids())
+        alive = self._pids()
         for pid, r in list(self._ranks.items()):
             st = self._stat(pid) if pid in alive else None
             if st is not None and st.start_ticks == r.start_ticks and st.state not in "ZX":
@@ -216,20 +224,26 @@ class ProcsSource(PollingSource):
             status = st.exit_status if st is not None and st.start_ticks == r.start_ticks else None
             out.append(self._exit(r, status, now_ns))
         new = []
-        for pid in alive - self._ranks.keys():
-            st = self._stat(pid)
-            if st is None or st.state in "ZX" or self._seen.get(pid) == st.start_ticks:
+        for pid in alive.keys() - self._ranks.keys():
+            ino, seen = alive[pid], self._seen.get(pid)
+            if seen is not None and ino == seen[1]:
                 continue
-            new.append((st.start_ticks, pid, st))
-        for _, pid, st in sorted(new):  # parents before their children
+            st = self._stat(pid)
+            if st is None or st.state in "ZX":
+                continue
+            if seen is not None and seen[0] == st.start_ticks:
+                self._seen[pid] = st.start_ticks, ino
+                continue
+            new.append((st.start_ticks, pid, st, ino))
+        for _, pid, st, ino in sorted(new):  # parents before their children
             ident = self._identify(pid)
             if ident is None:
                 if (uptime_ticks - st.start_ticks) / CLK_TCK >= self.young_s:
-                    self._seen[pid] = st.start_ticks
+                    self._seen[pid] = st.start_ticks, ino
                 continue
             parent = self._ranks.get(st.ppid)
             if parent is not None and parent.ident[:3] == ident[:3]:
-                self._seen[pid] = st.start_ticks  # a helper of that rank
+                self._seen[pid] = st.start_ticks, ino  # a helper of that rank
                 continue
             out.append(self._start(pid, st, ident, boot.ns, now_ns))
         for pid in [p for p in self._seen if p not in alive]:

@@ -183,6 +183,37 @@ def test_real_ranks_start_and_exit(sink, running):
         assert e.fields["rss_bytes"] > 0 and e.fields["uptime_s"] > 0
 
 
+@pytest.mark.root
+def test_a_rank_that_reuses_the_pid_of_a_process_found_not_a_rank_is_found(sink, running):
+    """Known non-ranks are not read again while their /proc/PID inode stays: a new
+    process under the same pid (forced through ns_last_pid) must still be read."""
+    last_pid = "/proc/sys/kernel/ns_last_pid"
+    if not os.access(last_pid, os.W_OK):
+        pytest.skip("needs root to choose the next pid (ns_last_pid)")
+    src = ProcsSource(interval_s=0.5, young_s=0)
+    other = spawn({}, "sleep", "60")
+    try:
+        with running(src, sink):
+            deadline = time.monotonic() + 10
+            while other.pid not in src._seen and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert other.pid in src._seen  # found, not a rank
+            time.sleep(0.1)  # just after a poll: the next is ~0.4 s away
+            reap(other)
+            with open(last_pid, "w") as f:
+                f.write(str(other.pid - 1))
+            rank = spawn({"RANK": "3", "LOCAL_RANK": "3", "WORLD_SIZE": "4"}, "sleep", "60")
+            try:
+                if rank.pid != other.pid:
+                    pytest.skip(f"another process took pid {other.pid} first")
+                start = sink.wait_for(lambda d: d.kind == "proc.start" and d.pid == rank.pid)
+                assert start.rank == 3
+            finally:
+                reap(rank)
+    finally:
+        reap(other)
+
+
 def test_helpers_of_a_rank_are_not_ranks(sink, running):
     code = "import subprocess, sys, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
     rank = spawn({"RANK": "0", "LOCAL_RANK": "0"}, sys.executable, "-c", code,
