@@ -126,7 +126,7 @@ class Agent:
         self.notifier = notifier or Notifier()
         self.flush_timeout_s = flush_timeout_s
         self.stopping = threading.Event()  # set: the whole agent stops
-        self._sources_stop = threading.Event()
+        self._sources_stop = sources.StopEvent()  # sources wait on it: no idle wakes
         self.spool: Spool | None = None
         self.sink: SpoolSink | None = None
         self.shipper: Shipper | None = None
@@ -223,6 +223,8 @@ class Agent:
             self.shipper.stop(0)
         if self.spool is not None:
             self.spool.close()
+        if not any(r.thread.is_alive() for r in self.runners):
+            self._sources_stop.close()  # else a source may still wait on it: the exit closes it
         self.notifier.close()
 
 

@@ -115,7 +115,8 @@ class FollowLoop:
     """Follow every file matching ``globs`` with a Tailer, woken by inotify.
 
     ``run()`` blocks until ``stop_event`` is set (checked at least every
-    STOP_CHECK_S; ``stop()`` sets it and wakes the loop at once), then closes its
+    STOP_CHECK_S, or at once when it has a ``fileno()`` that turns readable when set,
+    as a StopEvent does; ``stop()`` sets it and wakes the loop at once), then closes its
     inotify descriptor and the tailer. A wake's lines (all its
     polls) go to ``on_lines(list[Line])`` (or ``on_batches(list[LineBatch])``) in
     one call, a poll's events to ``on_events(list[Event])`` after the lines read
@@ -192,8 +193,13 @@ class FollowLoop:
             self._scan(first=True)
             next_safety = time.monotonic() + self.safety_poll_s
             woke = 0.0
+            waited = [ino.fd, wake_r]
+            check_s = self.STOP_CHECK_S
+            if hasattr(self.stop_event, "fileno"):  # a StopEvent (agent/sources/base.py)
+                waited.append(self.stop_event)
+                check_s = float("inf")
             while not self.stop_event.is_set():
-                timeout = min(next_safety - time.monotonic(), self.STOP_CHECK_S)
+                timeout = min(next_safety - time.monotonic(), check_s)
                 deadline = self.tailer.next_deadline()
                 if self._tick_at is not None:
                     deadline = self._tick_at if deadline is None else min(deadline, self._tick_at)
@@ -201,7 +207,7 @@ class FollowLoop:
                     timeout = min(timeout, max(deadline - self.tailer.clock(), 0.05))
                 if timeout > 0:
                     if not self._queue:
-                        select.select([ino.fd, wake_r], [], [], timeout)
+                        select.select(waited, [], [], timeout)
                     self.stop_event.wait(woke + self.min_wake_s - time.monotonic())
                 woke = time.monotonic()
                 if self.stop_event.is_set():

@@ -12,7 +12,9 @@ hands each observation to ``emit`` as a ``Draft``: a Record (agent/wire.py) with
 
 ``run`` blocks until ``stop`` is set and then returns; it raises on failure. It
 must notice ``stop`` within about a second (poll with a timeout, never block
-forever) and release what it opened before returning. ``PollingSource`` is the
+forever) and release what it opened before returning. The agent passes a
+``StopEvent``: a source that waits on descriptors waits on ``stop.fileno()`` too
+and so needs no timeout to notice it (an idle agent then wakes for nothing). ``PollingSource`` is the
 variant for sources that sample: ``poll() -> list[Draft]`` every ``interval_s``;
 ``wait(stop, timeout)`` may return early when the source has an event to report.
 
@@ -234,6 +236,43 @@ class Source:
 
     def run(self, emit: Emit, stop: threading.Event) -> None:
         raise NotImplementedError
+
+
+class StopEvent(threading.Event):
+    """A stop flag that poll() and select() can wait on: ``fileno()``, an eventfd, turns
+    readable once it is set. Close it when the threads that wait on it are done."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+
+    def set(self) -> None:
+        super().set()
+        try:
+            os.eventfd_write(self._fd, 1)
+        except OSError:  # closed, or the counter full: readable either way
+            pass
+
+    def clear(self) -> None:
+        super().clear()
+        try:
+            os.eventfd_read(self._fd)
+        except OSError:  # not set: nothing to drain
+            pass
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def stop_slice(stop: threading.Event, slice_s: float) -> float | None:
+    """How long a wait on descriptors may last before it looks at ``stop``: no limit
+    (None) when ``stop`` is a StopEvent among the descriptors, else ``slice_s``."""
+    return None if isinstance(stop, StopEvent) else slice_s
 
 
 class PollingSource(Source):

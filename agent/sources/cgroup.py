@@ -72,7 +72,7 @@ from typing import Callable, Iterable
 from agent.hostpaths import HostPaths
 from agent.wire import KIND_CGROUP_MEMORY, KIND_CGROUP_OOM, SOURCE_CGROUP
 
-from .base import Draft, PollingSource, clip, printable, read_text, register
+from .base import Draft, PollingSource, StopEvent, clip, printable, read_text, register, stop_slice
 
 log = logging.getLogger(__name__)
 
@@ -353,6 +353,9 @@ class CgroupSource(PollingSource):
     def wait(self, stop: threading.Event, timeout: float) -> None:
         """Until the next sample, a kernel notification, or stop (``timeout`` unused:
         the schedule is the source's own)."""
+        slice_s = stop_slice(stop, STOP_SLICE_S)
+        if isinstance(stop, StopEvent):
+            self._poller.register(stop, select.POLLIN)
         while not stop.is_set():
             now = time.monotonic()
             if any(w.pending or (w.hot_until and w.hot_until <= now)
@@ -362,7 +365,7 @@ class CgroupSource(PollingSource):
             left = HOT_POLL_S if hot else min(self._next_full, self._next_resolve) - now
             if left <= 0:
                 return
-            events = self._poller.poll(1000 * min(left, STOP_SLICE_S))
+            events = self._poller.poll(1000 * (left if slice_s is None else min(left, slice_s)))
             for fd, _ in events:
                 if (w := self._by_fd.get(fd)) is None:
                     continue

@@ -57,7 +57,7 @@ from agent.clock import BootWall, boot_wall, kmsg_error_ns, kmsg_to_wall_ns, rea
 from agent.hostpaths import HostPaths
 from agent.wire import COLUMNS, KIND_KERNEL_GAP, KIND_KERNEL_LINE, MAX_FIELDS, SOURCE_KMSG
 
-from .base import Draft, Emit, Source, SourceError, StateFile, clip, register
+from .base import Draft, Emit, Source, SourceError, StateFile, StopEvent, clip, register
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +226,10 @@ class KmsgSource(Source):
         try:
             poller = select.poll()
             poller.register(fd, select.POLLIN | select.POLLPRI)
+            timeout_ms = POLL_TIMEOUT_MS
+            if isinstance(stop, StopEvent):
+                poller.register(stop, select.POLLIN)
+                timeout_ms = None
             while not stop.is_set():
                 boot = boot_wall()
                 for _ in range(1000):  # a burst, then look at stop again
@@ -254,7 +258,7 @@ class KmsgSource(Source):
                 if stream.last_seq != saved_seq and time.monotonic() - saved_at >= SAVE_EVERY_S:
                     saved_seq = self._save(boot_id, stream.last_seq, saved_seq)
                     saved_at = time.monotonic()
-                poller.poll(POLL_TIMEOUT_MS)
+                poller.poll(timeout_ms)
         except OSError as e:
             if e.errno == errno.EINVAL:
                 raise SourceError(f"read of {self.paths.kmsg} failed: record longer than "

@@ -65,7 +65,7 @@ from typing import NamedTuple
 from agent.inotify import IN_CLOSE_WRITE, IN_MOVED_TO, Inotify
 from agent.wire import KIND_AGENT_STATUS, KIND_JOB_MARK, MAX_NAME_BYTES, MAX_TEXT_BYTES, SOURCE_AGENT, SOURCE_MARKS
 
-from .base import Draft, Emit, Source, SourceError, printable, register
+from .base import Draft, Emit, Source, SourceError, printable, register, stop_slice
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ REJECTED_DIR = "rejected"
 MAX_MARK_BYTES = 4096
 EVENTS = ("start", "end")
 _KEYS = {"version", "event", "job", "step", "nodes", "at_ns"}
+STOP_SLICE_S = 0.5  # how often a plain threading.Event is looked at (a StopEvent wakes us)
 
 
 class MarkError(SourceError):
@@ -216,13 +217,16 @@ class MarksSource(Source):
         os.makedirs(directory, exist_ok=True)
         with Inotify() as ino:
             ino.add_watch(directory, IN_CLOSE_WRITE | IN_MOVED_TO)
+            slice_s = stop_slice(stop, STOP_SLICE_S)
+            waited = [ino, stop] if slice_s is None else [ino]
             while not stop.is_set():
                 ino.read()  # whatever woke us: scan the whole folder
                 self.scan(directory, emit)
                 deadline = time.monotonic() + self.rescan_s
                 while not stop.is_set() and time.monotonic() < deadline:
-                    left = max(0.0, min(0.5, deadline - time.monotonic()))
-                    ready, _, _ = select.select([ino], [], [], left)
+                    left = max(0.0, deadline - time.monotonic())
+                    ready, _, _ = select.select(waited, [], [], left if slice_s is None
+                                                else min(left, slice_s))
                     if ready:
                         break
 

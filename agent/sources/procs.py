@@ -65,7 +65,7 @@ import psutil
 from agent.clock import boot_wall
 from agent.wire import KIND_PROC_EXIT, KIND_PROC_START, SOURCE_PROCS
 
-from .base import Draft, PollingSource, printable, read_text, register
+from .base import Draft, PollingSource, StopEvent, printable, read_text, register, stop_slice
 from .cgroup import parse_proc_cgroup
 
 log = logging.getLogger(__name__)
@@ -337,14 +337,17 @@ class ProcsSource(PollingSource):
         """Until the next poll, or at once when a rank's pidfd says it ended."""
         deadline = time.monotonic() + timeout
         by_fd = {r.pidfd: r for r in self._ranks.values() if r.pidfd is not None}
+        slice_s = stop_slice(stop, STOP_SLICE_S)
+        if by_fd and isinstance(stop, StopEvent):
+            self._poller.register(stop, select.POLLIN)
         while not stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
             if not by_fd:
-                stop.wait(min(left, STOP_SLICE_S))
+                stop.wait(left)
                 continue
-            events = self._poller.poll(1000 * min(left, STOP_SLICE_S))
+            events = self._poller.poll(1000 * (left if slice_s is None else min(left, slice_s)))
             if events:
                 now_ns = time.time_ns()
                 for fd, _ in events:

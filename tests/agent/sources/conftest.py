@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sources.base import Draft, Source, SourceRunner
+from agent.sources.base import Draft, Source, SourceRunner, StopEvent
 from agent.wire import Batch
 
 DATA = Path(__file__).resolve().parents[2] / "data"
@@ -107,16 +107,18 @@ def sink() -> Sink:
 
 @pytest.fixture
 def running():
-    """``with running(source, sink) as runner:`` runs it in its thread; stops and joins it."""
+    """``with running(source, sink) as runner:`` runs it in its thread as the agent does
+    (with a StopEvent); stops and joins it."""
 
     @contextlib.contextmanager
     def run(source: Source, emit, **kw):
-        stop = threading.Event()
+        stop = StopEvent()
         runner = SourceRunner(source, emit, stop, **kw).start()
         try:
             yield runner
         finally:
             stop.set()
             assert runner.join(5), f"source {source.name} did not stop within 5 s"
+            stop.close()
 
     return run

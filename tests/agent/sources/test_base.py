@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import re
+import select
 import threading
 import time
 
@@ -14,10 +15,14 @@ from agent import clock
 from agent.hostpaths import HostPaths
 from agent.sources import (Draft, PollingSource, Source, SourceError, SourceRunner,
                            UnknownSourceError, get, names, register)
-from agent.sources.base import REGISTRY, clip
+from agent.follow import FollowLoop
+from agent.sources import cgroup, kmsg, marks
+from agent.sources.base import REGISTRY, StopEvent, clip
 from agent.sources.cgroup import CgroupSource
 from agent.sources.kmsg import KmsgSource
+from agent.sources.marks import MarksSource
 from agent.sources.procs import ProcsSource
+from agent.sources.ranklog import RanklogSource
 from agent.wire import Record
 
 
@@ -130,6 +135,41 @@ def test_polling_source_polls_until_stopped_and_closes_once(sink, running):
     with running(src, sink):
         sink.wait_for(lambda d: len(sink.of("cgroup.memory")) >= 5)
     assert src.closed == 1
+
+
+def test_a_stop_event_is_readable_once_set_until_cleared():
+    ev = StopEvent()
+    try:
+        assert select.select([ev], [], [], 0)[0] == []
+        ev.set()
+        assert ev.is_set() and select.select([ev], [], [], 0)[0] == [ev]
+        ev.set()  # twice: still one flag
+        ev.clear()
+        assert not ev.is_set() and select.select([ev], [], [], 0)[0] == []
+    finally:
+        ev.close()
+
+
+@pytest.mark.parametrize("name", ["kmsg", "cgroup", "marks", "ranklog"])
+def test_sources_that_wait_on_descriptors_wake_on_the_stop_event(monkeypatch, tmp_path, sink,
+                                                                  running, name):
+    """Their look at a plain Event made an hour apart: only the StopEvent's descriptor
+    can end their wait within the runner's 5 s (an idle agent wakes for nothing)."""
+    monkeypatch.setattr(kmsg, "POLL_TIMEOUT_MS", 3_600_000)
+    monkeypatch.setattr(cgroup, "STOP_SLICE_S", 3600)
+    monkeypatch.setattr(marks, "STOP_SLICE_S", 3600)
+    monkeypatch.setattr(FollowLoop, "STOP_CHECK_S", 3600)
+    src = {"kmsg": lambda: KmsgSource(state_dir=str(tmp_path)),
+           "cgroup": lambda: CgroupSource(v1_root=str(tmp_path / "none"), v2_root=str(tmp_path / "none"),
+                                          interval_s=3600),
+           "marks": lambda: MarksSource(state_dir=str(tmp_path), rescan_s=3600),
+           "ranklog": lambda: RanklogSource(globs=[str(tmp_path / "rank{rank}.log")],
+                                            state_dir=str(tmp_path), safety_poll_s=3600)}[name]()
+    if name == "kmsg" and KmsgSource.unavailable(src.paths):
+        pytest.skip(KmsgSource.unavailable(src.paths))
+    with running(src, sink):  # joins within 5 s or fails
+        time.sleep(0.5)  # in its wait by now
+    assert sink.of("agent.status")[-1].fields["state"] == "stopped"
 
 
 def test_polling_interval_must_be_positive():
