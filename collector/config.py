@@ -58,7 +58,7 @@ from agent.wire import MAX_BATCH_RECORDS, MAX_FRAME_BYTES
 from collector.store import display
 
 USAGE = """\
-usage: firstfault collector [--config FILE] [--listen HOST:PORT] [--http HOST:PORT]
+usage: firstfault collector [--config FILE] [--check-config] [--listen HOST:PORT] [--http HOST:PORT]
                             [--db PATH_OR_URL] [--token-file FILE] [--log-level LEVEL]
                             [--tls-cert F --tls-key F [--tls-client-ca F]]
                             [--retention-max-age-days N] [--retention-max-bytes N]
@@ -208,11 +208,14 @@ def _check(cfg: CollectorConfig, problems: list[str]) -> CollectorConfig:
     return replace(cfg, token=token)
 
 
-def parse_args(argv: list[str]) -> CollectorConfig:
-    """The configuration for ``firstfault collector ARGS`` (argv without the command).
+def parse_args(argv: list[str]) -> tuple[CollectorConfig, bool]:
+    """(configuration, --check-config given) for ``firstfault collector ARGS`` (argv
+    without the command).
 
     ConfigError lists every problem (unknown flags included); HelpRequested on --help."""
-    config_path, given, problems = settings.parse_argv(argv, set(_FLAGS), usage=USAGE)
+    config_path, given, problems = settings.parse_argv(
+        argv, set(_FLAGS), usage=USAGE, switches=frozenset({"--check-config"}))
+    check = bool(given.pop("--check-config", False))
     flags = {_FLAGS[name]: value for name, value in given.items()}
     try:
         cfg = load_config(config_path, flags)
@@ -220,7 +223,7 @@ def parse_args(argv: list[str]) -> CollectorConfig:
         problems.extend(e.problems)
     if problems:
         raise ConfigError(problems)
-    return cfg
+    return cfg, check
 
 
 def describe(cfg: CollectorConfig) -> str:

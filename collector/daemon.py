@@ -18,8 +18,12 @@ pings WATCHDOG=1 from the event loop every WatchdogSec / 2 (a blocked loop stops
 the pings and systemd restarts the collector), refreshing STATUS; and says
 STOPPING=1 when a signal arrives (agent/sdnotify.py, shared with the agent).
 
-Exit codes: 0 stopped by a signal, 1 could not start (store, TLS files, address
-in use), 2 configuration or usage error.
+``--check-config`` checks the configuration (every problem at once), loads the
+TLS files and checks that a SQLite file's folder is there to write in, prints the
+effective configuration and exits, opening nothing else.
+
+Exit codes: 0 stopped by a signal (or the configuration is ok), 1 could not start
+(store, TLS files, address in use), 2 configuration or usage error.
 """
 
 from __future__ import annotations
@@ -60,7 +64,12 @@ def open_store(db: str) -> Store:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        cfg = parse_args(argv)
+        cfg, check = parse_args(argv)
+        if check:
+            check_config(cfg)
+            print(describe(cfg))
+            print("configuration ok")
+            return 0
     except HelpRequested:
         print(USAGE)
         return 0
@@ -73,6 +82,24 @@ def main(argv: list[str] | None = None) -> int:
     except StartError as e:
         log.error("cannot start: %s", e)
         return 1
+
+
+def check_config(cfg: CollectorConfig) -> None:
+    """ConfigError naming what would stop the collector at start, short of opening
+    the store or the sockets: the TLS files, a SQLite file's folder."""
+    problems = []
+    try:
+        make_ssl_context(cfg.tls)
+    except (OSError, ValueError) as e:
+        problems.append(f"tls: cannot load cert/key/client_ca: {e}")
+    if "://" not in cfg.db:
+        folder = os.path.dirname(os.path.abspath(cfg.db))
+        if not os.path.isdir(folder):
+            problems.append(f"db {cfg.db}: the folder {folder} does not exist")
+        elif not os.access(folder, os.W_OK | os.X_OK):
+            problems.append(f"db {cfg.db}: cannot write in {folder}")
+    if problems:
+        raise ConfigError(problems)
 
 
 def _setup_logging(level: str) -> None:

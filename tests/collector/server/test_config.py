@@ -14,7 +14,8 @@ from collector.config import (
 
 
 def test_defaults():
-    cfg = parse_args([])
+    cfg, check = parse_args([])
+    assert check is False
     assert cfg == CollectorConfig()
     assert str(cfg.listen) == "127.0.0.1:7140" and str(cfg.http) == "127.0.0.1:7141"
     assert cfg.db == "./firstfault.db" and cfg.token is None and not cfg.tls.enabled
@@ -46,7 +47,7 @@ max_connections = 10
 [clock]
 ping_interval_s = 5
 ''')
-    cfg = parse_args(["--config", str(path), "--limits-max-connections=20", "--db", "x.db",
+    cfg, _ = parse_args(["--config", str(path), "--limits-max-connections=20", "--db", "x.db",
                       "--listen", "[::]:9000", "--retention-max-age-days", "7.5"])
     assert cfg.listen == Address("::", 9000) and str(cfg.listen) == "[::]:9000"
     assert cfg.db == "x.db" and cfg.limits.max_connections == 20
@@ -93,10 +94,10 @@ def test_non_loopback_listen_needs_a_token(tmp_path):
         with pytest.raises(ConfigError, match="is not a loopback address: a token is required"):
             parse_args(["--listen", listen])
     for listen in ("127.0.0.1:7140", "localhost:7140", "[::1]:7140", "127.0.0.2:0"):
-        assert parse_args(["--listen", listen]).token is None
+        assert parse_args(["--listen", listen])[0].token is None
     token = tmp_path / "token"
     token.write_text("abc")
-    assert parse_args(["--listen", "0.0.0.0:1", "--token-file", str(token)]).token == "abc"
+    assert parse_args(["--listen", "0.0.0.0:1", "--token-file", str(token)])[0].token == "abc"
 
 
 @pytest.mark.parametrize("content, problem", [
@@ -142,5 +143,5 @@ def test_every_key_has_a_flag():
 
 
 def test_postgres_url_is_accepted_by_the_config():
-    cfg = parse_args(["--db", "postgres://ff:pw@db.example:5432/firstfault"])
+    cfg, _ = parse_args(["--db", "postgres://ff:pw@db.example:5432/firstfault"])
     assert cfg.db_is_url and "pw" not in config.describe(cfg)

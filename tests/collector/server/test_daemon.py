@@ -38,6 +38,21 @@ def test_usage_and_config_errors(capsys):
     assert "2 problems" in err and "--nope: unknown flag" in err and "token is required" in err
 
 
+def test_check_config_checks_what_start_needs_and_opens_nothing(tmp_path, capsys):
+    db = tmp_path / "c.db"
+    assert daemon.main(["--check-config", "--db", str(db), "--listen", "127.0.0.1:0"]) == 0
+    out = capsys.readouterr().out
+    assert f"db={db}" in out and out.endswith("configuration ok\n")
+    assert not db.exists()  # no store opened
+    missing = tmp_path / "absent" / "c.db"
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate\n")
+    assert daemon.main(["--check-config", "--db", str(missing), "--tls-cert", str(bad),
+                        "--tls-key", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "tls: cannot load cert/key/client_ca" in err and f"the folder {missing.parent} does not exist" in err
+
+
 def test_a_postgres_server_that_is_away_is_a_clear_start_error(caplog):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -56,7 +71,7 @@ def test_run_in_process_until_sigterm(monkeypatch, caplog):
     pruned = []
     store.prune = lambda **kw: pruned.append(kw) or 0
     monkeypatch.setattr(daemon, "open_store", lambda db: store)
-    cfg = parse_args(["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--retention-max-age-days", "2",
+    cfg, _ = parse_args(["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--retention-max-age-days", "2",
                       "--retention-max-bytes", "1000000"])
     result: dict = {}
 
