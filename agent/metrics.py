@@ -26,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from agent.osthread import name_this_thread
+from agent.prometheus import CONTENT_TYPE, family
 from agent.settings import Address
 from agent.shipper import ShipperStats
 from agent.sink import SpoolSink
@@ -33,26 +34,14 @@ from agent.spool import SpoolStats
 
 log = logging.getLogger(__name__)
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-def _label(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
 
 def render(sink: SpoolSink, spool: SpoolStats, ship: ShipperStats) -> str:
-    out: list[str] = []
-
-    def metric(name: str, kind: str, help_: str, values: list[tuple[str, float]]) -> None:
-        out.append(f"# HELP firstfault_agent_{name} {help_}")
-        out.append(f"# TYPE firstfault_agent_{name} {kind}")
-        out.extend(f"firstfault_agent_{name}{labels} {value:g}" for labels, value in values)
-
-    metric("records_total", "counter", "Records spooled, by source.",
-           [(f'{{source="{_label(s)}"}}', n) for s, n in sorted(sink.records.items())])
-    metric("source_up", "gauge", "1 while the source runs.",
-           [(f'{{source="{_label(s)}"}}', float(st == "running"))
-            for s, st in sorted(sink.source_states.items())])
+    p = "firstfault_agent_"
+    out = family(p + "records_total", "counter", "Records spooled, by source.",
+                 [("", {"source": s}, n) for s, n in sorted(sink.records.items())])
+    out += family(p + "source_up", "gauge", "1 while the source runs.",
+                  [("", {"source": s}, int(st == "running"))
+                   for s, st in sorted(sink.source_states.items())])
     dropped = spool.dropped_records + spool.disk_full_records
     plain = [
         ("spool_bytes", "gauge", "Bytes in the spool.", spool.bytes),
@@ -65,14 +54,14 @@ def render(sink: SpoolSink, spool: SpoolStats, ship: ShipperStats) -> str:
         ("shipped_bytes_total", "counter", "Bytes of batch frames sent.", ship.bytes),
         ("acked_seq", "gauge", "Highest seq acked by a collector.", ship.acked_seq or 0),
         ("connected", "gauge", "1 while a collector session is up.",
-         float(ship.connected_to is not None)),
+         int(ship.connected_to is not None)),
         ("session_failures_total", "counter", "Failed connections or sessions.", ship.failures),
         ("send_lag_seconds", "gauge", "Age of the oldest unacked record.", sink.send_lag_s()),
         ("ack_latency_seconds", "gauge", "Append-to-ack time of the last acked record.",
          sink.last_ack_latency_s or 0.0),
     ]
     for name, kind, help_, value in plain:
-        metric(name, kind, help_, [("", value)])
+        out += family(p + name, kind, help_, value)
     return "\n".join(out) + "\n"
 
 

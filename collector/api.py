@@ -27,6 +27,8 @@ from typing import Any
 
 from aiohttp import web
 
+from agent.prometheus import CONTENT_TYPE
+
 from . import query
 from .analysis.catalog import Catalog
 from .reports import render
@@ -119,7 +121,7 @@ class Api:
 
     async def prometheus(self, request):
         text = self.metrics() if self.metrics else ""
-        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+        return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
 
     async def jobs(self, request):
         return web.json_response({"jobs": await self._call(query.jobs, self.store)})

@@ -8,6 +8,9 @@ import asyncio
 import time
 from bisect import bisect_left
 from collections import deque
+from itertools import accumulate
+
+from agent.prometheus import family
 
 
 class Metrics:
@@ -47,23 +50,17 @@ class Metrics:
         p = "firstfault_collector_"
         out: list[str] = []
         for name, doc in self._COUNTERS:
-            out += [f"# HELP {p}{name}_total {doc}", f"# TYPE {p}{name}_total counter",
-                    f"{p}{name}_total {getattr(self, name)}"]
+            out += family(f"{p}{name}_total", "counter", doc, getattr(self, name))
         for name, doc in (("connections_open", "Connections open now."),
                           ("inflight_records", "Records read and not yet stored.")):
-            out += [f"# HELP {p}{name} {doc}", f"# TYPE {p}{name} gauge",
-                    f"{p}{name} {getattr(self, name)}"]
-        out += [f"# HELP {p}errors_total Connections closed for an error, by code.",
-                f"# TYPE {p}errors_total counter"]
-        out += [f'{p}errors_total{{code="{c}"}} {n}' for c, n in sorted(self.errors.items())]
-        out += [f"# HELP {p}store_seconds Time of one batch's store insert (in the store thread).",
-                f"# TYPE {p}store_seconds histogram"]
-        total = 0
-        for le, n in zip((*map(repr, self.STORE_BUCKETS_S), "+Inf"), self.store_buckets):
-            total += n
-            out.append(f'{p}store_seconds_bucket{{le="{le}"}} {total}')
-        out += [f"{p}store_seconds_sum {self.store_seconds_sum!r}",
-                f"{p}store_seconds_count {self.store_seconds_count}"]
+            out += family(p + name, "gauge", doc, getattr(self, name))
+        out += family(p + "errors_total", "counter", "Connections closed for an error, by code.",
+                      [("", {"code": c}, n) for c, n in sorted(self.errors.items())])
+        buckets = zip((*map(repr, self.STORE_BUCKETS_S), "+Inf"), accumulate(self.store_buckets))
+        out += family(p + "store_seconds", "histogram",
+                      "Time of one batch's store insert (in the store thread).",
+                      [*(("_bucket", {"le": le}, n) for le, n in buckets),
+                       ("_sum", {}, self.store_seconds_sum), ("_count", {}, self.store_seconds_count)])
         return "\n".join(out) + "\n"
 
 

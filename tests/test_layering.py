@@ -27,7 +27,7 @@ def test_agent_never_imports_collector():
 
 # The contract both daemons share; agent.layouts: the launchers' rank-log layouts, which
 # the agent follows live and the collector's offline reader walks (one place for them).
-SHARED = {"agent.wire", "agent.settings", "agent.sdnotify", "agent.layouts"}
+SHARED = {"agent.wire", "agent.settings", "agent.sdnotify", "agent.layouts", "agent.prometheus"}
 
 
 def test_collector_imports_only_the_shared_modules_from_agent():

@@ -4,8 +4,10 @@ clients speaking agent/wire.py) stream a real job's logs from two nodes into eac
 same first failure as `firstfault analyze` of the files, and both stores answer alike."""
 
 import json
+import re
 import sys
 import tarfile
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -112,6 +114,15 @@ def test_jobs_timeline_and_bundle(collector, capsys, tmp_path):
     with tarfile.open(bundle) as tar:
         names = {Path(n).name for n in tar.getnames()}
     assert names == {"report.md", "report.json", "timeline.jsonl", "config.txt", "README.txt"}
+
+
+def test_metrics_over_http(collector):
+    c, _ = collector
+    with urllib.request.urlopen(f"http://{c.http[0]}:{c.http[1]}/metrics", timeout=10) as r:
+        assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        body = r.read().decode()
+    assert re.search(r"^firstfault_collector_records_stored_total [1-9][0-9]*$", body, re.M)
+    assert re.search(r'^firstfault_collector_store_seconds_bucket\{le="\+Inf"\} [1-9]', body, re.M)
 
 
 def test_report_from_the_db_file_and_unknown_job(collector, capsys):
