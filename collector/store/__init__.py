@@ -22,12 +22,12 @@ def display(db: str) -> str:
 
 def open_store(db: str, *, marker: Marker | None = None) -> Store:
     """The store ``db`` names: a postgres:// or postgresql:// URL (PostgresStore), else
-    a SQLite file path (SqliteStore, marking with ``marker``: base.Marker; PostgresStore
-    keeps no marks); StoreError if it can not be opened."""
+    a SQLite file path (SqliteStore); both mark with ``marker`` (base.Marker) what a
+    report reads. StoreError if it can not be opened."""
     if db.startswith(URL_SCHEMES):
         from .postgres import PostgresStore
 
-        return PostgresStore(db)
+        return PostgresStore(db, marker=marker)
     from .sqlite import SqliteStore
 
     return SqliteStore(db, marker=marker)

@@ -30,8 +30,13 @@ Connection: one, in autocommit mode (transactions explicit); a broken one is
 replaced on the next call (a server restart costs the calls that meet it a
 StoreError, no more). Any thread may call, one call at a time (base.py).
 
-Known issues: a row per record (SqliteStore keeps blocks of them) and no report marks
-(base.py's optional ``needed``): a report reads every record of its job. As in
+Report marks (base.py's optional ``needed``): with a marker, each job's rows of a
+batch are one block for it (one stream, one job, in (t_ns, seq) order) and the rows
+it chooses get ``needed``; a job all of whose rows one marker marked (jobs.marked_by)
+is reported from those rows alone (index records_needed), any other job, a window,
+a grep or a limit from every row; a job's nodes' jobless rows are always read whole.
+
+Known issues: a row per record (SqliteStore keeps blocks of them). As in
 SqliteStore, jobs' windows use the nodes' own clocks. Stream and
 job names are cached; a job another collector pruned is noticed on the next insert
 into it (retry) or read (reload).
@@ -54,7 +59,7 @@ import msgpack
 from agent.wire import Record
 
 from . import display
-from .base import JobInfo, NodeClock, StoreError
+from .base import JobInfo, Marker, NodeClock, StoreError
 from .blocks import COLUMNS
 from .postgres_read import _T_MAX, _T_MIN, ROW_BYTES, PostgresReads
 from .postgres_schema import escape, migrate, needs_escape, unescape
@@ -66,13 +71,14 @@ RETRIES = 5  # a transaction rolled back by a deadlock is tried this often
 _pack = msgpack.Packer().pack
 _column_getters = tuple(map(attrgetter, COLUMNS))
 _node_stream = attrgetter("node", "stream")
+_MARKED_COLUMNS = ("source", "kind", "message", "occurred_ns", "rank", "fields")
 _seq_of = attrgetter("seq")
 
 _COPY = ("COPY records (sid, seq, t_ns, jid, rank, source, kind, message, occurred_ns, "
-         "observed_ns, boot_id, mono_ns, local_rank, pid, severity, fields, escaped) "
+         "observed_ns, boot_id, mono_ns, local_rank, pid, severity, fields, escaped, needed) "
          "FROM STDIN (FORMAT BINARY)")
 _COPY_TYPES = ("int4", "int8", "int8", "int4", "int4", "text", "text", "text", "int8", "int8",
-               "text", "int8", "int4", "int4", "int2", "bytea", "bool")
+               "text", "int8", "int4", "int4", "int2", "bytea", "bool", "bool")
 
 
 class _Stale(Exception):
@@ -83,9 +89,10 @@ class PostgresStore(PostgresReads):
     """The Store protocol (base.py) on PostgreSQL; see the module docstring."""
 
     def __init__(self, url: str, *, connect_timeout_s: float = 10.0,
-                 now_ns: Callable[[], int] = time.time_ns) -> None:
+                 now_ns: Callable[[], int] = time.time_ns, marker: Marker | None = None) -> None:
         """Connect to ``url`` (postgres:// or postgresql://, libpq's URI syntax) and
-        create or migrate the schema; StoreError if it can not be done."""
+        create or migrate the schema; StoreError if it can not be done. marker: marks
+        at insert what a report reads (base.Marker; ``needed`` serves them)."""
         try:
             import psycopg
         except ImportError as e:
@@ -95,6 +102,8 @@ class PostgresStore(PostgresReads):
         self.url, self.name = url, display(url)
         self._timeout = connect_timeout_s
         self._now_ns = now_ns
+        self._marker = marker
+        self._mk: int | None = None  # the marker's id in markers, once it marked records
         self._db: Any = None
         self._closed = False
         self._streams: dict[int, tuple[str, str]] = {}  # sid -> (node, stream)
@@ -137,6 +146,7 @@ class PostgresStore(PostgresReads):
     def _load_names(self) -> None:
         """Streams and jobs by id, cleared in place (running iterators hold these)."""
         db = self._conn()
+        self._mk = None  # looked up again: the transaction that added it may be undone
         for names in (self._streams, self._sids, self._node_sids, self._jobs, self._jids):
             names.clear()
         self._job_nodes.clear(), self._job_ranks.clear()
@@ -265,9 +275,9 @@ class PostgresStore(PostgresReads):
 
     def _new_job(self, db: Any, job: str) -> None:
         """The job's row (aggregates neutral until _update_jobs, in this transaction)."""
-        row = db.execute("INSERT INTO jobs (job, first_ns, last_ns, records, failed, bytes) "
-                         "VALUES (%s, %s, %s, 0, false, 0) ON CONFLICT DO NOTHING RETURNING jid",
-                         (escape(job), _T_MAX, _T_MIN)).fetchone()
+        row = db.execute("INSERT INTO jobs (job, first_ns, last_ns, records, failed, bytes, "
+                         "marked_by) VALUES (%s, %s, %s, 0, false, 0, 0) ON CONFLICT DO NOTHING "
+                         "RETURNING jid", (escape(job), _T_MAX, _T_MIN)).fetchone()
         if row is None:
             row = db.execute("SELECT jid FROM jobs WHERE job = %s", (escape(job),)).fetchone()
         self._jids[job], self._jobs[row[0]] = row[0], job
@@ -291,9 +301,10 @@ class PostgresStore(PostgresReads):
         job_set = set(job)
         jids = ([self._jids.get(job[0])] * len(seqs) if len(job_set) == 1
                 else [None if j is None else self._jids[j] for j in job])
+        need = self._needed(seqs, t, cols, jids)
         for row in zip(repeat(sid), seqs, t, jids, rank, source, kind, message, occurred,
                        observed, boot_id, mono, local_rank, pid, severity, packed,
-                       repeat(escaped)):
+                       repeat(escaped), need):
             copy.write_row(row)
         failed = set() if _FAIL_KINDS.isdisjoint(kind) else {
             job[i] for i, k in enumerate(kind) if k in _FAIL_KINDS and _is_failure(k, fields[i])}
@@ -321,12 +332,14 @@ class PostgresStore(PostgresReads):
         total[3] += agg[3]
 
     def _update_jobs(self, db: Any, jobs: dict[int, list]) -> None:
+        mk = -1 if self._marker is None else self._marker_id(db)
         for jid in sorted(jobs):
             first, last, count, size, failed, nodes, ranks = jobs[jid]
             cur = db.execute("UPDATE jobs SET first_ns = least(first_ns, %s), last_ns = "
                              "greatest(last_ns, %s), records = records + %s, bytes = bytes + "
-                             "%s, failed = failed OR %s WHERE jid = %s",
-                             (first, last, count, size, failed, jid))
+                             "%s, failed = failed OR %s, marked_by = CASE WHEN marked_by IN "
+                             "(0, %s) THEN %s ELSE -1 END WHERE jid = %s",
+                             (first, last, count, size, failed, mk, mk, jid))
             if cur.rowcount != 1:
                 raise _Stale(jid)
             new_nodes = sorted((jid, escape(n)) for n in nodes if (jid, n) not in self._job_nodes)
@@ -341,6 +354,35 @@ class PostgresStore(PostgresReads):
         for jid, (*_, nodes, ranks) in jobs.items():  # a rollback clears these (_write)
             self._job_nodes.update((jid, n) for n in nodes)
             self._job_ranks.update((jid, r) for r in ranks if r is not None)
+
+    def _marker_id(self, db: Any) -> int:
+        """The marker's mk (added on first use, in the insert's transaction)."""
+        if self._mk is None:
+            name = self._marker.name
+            db.execute("INSERT INTO markers (name) VALUES (%s) ON CONFLICT DO NOTHING", (name,))
+            self._mk = db.execute("SELECT mk FROM markers WHERE name = %s", (name,)).fetchone()[0]
+        return self._mk
+
+    def _needed(self, seqs: Sequence[int], t: Sequence[int], cols: dict,
+                jids: Sequence[int | None]) -> list[bool]:
+        """Per row, whether the marker chose it: each job's rows of the batch are one
+        block (one stream, one job) in (t_ns, seq) order. Jobless rows are not marked
+        (a job's report reads its nodes' jobless rows whole, from its window)."""
+        need = [False] * len(seqs)
+        if self._marker is None:
+            return need
+        groups: dict[int, list[int]] = defaultdict(list)
+        for i, jid in enumerate(jids):
+            if jid is not None:
+                groups[jid].append(i)
+        for rows in groups.values():
+            rows.sort(key=lambda i: (t[i], seqs[i]))
+            pick = {c: [cols[c][i] for i in rows] for c in _MARKED_COLUMNS}
+            for k in self._marker.mark(source=pick["source"], kind=pick["kind"],
+                                       message=pick["message"], occurred_ns=pick["occurred_ns"],
+                                       rank=pick["rank"], fields=pick["fields"]):
+                need[rows[k]] = True
+        return need
 
     def _only_new(self, db: Any, sid: int, floor: int, seqs: Sequence[int],
                   cols: dict[str, Sequence[Any]],

@@ -54,8 +54,9 @@ class PostgresReads:
     _jobs: dict[int, str]
     _jids: dict[str, int]
 
-    def records(self, sel: Selection) -> Iterator[Record]:
-        """Matching records ordered by (t_ns, node, stream, seq), streamed page by page.
+    def records(self, sel: Selection, *, needed_only: bool = False) -> Iterator[Record]:
+        """Matching records ordered by (t_ns, node, stream, seq), streamed page by page;
+        ``needed_only``: of the job's own records only those marked needed (needed()).
 
         ValueError for a bad ``grep`` or a negative ``limit`` (raised here, not on
         the first next())."""
@@ -70,9 +71,24 @@ class PostgresReads:
                 *args, escape(sel.grep)], None  # a plain string: found in SQL
         with self._sql("reading records"):
             self._load_names()
-            sources = self._sources(sel, where, args)
+            sources = self._sources(sel, where, args, needed_only)
         records = self._records(sources, search)
         return records if sel.limit is None else islice(records, sel.limit)
+
+    def needed(self, sel: Selection, marker: str) -> Iterator[Record]:
+        """base.Store.needed: of a job whose every record ``marker`` marked at insert
+        (jobs.marked_by), only the marked ones; otherwise, and for a selection with a
+        window, a grep or a limit, every record (its nodes' jobless records always)."""
+        if (sel.job is None or sel.grep is not None or sel.limit is not None
+                or sel.since_ns is not None or sel.until_ns is not None):
+            return self.records(sel)
+        with self._sql("reading records"):
+            row = self._conn().execute(
+                "SELECT j.marked_by = m.mk FROM jobs j, markers m WHERE j.job = %s AND "
+                "m.name = %s", (escape(sel.job), marker)).fetchone()
+        if not (row and row[0]):
+            return self.records(sel)
+        return self.records(sel, needed_only=True)
 
     def _records(self, sources: list, search: Callable | None) -> Iterator[Record]:
         jobs = self._jobs
@@ -94,7 +110,7 @@ class PostgresReads:
                              local_rank=local_rank, pid=pid, severity=severity,
                              fields={} if fields is None else msgpack.unpackb(fields))
 
-    def _sources(self, sel: Selection, where: str, args: list) -> list:
+    def _sources(self, sel: Selection, where: str, args: list, needed_only: bool = False) -> list:
         """(lo, open) per index scan the selection needs (see sqlite_read.merge)."""
         db = self._conn()
         lo = _T_MIN if sel.since_ns is None else sel.since_ns
@@ -128,6 +144,8 @@ class PostgresReads:
             if a > b:
                 continue
             sql, sql_args = "jid = %s AND t_ns BETWEEN %s AND %s" + where, [jid, a, b, *args]
+            if needed_only:
+                sql += " AND needed"
             if wanted is not None:
                 sql += " AND sid = ANY(%s)"
                 sql_args.append([s for n in job_nodes & wanted for s in self._node_sids[n]])

@@ -35,11 +35,24 @@ class Clock:
         return self.now
 
 
-def _stores(tmp_path):
+def _stores(tmp_path, request=None, backend="sqlite"):
+    """(clock, a store that marks, one that does not) on ``backend``."""
     clock = Clock()
+    if backend == "postgres":
+        from collector.store.postgres import PostgresStore
+
+        pg = request.getfixturevalue("postgres")
+        marked = PostgresStore(pg.create_database(), marker=ReportMarker(CATALOG), now_ns=clock)
+        plain = PostgresStore(pg.create_database(), now_ns=clock)
+        request.addfinalizer(marked.close)
+        request.addfinalizer(plain.close)
+        return clock, marked, plain
     marked = SqliteStore(tmp_path / "marked.db", marker=ReportMarker(CATALOG), now_ns=clock)
     plain = SqliteStore(tmp_path / "plain.db", now_ns=clock)
     return clock, marked, plain
+
+
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)]
 
 
 def _report(store, job):
@@ -62,9 +75,10 @@ def _rank_of(path: Path) -> int | None:
 
 
 @pytest.mark.parametrize("case", sorted(p.name for p in REAL.iterdir() if p.is_dir()))
-@pytest.mark.parametrize("stamped", [False, True])
-def test_real_jobs_report_the_same_from_marks(tmp_path, case, stamped):
-    _, marked, plain = _stores(tmp_path)
+@pytest.mark.parametrize("stamped,backend", [(False, "sqlite"), (True, "sqlite"),
+                                             pytest.param(True, "postgres", marks=pytest.mark.slow)])
+def test_real_jobs_report_the_same_from_marks(tmp_path, request, case, stamped, backend):
+    _, marked, plain = _stores(tmp_path, request, backend)
     for k, path in enumerate(sorted((REAL / case).rglob("*.log"))):
         rank = _rank_of(path)
         records = [_stamped(r) if stamped else r
@@ -117,10 +131,12 @@ def _adversarial(rnd: random.Random, n: int, node: str) -> list[Record]:
     return out
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_adversarial_streams_report_the_same_from_marks(tmp_path, seed):
+@pytest.mark.parametrize("seed,backend", [*((s, "sqlite") for s in range(4)),
+                                          *(pytest.param(s, "postgres", marks=pytest.mark.slow)
+                                            for s in range(2))])
+def test_adversarial_streams_report_the_same_from_marks(tmp_path, request, seed, backend):
     rnd = random.Random(seed)
-    clock, marked, plain = _stores(tmp_path)
+    clock, marked, plain = _stores(tmp_path, request, backend)
     streams = [_adversarial(rnd, 3000, node) for node in ("gpu-01", "gpu-02")]
     for records in streams:
         order = list(range(0, len(records), 113))
@@ -164,10 +180,11 @@ def test_group_committed_blocks_are_marked_later(tmp_path):
     assert _report(marked, "j") == _report(plain, "j")
 
 
-def test_a_node_whose_lines_hold_no_needle_is_still_seen(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_node_whose_lines_hold_no_needle_is_still_seen(tmp_path, request, backend):
     """The report lists the nodes that sent records of the job: one of plain lines only
     is seen through its blocks' last records."""
-    _, marked, plain = _stores(tmp_path)
+    _, marked, plain = _stores(tmp_path, request, backend)
     quiet = [Record(node="gpu-02", stream="s", seq=i, source="ranklog", kind="rank.line",
                     message=f"[rank1]: epoch 0 step {i} loss 1.0", occurred_ns=T0 + i * S,
                     observed_ns=T0 + i * S, job="j", rank=1) for i in range(300)]
@@ -184,10 +201,12 @@ def test_a_node_whose_lines_hold_no_needle_is_still_seen(tmp_path):
     assert len(list(marked.needed(Selection(job="j"), ReportMarker(CATALOG).name))) == 1 + 3
 
 
-def test_a_rank_of_plain_lines_in_a_busy_block_is_still_known_with_its_node(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rank_of_plain_lines_in_a_busy_block_is_still_known_with_its_node(tmp_path, request,
+                                                                             backend):
     """Every rank that logged is in the report with its node, even one whose lines hold
     no needle and are never a block's last: each rank's last record of a block is marked."""
-    _, marked, plain = _stores(tmp_path)
+    _, marked, plain = _stores(tmp_path, request, backend)
     lines = [Record(node="gpu-01", stream="s", seq=i, source="ranklog", kind="rank.line",
                     message=f"[rank{i % 3}]: epoch 0 step {i} loss 1.0", occurred_ns=T0 + i * S,
                     observed_ns=T0 + i * S, job="j", rank=i % 3) for i in range(300)]

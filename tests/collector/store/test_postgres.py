@@ -60,6 +60,36 @@ def test_an_older_version_is_migrated_in_order(pg_url, rec, monkeypatch):
     assert done == [0, 1]  # applied once
 
 
+def test_jobs_from_before_report_marks_are_read_whole_and_new_ones_from_their_marks(pg_url, rec,
+                                                                                  monkeypatch):
+    from collector.analysis.catalog import load_catalog
+    from collector.analysis.marks import ReportMarker
+
+    marker = ReportMarker(load_catalog())
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])  # version 1: no marks
+    PostgresStore(pg_url).close()
+    monkeypatch.undo()
+    sql(pg_url, "INSERT INTO streams (node, stream, high_seq) VALUES ('gpu-01', 's1', 49)")
+    sql(pg_url, "INSERT INTO jobs (job, first_ns, last_ns, records, failed, bytes) "
+                "VALUES ('job-1', %s, %s, 50, false, 5000)", T0, T0 + 49 * S)
+    sql(pg_url, "INSERT INTO records (sid, seq, t_ns, jid, rank, source, kind, message, observed_ns, "
+                "severity, escaped) SELECT 1, i, %s + i * %s::bigint, 1, 0, 'ranklog', 'rank.line', "
+                "'line ' || i, %s + i * %s::bigint, 6, false FROM generate_series(0, 49) i", T0, S, T0, S)
+    with PostgresStore(pg_url, marker=marker) as s:
+        old = Selection(job="job-1")
+        assert len(list(s.needed(old, marker.name))) == 50  # marked_by -1: whole
+        s.insert([rec(i) for i in range(50, 60)])  # marked now, but the job stays mixed
+        assert len(list(s.needed(old, marker.name))) == 60
+        s.insert([rec(i, job="job-2") for i in range(60, 160)])
+        new = Selection(job="job-2")
+        marked = list(s.needed(new, marker.name))
+        assert 0 < len(marked) < 100 and marked[-1].seq == 159  # the block's last is marked
+        assert len(list(s.needed(new, "report-another-catalog"))) == 100
+        assert len(list(s.needed(Selection(job="job-2", since_ns=T0), marker.name))) == 100
+    assert sql(pg_url, "SELECT job, marked_by > 0 FROM jobs ORDER BY job") == [
+        ("job-1", False), ("job-2", True)]
+
+
 def test_a_failed_migration_changes_nothing(pg_url, monkeypatch):
     PostgresStore(pg_url).close()
 
