@@ -73,7 +73,7 @@ def test_the_agent_example_loads_and_documents_every_option(token):
 
 
 def test_the_collector_example_loads_and_documents_every_option(token):
-    cfg = collector_config.parse_args(["--config", str(DEPLOY / "collector.toml"), "--token-file", token])
+    cfg, _ = collector_config.parse_args(["--config", str(DEPLOY / "collector.toml"), "--token-file", token])
     assert str(cfg.listen) == "0.0.0.0:7140" and cfg.db == "/var/lib/firstfault/firstfault.db"
     keys = _keys((DEPLOY / "collector.toml").read_text())
     want = _fields(collector_config.CollectorConfig)

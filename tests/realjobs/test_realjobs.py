@@ -170,7 +170,9 @@ def analyze(folder, doc):
 
 
 def survivors_left_stacks(folder, doc):
-    """Whether a rank other than the failing one printed a traceback (torch's ``[rankN]: Traceback``).
+    """Whether a rank other than the failing one left a traceback: printed (torch's
+    ``[rankN]: Traceback``) or in its torchrun error file (``<rank>/error.json``, which
+    @record writes before it prints).
 
     A rank killed without a stack shows its phase only through the stacks of the ranks
     that waited for it. When the launcher SIGTERMs those ranks before their collective
@@ -179,7 +181,9 @@ def survivors_left_stacks(folder, doc):
     files = [folder / "launcher.log"] + [p for p in (folder / "logs").rglob("*") if p.is_file()]
     others = [r for r in range(doc["world_size"]) if r != doc["expected"]["rank"]]
     marks = [f"[rank{r}]: Traceback (most recent call last):".encode() for r in others]
-    return any(m in p.read_bytes() for p in files if p.is_file() for m in marks)
+    printed = any(m in p.read_bytes() for p in files for m in marks)
+    error_files = [p for p in files if p.name == "error.json" and p.parent.name in map(str, others)]
+    return printed or any(b"Traceback (most recent call last)" in p.read_bytes() for p in error_files)
 
 
 def report_mismatches(report, doc, folder):
