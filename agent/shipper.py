@@ -9,8 +9,8 @@ speaking agent/wire.py:
    (a collector that lost data gets back whatever the spool still holds).
 2. send batches read from the spool as frames (``Spool.read_frame_after``: the
    spooled column bytes go out as they are, nothing is decoded), up to
-   ``window_records`` unacked records in flight, each frame within the welcome's limits; sleep on
-   ``Spool.wait`` when there is nothing new.
+   ``window_records`` unacked records in flight, each frame within the welcome's limits; when there
+   is nothing new, sleep until ``Spool.watch`` says more is readable.
 3. meanwhile read the collector: ``ack`` -> ``Spool.ack`` (segments it covers are
    deleted) and ``on_ack``; ``ping`` -> ``pong`` at once (the collector's clock
    probe: t2 on receipt, t3 on reply); ``error`` -> log its code and reason and

@@ -115,7 +115,7 @@ before the next entry that fits. A crash before that loses the gap: the seqs wer
 never visible, and are reused.
 
 Threads: one writer (append, close) and one reader (read_after, read_batch_after,
-wait, ack) may call at once; one lock guards the index and every write. Readers
+read_frame_after, ack) may call at once; one lock guards the index and every write. Readers
 do their file reads and decoding outside it, on bytes below the horizon, which
 never change; a segment deleted under a reader (ack, overflow) is skipped.
 
@@ -299,7 +299,8 @@ class Spool:
     SpoolFullError), ``close()``. Reader: ``read_batch_after(seq, max_records,
     max_bytes) -> wire.BatchColumns | None`` (what a batch carries, no Records),
     ``read_frame_after(...) -> (seqs, framed batch) | None`` (the same, as wire bytes),
-    ``read_after(...) -> list[Record]``, ``wait(seq, timeout_s)``, ``ack(seq)``.
+    ``read_after(...) -> list[Record]``, ``watch(fn)`` (fn() when more is readable),
+    ``ack(seq)``.
     ``stats() -> SpoolStats`` from anywhere.
 
     validate=True runs the wire format's own checks (agent/wire.py) on every
