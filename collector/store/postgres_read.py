@@ -54,12 +54,15 @@ class PostgresReads:
     _jobs: dict[int, str]
     _jids: dict[str, int]
 
-    def records(self, sel: Selection, *, needed_only: bool = False) -> Iterator[Record]:
-        """Matching records ordered by (t_ns, node, stream, seq), streamed page by page;
-        ``needed_only``: of the job's own records only those marked needed (needed()).
+    def records(self, sel: Selection) -> Iterator[Record]:
+        """Matching records ordered by (t_ns, node, stream, seq), streamed page by page.
 
         ValueError for a bad ``grep`` or a negative ``limit`` (raised here, not on
         the first next())."""
+        return self._read(sel, False)
+
+    def _read(self, sel: Selection, needed_only: bool) -> Iterator[Record]:
+        """records(); ``needed_only``: of the job's own records only those marked needed."""
         if not check_selection(sel):
             return iter(())  # an empty filter matches nothing
         search = None if sel.grep is None else regex(sel.grep).search
@@ -86,9 +89,7 @@ class PostgresReads:
             row = self._conn().execute(
                 "SELECT j.marked_by = m.mk FROM jobs j, markers m WHERE j.job = %s AND "
                 "m.name = %s", (escape(sel.job), marker)).fetchone()
-        if not (row and row[0]):
-            return self.records(sel)
-        return self.records(sel, needed_only=True)
+        return self._read(sel, bool(row and row[0]))
 
     def _records(self, sources: list, search: Callable | None) -> Iterator[Record]:
         jobs = self._jobs
@@ -110,7 +111,7 @@ class PostgresReads:
                              local_rank=local_rank, pid=pid, severity=severity,
                              fields={} if fields is None else msgpack.unpackb(fields))
 
-    def _sources(self, sel: Selection, where: str, args: list, needed_only: bool = False) -> list:
+    def _sources(self, sel: Selection, where: str, args: list, needed_only: bool) -> list:
         """(lo, open) per index scan the selection needs (see sqlite_read.merge)."""
         db = self._conn()
         lo = _T_MIN if sel.since_ns is None else sel.since_ns
