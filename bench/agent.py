@@ -54,7 +54,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from agent import wire  # noqa: E402
+from firstfault import wire  # noqa: E402
 
 FILES = 8
 TICK = os.sysconf("SC_CLK_TCK")
@@ -443,7 +443,7 @@ def phase_throughput(work: str, kind: str, args) -> dict:
 
 
 def start_collector(work: str, port: int) -> subprocess.Popen:
-    p = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-m", "collector.daemon",
+    p = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-m", "firstfault", "collector",
                           "--listen", f"127.0.0.1:{port}", "--http", "127.0.0.1:0",
                           "--db", os.path.join(work, "c.db")], cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": ROOT}, stderr=subprocess.DEVNULL)

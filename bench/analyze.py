@@ -112,7 +112,7 @@ def generate(out: str, ranks: int, mb: int) -> tuple[str, int]:
 
 def run(folder: str) -> dict:
     """Analyse the folder in a child process pinned to one core; time, peak RSS and the verdict."""
-    cmd = [sys.executable, "-m", "collector.cli", "analyze", folder, "--format", "json", "--tz", "UTC"]
+    cmd = [sys.executable, "-m", "firstfault", "analyze", folder, "--format", "json", "--tz", "UTC"]
     if hasattr(os, "sched_setaffinity"):
         cmd = ["taskset", "-c", "0", *cmd] if shutil.which("taskset") else cmd
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -1,7 +1,7 @@
-"""Benchmark: the collector's ingest (collector/server.py) into SqliteStore on one core.
+"""Benchmark: the collector's ingest (firstfault/collector/server.py) into SqliteStore on one core.
 
 A collector child (this file with ``--serve``: IngestServer + SqliteStore wired as
-collector/daemon.py wires them, default limits) runs pinned to core 0
+firstfault/collector/daemon.py wires them, default limits) runs pinned to core 0
 (``taskset -c 0``); the agents are asyncio connections in this process, pinned to
 core 1, each sending pre-built realistic batches (~150-byte DeepSpeed log lines,
 5% kernel lines, occurred/observed times rising) and answering pings. Two phases,
@@ -14,7 +14,7 @@ each on a fresh database file:
 
 Reported with the child's peak RSS (VmHWM) and, from its counters, the time
 spent inside store inserts. Batches stored by group commit are marked for reports
-later, while the collector is idle (collector/server.py): after the agents stop,
+later, while the collector is idle (firstfault/collector/server.py): after the agents stop,
 the phase waits for that and reports its CPU apart (``marks_after``). ``--profile`` prints cProfile's top functions of the
 event loop thread and of the store thread for the throughput phase.
 
@@ -48,7 +48,7 @@ import msgpack
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.wire import Ack, FrameDecoder, Hello, Ping, Pong, Welcome, encode_message  # noqa: E402
+from firstfault.wire import Ack, FrameDecoder, Hello, Ping, Pong, Welcome, encode_message  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -80,8 +80,8 @@ def serve(db: str, profile: bool) -> None:
     import pstats
     from concurrent.futures import ThreadPoolExecutor
 
-    from collector.daemon import open_store
-    from collector.server import IngestServer
+    from firstfault.collector.daemon import open_store
+    from firstfault.collector.server import IngestServer
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     if os.environ.get("BENCH_GC"):
@@ -131,7 +131,7 @@ def serve(db: str, profile: bool) -> None:
 
 def store_only(db: str, records: int, batch: int) -> None:
     """The same batches straight into SqliteStore.insert_columns: the store's own bound."""
-    from collector.daemon import open_store
+    from firstfault.collector.daemon import open_store
 
     store = open_store(db)  # as the daemon opens it
     batches = [_columns(random.Random(f"gpu-{i:03d}"), batch) for i in range(8)]

@@ -39,9 +39,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from agent.sources.ranklog import RankLines, RanklogSource  # noqa: E402
-from agent.spool import Spool  # noqa: E402
-from agent.tail import Tailer  # noqa: E402
+from firstfault.agent.sources.ranklog import RankLines, RanklogSource  # noqa: E402
+from firstfault.agent.spool import Spool  # noqa: E402
+from firstfault.agent.tail import Tailer  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("bench_tail", os.path.join(HERE, "tail.py"))
 tailbench = importlib.util.module_from_spec(_spec)

@@ -1,4 +1,4 @@
-"""Benchmark: what the agent's spool (agent/spool.py) costs per record.
+"""Benchmark: what the agent's spool (firstfault/agent/spool.py) costs per record.
 
 Appends ~150-byte DeepSpeed-style rank lines (as Draft-shaped slotted objects,
 what the sources hand over) in batches, under each fsync policy, then reads them
@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-from agent.sources.base import Draft  # noqa: E402  (after the sys.path line)
+from firstfault.agent.sources.base import Draft  # noqa: E402  (after the sys.path line)
 
 
 def lines(n: int, seed: int = 7) -> list[tuple]:
@@ -80,7 +80,7 @@ def one(args: dict) -> dict:
     Only the append calls are timed (CPU of the whole process, so the flusher
     thread counts): the drafts of each batch are built just before it, untimed.
     """
-    from agent.spool import COLUMNS, Spool
+    from firstfault.agent.spool import COLUMNS, Spool
 
     n, batch, fsync = args["records"], args["batch"], args["fsync"]
     src = lines(n)
@@ -145,9 +145,9 @@ def pieces() -> list[tuple[str, float]]:
 
     import msgpack
 
-    from agent import wire
-    from agent.spool import _row
-    from agent.spoolfile import COLUMNS, HEADER_BYTES, encode_entry, entry_at
+    from firstfault import wire
+    from firstfault.agent.spool import _row
+    from firstfault.agent.spoolfile import COLUMNS, HEADER_BYTES, encode_entry, entry_at
 
     recs = drafts(lines(1000), 0, 1000)
     rows = list(map(_row, recs))

@@ -1,5 +1,5 @@
-"""Benchmark: the collector's stores, SQLite (collector/store/sqlite.py) and PostgreSQL
-(collector/store/postgres.py).
+"""Benchmark: the collector's stores, SQLite (firstfault/collector/store/sqlite.py) and PostgreSQL
+(firstfault/collector/store/postgres.py).
 
 Inserts N realistic records (DeepSpeed-style rank lines of ~150 bytes from RANKS
 ranks on NODES nodes, one agent stream per node, a jobless kernel or cgroup record
@@ -36,12 +36,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.wire import Record  # noqa: E402
-from collector import query  # noqa: E402
-from collector.analysis.catalog import load_catalog  # noqa: E402
-from collector.analysis.marks import ReportMarker  # noqa: E402
-from collector.store.base import Selection  # noqa: E402
-from collector.store.sqlite import COLUMNS, SqliteStore  # noqa: E402
+from firstfault.wire import Record  # noqa: E402
+from firstfault.collector import query  # noqa: E402
+from firstfault.analysis.catalog import load_catalog  # noqa: E402
+from firstfault.analysis.marks import ReportMarker  # noqa: E402
+from firstfault.collector.store.base import Selection  # noqa: E402
+from firstfault.collector.store.sqlite import COLUMNS, SqliteStore  # noqa: E402
 
 CATALOG = load_catalog()
 
@@ -49,7 +49,7 @@ T0 = 1_796_206_319_782_000_000
 JOB = "48213"
 
 # name -> (what it is, keyword arguments of SqliteStore); "shipped" is the store as
-# collector/daemon.py opens it.
+# firstfault/collector/daemon.py opens it.
 VARIANTS = {
     "shipped": ("blocks + report marks (ReportMarker)", {"marker": True}),
     "no-marks": ("blocks, no marker", {}),
@@ -222,7 +222,7 @@ def _server_cpu(data: Path | None) -> float:
 def bench_postgres(args, data: Path | None, url: str) -> list[str]:
     """Insert the batches into a PostgresStore that marks (as the collector's does),
     then read it back; Markdown lines."""
-    from collector.store.postgres import PostgresStore
+    from firstfault.collector.store.postgres import PostgresStore
 
     lines = []
     with PostgresStore(url, marker=ReportMarker(CATALOG)) as s:
@@ -347,8 +347,7 @@ def main() -> int:
 def run_postgres(args) -> list[str]:
     if args.pg_url:
         return bench_postgres(args, None, args.pg_url)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "collector"))
-    from pg_server import PgServer
+    from tests.collector.pg_server import PgServer  # the repository root is on sys.path (above)
 
     server = PgServer()
     try:

@@ -1,3 +1,4 @@
+"""``python -m firstfault``: the same as the ``firstfault`` command."""
 import sys
 
 from firstfault.cli import main

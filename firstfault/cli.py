@@ -1,30 +1,65 @@
-"""``firstfault COMMAND``: ``agent`` runs the node agent (agent/daemon.py), ``mark`` marks a
-job's start or end for it (agent/mark.py), ``demo`` runs the whole path on this machine
-(firstfault/demo.py); every other command (analyze, checkpoint, collector, jobs, report,
-timeline) is the collector's (collector/cli.py). The only module that knows both packages."""
+"""``firstfault COMMAND``: the one entry point, and the only module that knows every command.
+
+    analyze, checkpoint            read a dead job's files offline (firstfault/offline/commands.py)
+    jobs, report, timeline         ask a collector or read its store (firstfault/collector/commands.py)
+    collector                      run the central daemon (firstfault/collector/daemon.py)
+    agent                          run the node daemon (firstfault/agent/daemon.py)
+    mark                           mark a job's start or end for this node's agent (firstfault/agent/mark.py)
+    demo                           collector + agent + a real failing job on this machine (firstfault/demo.py)
+
+The daemons, ``mark`` and ``demo`` parse their own arguments; their modules are imported
+only when asked for, so ``firstfault analyze`` loads neither daemon.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
+
+from firstfault import __version__
+
+# command -> (module, help); each module has main(argv) and parses its own arguments
+OWN_PARSERS = {
+    "collector": ("firstfault.collector.daemon", "run the collector daemon (firstfault collector --help)"),
+    "agent": ("firstfault.agent.daemon", "run the node agent (firstfault agent --help)"),
+    "mark": ("firstfault.agent.mark", "mark a job's start or end for this node's agent (firstfault mark --help)"),
+    "demo": ("firstfault.demo", "collector + agent + a real failing job here, then the report"),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    from firstfault.collector import commands as collector_commands
+    from firstfault.offline import commands as offline_commands
+
+    p = argparse.ArgumentParser(prog="firstfault", description="Find the first failure of a distributed training job.")
+    p.add_argument("--version", action="version", version=f"firstfault {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    offline_commands.add_parsers(sub)
+    collector_commands.add_parsers(sub)
+    for name, (_, text) in OWN_PARSERS.items():  # listed for --help; main() hands them their arguments
+        sub.add_parser(name, add_help=False, help=text)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["agent"]:
-        from agent.daemon import main as agent_main
+    if argv[:1] and argv[0] in OWN_PARSERS:
+        import importlib
 
-        return agent_main(argv[1:])
-    if argv[:1] == ["demo"]:
-        from firstfault.demo import main as demo_main
+        return importlib.import_module(OWN_PARSERS[argv[0]][0]).main(argv[1:])
+    from firstfault.collector.query import QueryError
+    from firstfault.collector.store.base import StoreError
 
-        return demo_main(argv[1:])
-    if argv[:1] == ["mark"]:
-        from agent.mark import main as mark_main
-
-        return mark_main(argv[1:])
-    from collector.cli import main as collector_main
-
-    return collector_main(argv)
+    a = parser().parse_args(argv)
+    try:
+        return a.func(a)
+    except (QueryError, StoreError) as e:
+        print(f"firstfault: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

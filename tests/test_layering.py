@@ -1,47 +1,147 @@
-"""Layering: the agent never imports the collector; the collector imports from the agent only what
-both daemons share (the wire format, the configuration rules, sd_notify,
-the launchers' log layouts); the analysis does no
-I/O of its own (no open, sockets or subprocesses)."""
+"""The import rules of the one ``firstfault`` package (ARCHITECTURE.md), checked on the source.
+
+Each part of the package may import only the parts listed for it in ALLOWED; the check
+follows imports through other firstfault modules too (a module's whole closure), so an
+indirect import breaks it as a direct one does. The analysis is pure: nothing in its
+closure imports an I/O module or calls open/print/input (the catalog reads its own
+shipped TOML through importlib.resources, and nothing else).
+"""
+
+from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "firstfault"
+
+# part -> the parts it may import (itself always); a part is a top-level module or subpackage
+ALLOWED = {
+    "wire": set(),
+    "common": {"wire"},
+    "analysis": {"wire"},
+    "reports": {"analysis", "wire"},
+    "offline": {"analysis", "reports", "common", "wire"},
+    "agent": {"analysis", "common", "wire"},
+    "collector": {"analysis", "reports", "common", "wire"},
+    "demo": set(),  # starts the daemons as processes, imports none of them
+    "demo_rank": set(),
+    "__init__": set(),
+}
+ENTRY_POINTS = {"cli", "__main__"}  # know every command; nothing imports them
+IO_MODULES = {"socket", "subprocess", "os", "shutil", "sqlite3", "asyncio", "urllib", "http", "io",
+              "tempfile", "select", "selectors", "threading", "fcntl", "mmap", "gzip", "zipfile"}
 
 
-def _imports(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PKG.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The firstfault module that ``import name`` loads (a package's __init__, or a module)."""
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+@cache
+def _imports(mod: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(firstfault modules, other top-level modules) that ``mod`` imports anywhere in its body."""
+    tree = ast.parse(MODULES[mod].read_text(), str(MODULES[mod]))
+    ours, others = set(), set()
+    for node in ast.walk(tree):
+        names = []
         if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{mod}: relative import (the package uses absolute imports)"
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for n in names:
+            if n == "firstfault" or n.startswith("firstfault."):
+                if (r := _resolve(n)) and r != mod:
+                    ours.add(r)
+            else:
+                others.add(n.split(".")[0])
+    return frozenset(ours), frozenset(others)
 
 
-def test_agent_never_imports_collector():
-    for path in (ROOT / "agent").rglob("*.py"):
-        bad = {n for n in _imports(path) if n == "collector" or n.startswith("collector.")}
-        assert not bad, f"{path} imports {bad}"
+def _closure(mod: str) -> set[str]:
+    seen, todo = set(), [mod]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(_imports(m)[0])
+    return seen
 
 
-# The contract both daemons share; agent.layouts: the launchers' rank-log layouts, which
-# the agent follows live and the collector's offline reader walks (one place for them).
-SHARED = {"agent.wire", "agent.settings", "agent.sdnotify", "agent.layouts", "agent.prometheus"}
+def _part(mod: str) -> str:
+    rest = mod.split(".")[1:]
+    return rest[0] if rest else "__init__"
 
 
-def test_collector_imports_only_the_shared_modules_from_agent():
-    for path in (ROOT / "collector").rglob("*.py"):
-        bad = {n for n in _imports(path) if (n == "agent" or n.startswith("agent.")) and n not in SHARED}
-        assert not bad, f"{path} imports {bad}"
+def test_every_module_belongs_to_a_known_part():
+    unknown = {m for m in MODULES if _part(m) not in ALLOWED and _part(m) not in ENTRY_POINTS}
+    assert not unknown, f"add these to ALLOWED with their rules: {unknown}"
 
 
-def test_analysis_is_pure():
-    io_modules = {"socket", "subprocess", "os", "shutil", "sqlite3", "asyncio", "urllib", "http"}
-    for path in (ROOT / "collector" / "analysis").glob("*.py"):
-        if path.name == "catalog.py":  # loads its shipped TOML; nothing else
+def test_parts_import_only_what_they_may_directly_and_indirectly():
+    bad = []
+    for mod in MODULES:
+        part = _part(mod)
+        if part in ENTRY_POINTS:
             continue
-        tree = ast.parse(path.read_text(), str(path))
-        assert not (_imports(path) & io_modules), path
-        calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-        assert not calls & {"open", "print", "input"}, f"{path} calls {calls & {'open', 'print', 'input'}}"
+        for dep in _closure(mod) - {mod}:
+            dpart = _part(dep)
+            if dpart in ENTRY_POINTS or (dpart != part and dpart not in ALLOWED[part] and dep != "firstfault"):
+                bad.append(f"{mod} -> {dep}")
+    assert not bad, "imports across the layering rules:\n" + "\n".join(sorted(bad))
+
+
+def test_nothing_imports_the_entry_points():
+    for mod in MODULES:
+        if _part(mod) not in ENTRY_POINTS:
+            assert not {d for d in _imports(mod)[0] if _part(d) in ENTRY_POINTS}, mod
+
+
+def test_agent_and_collector_never_meet():
+    for mod in MODULES:
+        parts = {_part(m) for m in _closure(mod)}
+        if _part(mod) not in ENTRY_POINTS:
+            assert not {"agent", "collector"} <= parts, f"{mod} reaches both daemons"
+
+
+def test_analysis_is_pure_through_its_whole_closure():
+    for mod in (m for m in MODULES if _part(m) in ("analysis", "reports")):
+        for dep in _closure(mod):
+            others = _imports(dep)[1]
+            assert not others & IO_MODULES, f"{mod} reaches {dep}, which imports {others & IO_MODULES}"
+            tree = ast.parse(MODULES[dep].read_text())
+            calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+            bad = calls & {"open", "print", "input"}
+            assert not bad, f"{dep} calls {bad}"
+
+
+def test_the_check_sees_a_violation(tmp_path, monkeypatch):
+    """The rules bite: a fake analysis module importing an offline one is caught indirectly."""
+    (tmp_path / "a.py").write_text("from firstfault.analysis import b\n")
+    (tmp_path / "b.py").write_text("from firstfault.offline import logfiles\n")
+    fake = {**MODULES, "firstfault.analysis.a": tmp_path / "a.py", "firstfault.analysis.b": tmp_path / "b.py"}
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "MODULES", fake)
+    _imports.cache_clear()
+    try:
+        assert "firstfault.offline.logfiles" in _closure("firstfault.analysis.a")
+        assert _part("firstfault.offline.logfiles") not in ALLOWED["analysis"]
+    finally:
+        _imports.cache_clear()

@@ -1,7 +1,7 @@
 #!/bin/sh
 # firstfault job marks from a Slurm Prolog or Epilog: `mark.sh start|end`, called by prolog.sh
 # and epilog.sh beside it. Tells this node's firstfault agent that the job starts or ends here
-# (`firstfault mark`, agent/mark.py), so the job's report lists every node of the job, even
+# (`firstfault mark`, firstfault/agent/mark.py), so the job's report lists every node of the job, even
 # one whose ranks never log a line.
 #
 # It never fails the job: Slurm drains a node whose Prolog or Epilog exits non-zero, so this

@@ -29,7 +29,7 @@ import re
 import shutil
 from pathlib import Path
 
-from agent.tail import Line, Tailer, cut_line
+from firstfault.agent.tail import Line, Tailer, cut_line
 
 
 class Clock:

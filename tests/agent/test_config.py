@@ -1,11 +1,11 @@
-"""agent/config.py: TOML file + flags -> AgentConfig, every problem at once."""
+"""firstfault/agent/config.py: TOML file + flags -> AgentConfig, every problem at once."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.config import ConfigError, describe, load_config, parse_args
-from agent.settings import Address
+from firstfault.agent.config import ConfigError, describe, load_config, parse_args
+from firstfault.common.settings import Address
 
 
 def write(tmp_path, text: str):

@@ -20,10 +20,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from ingest_helpers import CollectorProcess
+from tests.collector.server.ingest_helpers import CollectorProcess
 
-from collector.store.base import Selection
-from collector.store.sqlite import SqliteStore
+from firstfault.collector.store.base import Selection
+from firstfault.collector.store.sqlite import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="writes /dev/kmsg (root)")
@@ -170,7 +170,7 @@ def test_every_line_arrives_exactly_once_across_agent_and_collector_kills(tmp_pa
 @needs_root
 @pytest.mark.root
 def test_a_real_nvrm_xid_line_written_to_dev_kmsg_arrives_as_a_kernel_record(tmp_path):
-    from collector.analysis.catalog import load_catalog
+    from firstfault.analysis.catalog import load_catalog
     raw = next(ln for ln in (ROOT / "tests/data/kernel/nvrm.kmsg").read_text().splitlines()
                if "): 79, " in ln)
     text = raw.split(";", 1)[1]  # the driver's text: NVRM: Xid (PCI:...): 79, ... fallen off the bus.

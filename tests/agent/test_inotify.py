@@ -1,4 +1,4 @@
-"""agent/inotify.py against the real kernel, and FollowLoop's handling of what it reads."""
+"""firstfault/agent/inotify.py against the real kernel, and FollowLoop's handling of what it reads."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.follow import WATCH_MASK, FollowLoop
-from agent.inotify import (IN_CREATE, IN_DELETE, IN_IGNORED, IN_ISDIR, IN_MODIFY, IN_MOVED_FROM,
+from firstfault.agent.follow import WATCH_MASK, FollowLoop
+from firstfault.agent.inotify import (IN_CREATE, IN_DELETE, IN_IGNORED, IN_ISDIR, IN_MODIFY, IN_MOVED_FROM,
                            IN_MOVED_TO, IN_Q_OVERFLOW, Inotify, InotifyEvent, parse_events)
-from agent.tail import Tailer
+from firstfault.agent.tail import Tailer
 
-from .tailmodel import datas, write
-from .test_tail import _wait
+from tests.agent.tailmodel import datas, write
+from tests.agent.test_tail import _wait
 
 
 def test_the_kernels_events_for_a_directory_come_in_one_read(tmp_path):

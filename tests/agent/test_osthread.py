@@ -1,6 +1,6 @@
 import threading
 
-from agent.osthread import name_this_thread
+from firstfault.agent.osthread import name_this_thread
 
 
 def _comm(tid: int) -> str:

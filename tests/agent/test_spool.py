@@ -1,4 +1,4 @@
-"""Tests of agent/spool.py: round trips, restarts, acks, torn tails, corruption,
+"""Tests of firstfault/agent/spool.py: round trips, restarts, acks, torn tails, corruption,
 overflow, disk full (a real 1 MiB tmpfs as root, and an injected failing write),
 a kill -9 loop (slow) and a random model check.
 
@@ -24,10 +24,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent import spool as spool_mod
-from agent.spool import InvalidRecordError, Spool, SpoolError, SpoolFullError
-from agent.spoolfile import HEADER, pack_column
-from agent.wire import MAX_MESSAGE_BYTES, Record, decode_batch, decode_batch_columns, encode_batch
+from firstfault.agent import spool as spool_mod
+from firstfault.agent.spool import InvalidRecordError, Spool, SpoolError, SpoolFullError
+from firstfault.agent.spoolfile import HEADER, pack_column
+from firstfault.wire import MAX_MESSAGE_BYTES, Record, decode_batch, decode_batch_columns, encode_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1796206319790113000

@@ -1,4 +1,4 @@
-"""Tests of agent/tail.py and agent/follow.py: lines, rotation, the commit contract, a random model, inotify.
+"""Tests of firstfault/agent/tail.py and firstfault/agent/follow.py: lines, rotation, the commit contract, a random model, inotify.
 
 The model test (test_random_operations_against_a_model) runs the random operations of
 tests/agent/tailmodel.py against the tailer alone: its docstring says what may be lost.
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from agent import tailfile
-from agent.follow import FollowLoop, compile_glob
-from agent.tail import (DELETED, LOST, ROTATED, STATE_RESET, TRUNCATED, Line, Position,
+from firstfault.agent import tailfile
+from firstfault.agent.follow import FollowLoop, compile_glob
+from firstfault.agent.tail import (DELETED, LOST, ROTATED, STATE_RESET, TRUNCATED, Line, Position,
                         StateError, Tailer, TailError, committed_at_ns, cut_line, to_text)
 
-from .tailmodel import Clock, Model, datas, poll_all, write
+from tests.agent.tailmodel import Clock, Model, datas, poll_all, write
 
 
 # -- leak fixture ----------------------------------------------------------------------

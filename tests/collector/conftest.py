@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests import pg_server too
-
-import pg_server  # noqa: E402
+from tests.collector import pg_server
 
 
 @pytest.fixture(scope="session")

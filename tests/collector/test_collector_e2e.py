@@ -1,11 +1,10 @@
 """Real collector processes, one on a SQLite file and one on PostgreSQL: agents (test
-clients speaking agent/wire.py) stream a real job's logs from two nodes into each;
+clients speaking firstfault/wire.py) stream a real job's logs from two nodes into each;
 `firstfault report/jobs/timeline` over the HTTP API and on the store directly name the
 same first failure as `firstfault analyze` of the files, and both stores answer alike."""
 
 import json
 import re
-import sys
 import tarfile
 import urllib.request
 from pathlib import Path
@@ -14,14 +13,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "data" / "real" / "deepspeed-exception-rank2-of-4"
-sys.path.insert(0, str(ROOT / "tests" / "collector" / "server"))
-sys.path.insert(0, str(ROOT / "tests" / "collector" / "analysis"))
+from tests.analysis.shipped import ship_file
+from tests.collector.server.ingest_helpers import Agent
+from tests.collector.server.ingest_helpers import CollectorProcess as Collector
 
-from ingest_helpers import Agent  # noqa: E402
-from ingest_helpers import CollectorProcess as Collector  # noqa: E402
-from test_records import ship_file  # noqa: E402
-
-from collector.cli import main  # noqa: E402
+from firstfault.cli import main
 
 JOB = "ds-4242"
 NODES = {"node-a": (0, 1), "node-b": (2, 3)}

@@ -5,10 +5,10 @@ not a gap of the job."""
 
 from __future__ import annotations
 
-from agent.wire import Record
-from collector import query
-from collector.analysis.catalog import load_catalog
-from collector.store.sqlite import SqliteStore
+from firstfault.wire import Record
+from firstfault.collector import query
+from firstfault.analysis.catalog import load_catalog
+from firstfault.collector.store.sqlite import SqliteStore
 
 T0 = 1_796_206_319_782_000_000
 S = 1_000_000_000

@@ -4,23 +4,20 @@ of order, lines without rank or time, resends, late fills, prune cutting blocks)
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
-from agent.wire import Record
-from collector import query
-from collector.analysis.catalog import load_catalog
-from collector.analysis.marks import ReportMarker
-from collector.analysis.parse import parse_stamp, strip_prefixes
-from collector.store.base import Selection
-from collector.store.sqlite import SqliteStore
+from firstfault.wire import Record
+from firstfault.collector import query
+from firstfault.analysis.catalog import load_catalog
+from firstfault.analysis.marks import ReportMarker
+from firstfault.analysis.parse import parse_stamp, strip_prefixes
+from firstfault.collector.store.base import Selection
+from firstfault.collector.store.sqlite import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "collector" / "analysis"))
-
-from test_records import ship_file  # noqa: E402
+from tests.analysis.shipped import ship_file
 
 REAL = ROOT / "data" / "real"
 T0 = 1_796_206_319_782_000_000
@@ -39,7 +36,7 @@ def _stores(tmp_path, request=None, backend="sqlite"):
     """(clock, a store that marks, one that does not) on ``backend``."""
     clock = Clock()
     if backend == "postgres":
-        from collector.store.postgres import PostgresStore
+        from firstfault.collector.store.postgres import PostgresStore
 
         pg = request.getfixturevalue("postgres")
         marked = PostgresStore(pg.create_database(), marker=ReportMarker(CATALOG), now_ns=clock)
@@ -158,7 +155,7 @@ def test_adversarial_streams_report_the_same_from_marks(tmp_path, request, seed,
 
 
 def test_group_committed_blocks_are_marked_later(tmp_path):
-    from collector.store.blocks import COLUMNS
+    from firstfault.collector.store.blocks import COLUMNS
 
     rnd = random.Random(7)
     _, marked, plain = _stores(tmp_path)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from agent.wire import Record
-from collector import query
-from collector.analysis.catalog import load_catalog
-from collector.analysis.hostlist import MAX_HOSTS, HostlistError, expand_hostlist
-from collector.reports import render
-from collector.store.sqlite import SqliteStore
+from firstfault.wire import Record
+from firstfault.collector import query
+from firstfault.analysis.catalog import load_catalog
+from firstfault.analysis.hostlist import MAX_HOSTS, HostlistError, expand_hostlist
+from firstfault.reports import render
+from firstfault.collector.store.sqlite import SqliteStore
 
 T0 = 1_796_206_319_782_000_000
 S = 1_000_000_000

@@ -8,13 +8,11 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_units import UNITS, analyze, needs_systemd_analyze  # noqa: E402
+from tests.deploy.test_units import UNITS, analyze, needs_systemd_analyze
 
 ROOT = Path(__file__).resolve().parents[2]
 

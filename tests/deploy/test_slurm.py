@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.sources.marks import marks_dir, parse_mark
+from firstfault.agent.sources.marks import marks_dir, parse_mark
 
 ROOT = Path(__file__).resolve().parents[2]
 SLURM = ROOT / "deploy" / "slurm"

@@ -25,8 +25,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from nspawn import Container, missing_tools  # noqa: E402
+from tests.deploy.nspawn import Container, missing_tools
 
 
 ROOT = Path(__file__).resolve().parents[2]

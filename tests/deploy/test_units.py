@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import config as agent_config
-from agent.sources import base as sources
-from collector import config as collector_config
+from firstfault.agent import config as agent_config
+from firstfault.agent.sources import base as sources
+from firstfault.collector import config as collector_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

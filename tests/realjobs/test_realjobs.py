@@ -5,7 +5,7 @@ time: the machine has two cores). Two tests look at each run:
 
 - ``test_run_*`` checks the run itself did what the scenario says (the harness works,
   whatever the analyzer does);
-- ``test_report_*`` runs ``python -m collector.cli analyze <folder> --format json`` (with
+- ``test_report_*`` runs ``python -m firstfault analyze <folder> --format json`` (with
   ``--node``, ``--checkpoint-dir`` and, for the OOM runs, ``--kernel kmsg.txt``) and
   compares the report (/work/shared/REPORT.md) with the scenario's ground truth.
 
@@ -154,7 +154,7 @@ def test_run_oom(jobs, name):
 def analyze(folder, doc):
     """`firstfault analyze` as a user runs it offline: the folder, the node's name, the
     checkpoint folder to check on disk, and the kernel log with its node's boot time."""
-    cmd = [sys.executable, "-m", "collector.cli", "analyze", str(folder), "--format", "json", "--node", doc["node"]]
+    cmd = [sys.executable, "-m", "firstfault", "analyze", str(folder), "--format", "json", "--node", doc["node"]]
     if (folder / "checkpoints").is_dir():
         cmd += ["--checkpoint-dir", str(folder / "checkpoints")]
     if (folder / "kmsg.txt").is_file():

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.sources.base import Draft, Source, SourceRunner, StopEvent
-from agent.wire import Batch
+from firstfault.agent.sources.base import Draft, Source, SourceRunner, StopEvent
+from firstfault.wire import Batch
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 IS_ROOT = os.geteuid() == 0

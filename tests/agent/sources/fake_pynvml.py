@@ -1,7 +1,7 @@
 """A fake ``pynvml`` module for machines without a GPU: the names, values and call shapes of
 nvidia-ml-py 13 (pynvml.py), backed by a scripted set of GPUs.
 
-Only what agent/sources/nvml.py calls is here; test_nvml.py checks every name, value and
+Only what firstfault/agent/sources/nvml.py calls is here; test_nvml.py checks every name, value and
 parameter list against the real pynvml when it is installed. ``install(monkeypatch, fake)``
 puts it in ``sys.modules`` as ``pynvml``. Tests drive it: ``fake.push(index, type_bits, data)``
 delivers an event (only if that GPU registered that type, as NVML does), ``fake.fail(name,

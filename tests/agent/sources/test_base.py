@@ -11,19 +11,19 @@ import time
 
 import pytest
 
-from agent import clock
-from agent.hostpaths import HostPaths
-from agent.sources import (Draft, PollingSource, Source, SourceError, SourceRunner,
+from firstfault.agent import clock
+from firstfault.agent.hostpaths import HostPaths
+from firstfault.agent.sources import (Draft, PollingSource, Source, SourceError, SourceRunner,
                            UnknownSourceError, get, names, register)
-from agent.follow import FollowLoop
-from agent.sources import cgroup, kmsg, marks
-from agent.sources.base import REGISTRY, StopEvent, clip
-from agent.sources.cgroup import CgroupSource
-from agent.sources.kmsg import KmsgSource
-from agent.sources.marks import MarksSource
-from agent.sources.procs import ProcsSource
-from agent.sources.ranklog import RanklogSource
-from agent.wire import Record
+from firstfault.agent.follow import FollowLoop
+from firstfault.agent.sources import cgroup, kmsg, marks
+from firstfault.agent.sources.base import REGISTRY, StopEvent, clip
+from firstfault.agent.sources.cgroup import CgroupSource
+from firstfault.agent.sources.kmsg import KmsgSource
+from firstfault.agent.sources.marks import MarksSource
+from firstfault.agent.sources.procs import ProcsSource
+from firstfault.agent.sources.ranklog import RanklogSource
+from firstfault.wire import Record
 
 
 def test_draft_to_record_keeps_every_field():
@@ -234,7 +234,7 @@ def test_kmsg_time_to_wall_time_and_its_error_bound():
 
 
 def test_emit_many_uses_the_sinks_batch_method_else_one_by_one():
-    from agent.sources.base import emit_many
+    from firstfault.agent.sources.base import emit_many
 
     class Sink:
         def __init__(self):

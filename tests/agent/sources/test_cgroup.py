@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.hostpaths import HostPaths
-from agent.sources.cgroup import CgroupSource, parse_keyed, parse_proc_cgroup, parse_value
+from firstfault.agent.hostpaths import HostPaths
+from firstfault.agent.sources.cgroup import CgroupSource, parse_keyed, parse_proc_cgroup, parse_value
 
-from .conftest import DATA, V1_MEMORY, remove_cgroup, IS_ROOT, needs_v1_memory
+from tests.agent.sources.conftest import DATA, V1_MEMORY, remove_cgroup, IS_ROOT, needs_v1_memory
 
 CG = DATA / "cgroup"
 PROC = DATA / "proc"

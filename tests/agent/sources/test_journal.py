@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-from agent.clock import BootWall, boot_wall, read_boot_id
-from agent.hostpaths import HostPaths
-from agent.sources.journal import JournalSource
-from agent.sources.kmsg import KmsgStream
+from firstfault.agent.clock import BootWall, boot_wall, read_boot_id
+from firstfault.agent.hostpaths import HostPaths
+from firstfault.agent.sources.journal import JournalSource
+from firstfault.agent.sources.kmsg import KmsgStream
 
-from .conftest import DATA, Sink
-from .test_kmsg import kmsg_records
+from tests.agent.sources.conftest import DATA, Sink
+from tests.agent.sources.test_kmsg import kmsg_records
 
 KERNEL = DATA / "kernel"
 JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.clock import BootWall, read_boot_id
-from agent.sources.kmsg import KmsgFormatError, KmsgSource, KmsgStream, parse_kmsg_record
+from firstfault.agent.clock import BootWall, read_boot_id
+from firstfault.agent.sources.kmsg import KmsgFormatError, KmsgSource, KmsgStream, parse_kmsg_record
 
-from .conftest import DATA, needs_root
+from tests.agent.sources.conftest import DATA, needs_root
 
 KERNEL = DATA / "kernel"
 BOOT = BootWall(ns=1796209021724653703, error_ns=50, at_boottime_ns=924 * 10**9)
@@ -196,7 +196,7 @@ def test_a_line_written_to_dev_kmsg_arrives_as_a_record(tmp_path, sink, running)
 @needs_root
 @pytest.mark.root
 def test_restart_resumes_after_the_stored_seq_without_repeats(tmp_path, sink, running):
-    from .conftest import Sink
+    from tests.agent.sources.conftest import Sink
     first, second = marker(), marker()
     with running(KmsgSource(state_dir=str(tmp_path)), sink):
         write_kmsg(first)
@@ -235,7 +235,7 @@ def test_state_beyond_the_buffer_is_not_trusted(tmp_path, sink, running):
 
 
 def test_unreadable_kmsg_becomes_a_failed_status(tmp_path, sink, running):
-    from agent.hostpaths import HostPaths
+    from firstfault.agent.hostpaths import HostPaths
     src = KmsgSource(paths=HostPaths(dev=str(tmp_path)))  # no kmsg there
     with running(src, sink, backoff_initial_s=10):
         d = sink.wait_for(lambda d: d.fields.get("state") == "failed")

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from agent.sources.marks import (MAX_MARK_BYTES, MarkError, MarksSource, marks_dir, parse_mark,
+from firstfault.agent.sources.marks import (MAX_MARK_BYTES, MarkError, MarksSource, marks_dir, parse_mark,
                                  write_mark)
-from agent.wire import KIND_AGENT_STATUS, KIND_JOB_MARK
+from firstfault.wire import KIND_AGENT_STATUS, KIND_JOB_MARK
 from firstfault.cli import main as cli_main
 
 GOOD = {"version": 1, "event": "start", "job": "4242", "step": None, "nodes": "gpu-[01-04,07]",
@@ -146,8 +146,8 @@ def test_firstfault_mark_exit_codes(tmp_path, capsys):
 
 
 def test_the_agent_watches_the_marks_directory_that_firstfault_mark_writes(tmp_path, sink, running):
-    from agent.config import load_config
-    from agent.daemon import build_sources
+    from firstfault.agent.config import load_config
+    from firstfault.agent.daemon import build_sources
 
     cfg = load_config(None, {(None, "collectors"): "127.0.0.1:7140", (None, "state_dir"): str(tmp_path)})
     built, _ = build_sources(cfg, create_dirs=True)

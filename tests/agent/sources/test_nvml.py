@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from agent.hostpaths import HostPaths
-from agent.sources.nvml import Nvml, NvmlError, NvmlSource
+from firstfault.agent.hostpaths import HostPaths
+from firstfault.agent.sources.nvml import Nvml, NvmlError, NvmlSource
 
-from . import fake_pynvml as fp
-from .conftest import Sink
+from tests.agent.sources import fake_pynvml as fp
+from tests.agent.sources.conftest import Sink
 
 UUID0 = "GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d"
 UUID1 = "GPU-2c1f0b6e-5d3e-4e2a-9a41-7f5e6c1d9b20"

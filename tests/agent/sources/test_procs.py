@@ -14,13 +14,13 @@ import time
 import psutil
 import pytest
 
-from agent.hostpaths import HostPaths
-from agent.sources.cgroup import CgroupSource
-from agent.sources.kmsg import KmsgSource
-from agent.sources.procs import (ProcsSource, exit_fields, parse_environ, parse_stat,
+from firstfault.agent.hostpaths import HostPaths
+from firstfault.agent.sources.cgroup import CgroupSource
+from firstfault.agent.sources.kmsg import KmsgSource
+from firstfault.agent.sources.procs import (ProcsSource, exit_fields, parse_environ, parse_stat,
                                  rank_identity)
 
-from .conftest import DATA, V1_MEMORY, remove_cgroup, Sink, needs_v1_memory
+from tests.agent.sources.conftest import DATA, V1_MEMORY, remove_cgroup, Sink, needs_v1_memory
 
 PROC = DATA / "proc"
 TORCHRUN = json.loads((PROC / "torchrun" / "roles.json").read_text())

@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.sources import get
-from agent.sources.ranklog import COMMIT_BYTES, KIND_RANK_GAP, RankLines, RanklogSource
-from agent.spool import COLUMNS, Spool
-from agent.tail import Tailer, to_text
-from agent.wire import KIND_RANK_LINE, KIND_RANK_TRACEBACK, Batch, Record
+from firstfault.agent.sources import get
+from firstfault.agent.sources.ranklog import COMMIT_BYTES, KIND_RANK_GAP, RankLines, RanklogSource
+from firstfault.agent.spool import COLUMNS, Spool
+from firstfault.agent.tail import Tailer, to_text
+from firstfault.wire import KIND_RANK_LINE, KIND_RANK_TRACEBACK, Batch, Record
 
-from ..tailmodel import Clock, Model, write
-from .conftest import DATA
+from tests.agent.tailmodel import Clock, Model, write
+from tests.agent.sources.conftest import DATA
 
 REAL, FORMATS = DATA / "real", DATA / "formats"
 
@@ -169,8 +169,8 @@ def test_options_make_the_followed_patterns():
 
 
 def test_the_agent_config_reaches_the_source(tmp_path):
-    from agent.config import parse_args
-    from agent.daemon import build_sources
+    from firstfault.agent.config import parse_args
+    from firstfault.agent.daemon import build_sources
     cfg, _ = parse_args(["--collector", "127.0.0.1:7140", "--state-dir", str(tmp_path), "--job", "j-7",
                       "--ranklog", "/logs/{job}/rank{rank}.log", "--ranklog", "/more/r{rank}.log",
                       "--ranklog-dirs", "/runs", "--ranklog-traceback-flush-s", "0.5",

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests here import ingest_helpers too
+from tests.collector.server.ingest_helpers import FakeStore, LoopThread, Running
 
-from ingest_helpers import FakeStore, LoopThread, Running  # noqa: E402
-
-from collector.config import ClockConfig, LimitsConfig  # noqa: E402
-from collector.server import IngestServer  # noqa: E402
+from firstfault.collector.config import ClockConfig, LimitsConfig
+from firstfault.collector.server import IngestServer
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Helpers of the ingest server tests (conftest.py and the tests import them): an
 in-memory Store, a server on its own event loop thread, and a blocking test agent that
-speaks agent/wire.py over a real socket."""
+speaks firstfault/wire.py over a real socket."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from agent import wire
-from agent.wire import (
+from firstfault import wire
+from firstfault.wire import (
     Ack, Batch, Error, FrameDecoder, Hello, Ping, Pong, Record, Welcome, encode_message,
 )
-from collector.server import IngestServer
+from firstfault.collector.server import IngestServer
 
 
 class FakeStore:
@@ -231,13 +231,13 @@ class Running:
 
 
 class CollectorProcess:
-    """``python -m collector.daemon`` as a subprocess on ports it picks; its stderr
+    """``python -m firstfault collector`` as a subprocess on ports it picks; its stderr
     collected, ``ingest`` and ``http`` the (host, port) it listens on."""
 
     def __init__(self, db, *extra: str) -> None:
         root = Path(__file__).resolve().parents[3]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "collector.daemon", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+            [sys.executable, "-m", "firstfault", "collector", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
              "--db", str(db), *extra], cwd=root, stderr=subprocess.PIPE, text=True)
         self.ingest = self.http = None
         self.lines: list[str] = []

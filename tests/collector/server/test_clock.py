@@ -1,4 +1,4 @@
-"""collector/clock.py on simulated exchanges: skewed, drifting and stepped clocks,
+"""firstfault/collector/clock.py on simulated exchanges: skewed, drifting and stepped clocks,
 asymmetric and queued network delays. The truth must lie within the uncertainty."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.clock import ClockTracker
+from firstfault.collector.clock import ClockTracker
 
 S = 1_000_000_000
 MS = 1_000_000

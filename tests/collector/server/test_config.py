@@ -1,4 +1,4 @@
-"""collector/config.py: TOML and flags, every problem at once, the token rule."""
+"""firstfault/collector/config.py: TOML and flags, every problem at once, the token rule."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from collector import config
-from collector.config import (
+from firstfault.collector import config
+from firstfault.collector.config import (
     Address, CollectorConfig, ConfigError, HelpRequested, load_config, parse_args,
 )
 

@@ -1,4 +1,4 @@
-"""collector/daemon.py: exit codes, a whole run in-process on the FakeStore, and the
+"""firstfault/collector/daemon.py: exit codes, a whole run in-process on the FakeStore, and the
 real thing as a subprocess on SqliteStore and on PostgreSQL: SIGTERM, and kill -9
 mid-stream (slow)."""
 
@@ -16,18 +16,16 @@ import time
 from pathlib import Path
 
 import pytest
-from ingest_helpers import Agent, ClosedByServer, CollectorProcess, FakeStore, make_records
+from tests.collector.server.ingest_helpers import Agent, ClosedByServer, CollectorProcess, FakeStore, make_records
 
-from collector import daemon
-from collector.config import parse_args
+from firstfault.collector import daemon
+from firstfault.collector.config import parse_args
 
 ROOT = Path(__file__).resolve().parents[3]
-HAVE_SQLITE = (ROOT / "collector" / "store" / "sqlite.py").exists()
 def Collector(db: Path) -> CollectorProcess:  # noqa: N802
     return CollectorProcess(db, "--clock-ping-interval-s", "0.5")
 
 
-needs_sqlite = pytest.mark.skipif(not HAVE_SQLITE, reason="collector/store/sqlite.py not there yet")
 
 
 def test_usage_and_config_errors(capsys):
@@ -103,14 +101,13 @@ def test_run_in_process_until_sigterm(monkeypatch, caplog):
 
 
 def _stored_seqs(db: Path | str, node: str, stream: str) -> list[int]:
-    from collector.store import open_store
-    from collector.store.base import Selection
+    from firstfault.collector.store import open_store
+    from firstfault.collector.store.base import Selection
 
     with open_store(str(db)) as store:
         return [r.seq for r in store.records(Selection(nodes=(node,))) if r.stream == stream]
 
 
-@needs_sqlite
 def test_subprocess_stops_on_sigterm(db):
     c = Collector(db)
     a = Agent(c.address)
@@ -137,7 +134,6 @@ def db(request, tmp_path):
     return request.getfixturevalue("pg_url")
 
 
-@needs_sqlite
 @pytest.mark.slow
 def test_kill_9_mid_stream_loses_nothing_acked(db):
     """The agent keeps up to 3 batches unacked; the collector is SIGKILLed while
@@ -188,7 +184,7 @@ def test_speaks_sd_notify_ready_after_both_listeners_watchdog_and_stopping(tmp_p
     ingest, http = _free_port(), _free_port()
     env = {**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "200000",
            "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "collector.daemon", "--listen", f"127.0.0.1:{ingest}",
+    proc = subprocess.Popen([sys.executable, "-m", "firstfault", "collector", "--listen", f"127.0.0.1:{ingest}",
                              "--http", f"127.0.0.1:{http}", "--db", str(tmp_path / "ff.db")],
                             cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
     try:

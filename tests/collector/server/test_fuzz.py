@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ingest_helpers import FakeStore, LoopThread, Running
+from tests.collector.server.ingest_helpers import FakeStore, LoopThread, Running
 
-from agent.wire import Ack, Error, FrameDecoder, Ping, Pong, Welcome, WireError
-from collector.config import ClockConfig, LimitsConfig
-from collector.server import IngestServer
+from firstfault.wire import Ack, Error, FrameDecoder, Ping, Pong, Welcome, WireError
+from firstfault.collector.config import ClockConfig, LimitsConfig
+from firstfault.collector.server import IngestServer
 
 WIRE = Path(__file__).resolve().parents[2] / "data" / "wire"
 GOLDEN = {p.stem: p.read_bytes() for p in sorted(WIRE.glob("*.bin"))}

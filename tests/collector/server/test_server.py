@@ -11,13 +11,13 @@ import time
 
 import msgpack
 import pytest
-from ingest_helpers import ClosedByServer, FakeStore, make_pki, make_records
+from tests.collector.server.ingest_helpers import ClosedByServer, FakeStore, make_pki, make_records
 
-from agent import wire
-from agent.wire import Batch, Hello, Ping, Pong
-from collector.config import ClockConfig, LimitsConfig, TLSConfig
-from collector.metrics import Metrics
-from collector.server import make_ssl_context
+from firstfault import wire
+from firstfault.wire import Batch, Hello, Ping, Pong
+from firstfault.collector.config import ClockConfig, LimitsConfig, TLSConfig
+from firstfault.collector.metrics import Metrics
+from firstfault.collector.server import make_ssl_context
 
 
 def frame(obj) -> bytes:

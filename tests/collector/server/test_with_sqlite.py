@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
-import pytest
 
-from ingest_helpers import make_records
+from tests.collector.server.ingest_helpers import make_records
 
-from collector.config import ClockConfig
+from firstfault.collector.config import ClockConfig
 
-ROOT = Path(__file__).resolve().parents[3]
-pytestmark = pytest.mark.skipif(not (ROOT / "collector" / "store" / "sqlite.py").exists(),
-                                reason="collector/store/sqlite.py not there yet")
 
 
 def test_agents_into_sqlite(serve, tmp_path):
-    from collector.store.base import Selection
-    from collector.store.sqlite import SqliteStore
+    from firstfault.collector.store.base import Selection
+    from firstfault.collector.store.sqlite import SqliteStore
 
     store = SqliteStore(tmp_path / "ff.db")
     srv = serve(store, clock=ClockConfig(ping_interval_s=0.1, save_interval_s=0.2))
@@ -63,9 +58,9 @@ def test_group_commits_are_marked_when_the_store_is_idle(serve, tmp_path):
     marks them (mark_pending) and a report reads the marks."""
     import sqlite3
 
-    from collector.analysis.catalog import load_catalog
-    from collector.analysis.marks import ReportMarker
-    from collector.store.sqlite import SqliteStore
+    from firstfault.analysis.catalog import load_catalog
+    from firstfault.analysis.marks import ReportMarker
+    from firstfault.collector.store.sqlite import SqliteStore
 
     gate = threading.Event()
     calls = []

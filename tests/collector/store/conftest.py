@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from agent.wire import Record
-from collector.store.sqlite import SqliteStore
+from firstfault.wire import Record
+from firstfault.collector.store.sqlite import SqliteStore
 
 BACKENDS = ("sqlite", "postgres")
 
@@ -75,7 +75,7 @@ def open_store(request, backend, tmp_path, clock):
         if backend == "sqlite":
             s = SqliteStore(tmp_path / f"{name}.db", **kw)
         else:
-            from collector.store.postgres import PostgresStore
+            from firstfault.collector.store.postgres import PostgresStore
 
             if name not in urls:
                 urls[name] = request.getfixturevalue("postgres").create_database()
@@ -98,8 +98,8 @@ def empty_store(request, backend, tmp_path):
         nonlocal url
         if backend == "sqlite":
             return SqliteStore(tmp_path / f"empty-{next(calls)}.db")
-        from collector.store.postgres import PostgresStore
-        from collector.store.postgres_schema import TABLES
+        from firstfault.collector.store.postgres import PostgresStore
+        from firstfault.collector.store.postgres_schema import TABLES
 
         url = url or request.getfixturevalue("postgres").create_database()
         with PostgresStore(url) as s:

@@ -9,14 +9,14 @@ import threading
 import psycopg
 import pytest
 
-from collector.store import open_store
-from collector.store import postgres_schema as schema
-from collector.store.base import Selection, StoreError
-from collector.store.postgres import PostgresStore
-from collector.store.postgres_read import ROW_BYTES
-from collector.store.sqlite import COLUMNS
+from firstfault.collector.store import open_store
+from firstfault.collector.store import postgres_schema as schema
+from firstfault.collector.store.base import Selection, StoreError
+from firstfault.collector.store.postgres import PostgresStore
+from firstfault.collector.store.postgres_read import ROW_BYTES
+from firstfault.collector.store.sqlite import COLUMNS
 
-from .conftest import T0, make_record, rows
+from tests.collector.store.conftest import T0, make_record, rows
 
 S = 10**9
 
@@ -62,8 +62,8 @@ def test_an_older_version_is_migrated_in_order(pg_url, rec, monkeypatch):
 
 def test_jobs_from_before_report_marks_are_read_whole_and_new_ones_from_their_marks(pg_url, rec,
                                                                                   monkeypatch):
-    from collector.analysis.catalog import load_catalog
-    from collector.analysis.marks import ReportMarker
+    from firstfault.analysis.catalog import load_catalog
+    from firstfault.analysis.marks import ReportMarker
 
     marker = ReportMarker(load_catalog())
     monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])  # version 1: no marks

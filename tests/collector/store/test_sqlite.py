@@ -6,12 +6,12 @@ import sqlite3
 
 import pytest
 
-from agent import wire
-from collector.store import sqlite as sq
-from collector.store.base import NodeClock, Selection, StoreError
-from collector.store.sqlite import SqliteStore
+from firstfault import wire
+from firstfault.collector.store import sqlite as sq
+from firstfault.collector.store.base import NodeClock, Selection, StoreError
+from firstfault.collector.store.sqlite import SqliteStore
 
-from .conftest import rows
+from tests.collector.store.conftest import rows
 
 T0 = 1_796_206_319_782_000_000
 S = 1_000_000_000

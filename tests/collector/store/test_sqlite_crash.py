@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.store.blocks import seqs_of
-from collector.store.sqlite import SqliteStore
+from firstfault.collector.store.blocks import seqs_of
+from firstfault.collector.store.sqlite import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.wire import Record
-from collector.store.base import Selection
-from collector.store.sqlite import JOB_MARGIN_NS
+from firstfault.wire import Record
+from firstfault.collector.store.base import Selection
+from firstfault.collector.store.sqlite import JOB_MARGIN_NS
 
 T0 = 1_796_206_319_782_000_000
 NODES = ("gpu-01", "gpu-02", "gpu-03")

@@ -5,11 +5,11 @@ import sqlite3
 import msgpack
 import pytest
 
-from collector.store import sqlite as sq
-from collector.store.base import Selection, StoreError
-from collector.store.sqlite import SqliteStore
+from firstfault.collector.store import sqlite as sq
+from firstfault.collector.store.base import Selection, StoreError
+from firstfault.collector.store.sqlite import SqliteStore
 
-from .conftest import S, T0
+from tests.collector.store.conftest import S, T0
 
 
 def pragma(path, name):

@@ -1,0 +1,461 @@
+"""ranklog: every line of the ranks' log files, byte-exact, a whole traceback as one record.
+
+Follows files by ``globs`` with named parts (``/logs/{job}/rank{rank}.log``,
+firstfault/agent/follow.py ``compile_glob``) and the launchers' layouts under ``dirs``
+(torchrun ``--log-dir``, DeepSpeed ``--enable_each_rank_log``: firstfault/common/layouts.py),
+with the byte-exact tailer (firstfault/agent/tail.py: rotation, copytruncate, positions) woken
+by inotify (firstfault/agent/follow.py). A line as written by a rank (tests/data/real)::
+
+    [rank1]: ValueError: feature vector has 17 columns, expected 16 (bad record in batch at step 5)
+
+Emits (source "ranklog", ``occurred_ns`` nil: the collector reads the line's own
+stamp, firstfault/analysis/records.py; ``observed_ns`` when the chunk was read):
+
+- ``rank.line``: one per line; message = the line's bytes as UTF-8, invalid bytes
+  as ``\\xNN``, a line over ``max_line_bytes`` cut with the tailer's marker.
+- ``rank.traceback`` (severity 3): the lines of one Python traceback joined by
+  ``\\n`` (firstfault/agent/tracebacks.py says which), prefixes kept, cut to
+  MAX_MESSAGE_BYTES with the same marker; observed_ns of its first line. A
+  traceback still open (no line has ended it yet) is shipped ``traceback_flush_s``
+  after its last line, so a rank's dying words never wait for more.
+- ``rank.gap`` (severity 4): lines that will never come: fields ``reason`` (the
+  tailer's event: ``lost``, ``truncated`` (copytruncate: what was written just
+  before it may be gone), ``error``, ``state_reset`` (positions forgotten: lines
+  may come twice)), ``path``, ``offset``, ``detail``.
+
+Identity, on every record: fields ``path`` (and the glob's other named parts,
+``attempt`` for torchrun); ``job``: the ``{job}`` part, else torchrun's run id
+(the run folder's name less mkdtemp's suffix, = TORCHELASTIC_RUN_ID as procs
+reports it), else the agent's job label (``job_label``, wired by the daemon);
+``rank`` / ``local_rank``: the ``{rank}`` / ``{local_rank}`` parts (a part that is
+not a number is logged and dropped), else the layout's (DeepSpeed: rank; torchrun:
+local rank). Other named parts (``{node}``) become fields of that name.
+
+Exactly once across restarts: rows of one poll go to the spool in one
+``emit_many`` call, and only after it returned are their positions committed
+(``<state_dir>/ranklog.json``, written without fsync: a commit only bounds the
+restart's catch-up scan of the spool; after a wake's polls once COMMIT_S passed
+since the last commit or COMMIT_BYTES of lines were read since, and at stop).
+Lines held for an open traceback are not committed, and nothing after the first
+held line is emitted before it (a path's records leave in one
+prefix of its stream, so the committed offset never passes an emitted line).
+A stop, or an emit that raises, at any point: the restarted source reads again
+exactly what the spool lacks. An agent *killed* between a spool append and the
+next commit: the positions are in the spool too. In each ``emit_many`` call the
+last row of each path carries where that path's stream then stands, fields
+``dev``, ``ino`` (the file), ``end_offset`` (just past the row's last line: the
+position a commit would save, never past a held line) and ``fp_len``, ``fp``
+(the tailer's fingerprint of its first bytes: tells a truncated file's new
+content from the old); one extra dict per path per call. At start
+``saved_at_ns`` is when the committed offsets were written
+(firstfault/agent/tail.py ``committed_at_ns``), ``catch_up`` keeps each path's newest
+spooled position since then, and ``run`` hands them to ``Tailer.advance``
+before following: a saved file of that (dev, ino) whose first bytes still match
+is resumed there, the path's files before it are dropped (drained: a stream
+leaves in order); a position naming no saved file (committed and forgotten
+since, another inode) changes nothing. Known issue: rows in a spool segment that
+was filled, acknowledged and removed between two commits (a whole segment between
+two commits: COMMIT_BYTES is 1 MiB, the default segment 8 MiB, a spool configured
+smaller has smaller segments) are not seen at restart: those lines are sent again.
+An OS crash may bring back an older state file (the catch-up scan then starts
+earlier) or a corrupt one (``state_reset``: lines may come twice).
+
+Cost: the hot path builds no object per line: a chunk is decoded at once and
+its rows zipped from columns (bench/ranklog.py, bench/RESULTS.md); only chunks
+holding "Traceback (most recent call last)", and a path's lines while one of its
+tracebacks is open, go line by line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable
+from itertools import repeat
+
+from firstfault.agent.follow import FollowLoop, compile_glob
+from firstfault.common.layouts import TORCHRUN, layout_globs, parse_log_path
+from firstfault.agent.tail import (ERROR, LOST, MIN_LINE_BYTES, STATE_RESET, TRUNCATED, Event, LineBatch,
+                        Position, Tailer, committed_at_ns, cut_line)
+from firstfault.agent.tracebacks import END, HELD, START_MARK, Grouping, prefix_of, starts
+from firstfault.wire import (COLUMNS, KIND_RANK_LINE, KIND_RANK_TRACEBACK, MAX_MESSAGE_BYTES,
+                        MAX_NAME_BYTES, SOURCE_RANKLOG)
+
+from firstfault.agent.sources.base import Emit, Source, emit_many, printable, register
+
+log = logging.getLogger(__name__)
+
+KIND_RANK_GAP = "rank.gap"  # not (yet) in wire.KINDS; new kinds decode as-is
+GAP_EVENTS = (LOST, TRUNCATED, ERROR, STATE_RESET)
+MAX_TRACEBACK_BYTES = 4 * MAX_MESSAGE_BYTES  # a traceback held longer is shipped as it is
+COMMIT_S = 0.25  # positions are committed at most this often while lines flow...
+COMMIT_BYTES = 1 << 20  # ...or once this many bytes of lines were read since the last
+MAX_PATHS_KNOWN = 4096  # identities cached; the cache starts over beyond (paths come and go)
+_GLOB_CHARS = set("*?[]{}")
+_START_MARK = START_MARK.encode()
+_LINE_KINDS = (KIND_RANK_LINE, KIND_RANK_TRACEBACK)
+_POSITION = ("dev", "ino", "end_offset", "fp_len", "fp")  # Tailer.advance's arguments
+_POSITION_TYPES = [int, int, int, int, str]
+
+
+def fit_message(text: str) -> str:
+    """``text`` cut to MAX_MESSAGE_BYTES of UTF-8 with the tailer's cut marker."""
+    if len(text) <= MAX_MESSAGE_BYTES // 4:
+        return text
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= MAX_MESSAGE_BYTES:
+        return text
+    return cut_line(raw[:MAX_MESSAGE_BYTES], len(raw), MAX_MESSAGE_BYTES).decode("utf-8", "ignore")
+
+
+def decode_lines(data: list[bytes]) -> tuple[list[str], bool]:
+    """(the lines as text, whether one may open a traceback). Text: UTF-8, each invalid
+    byte as ``\\xNN`` (tail.to_text), fit to the wire's message limit. A valid chunk is
+    decoded in one call (its lines are at most max_line_bytes <= MAX_MESSAGE_BYTES)."""
+    raw = b"\n".join(data)
+    marked = _START_MARK in raw
+    try:
+        return raw.decode().split("\n"), marked
+    except UnicodeDecodeError:
+        return [fit_message(d.decode("utf-8", "backslashreplace")) for d in data], marked
+
+
+class _Pending:
+    """A path's lines not yet emitted because a traceback among them is open.
+
+    ``lines`` in file order: [start, end, text, observed_ns, owner], owner None for
+    a line of its own, else the _Traceback holding it."""
+
+    __slots__ = ("file", "lines", "open")
+
+    def __init__(self, file) -> None:
+        self.file = file
+        self.lines: list[list] = []
+        self.open: dict[str, _Traceback] = {}  # prefix -> its open traceback
+
+
+class _Traceback:
+    __slots__ = ("grouping", "prefix", "first", "last", "held", "nbytes", "closed", "touched")
+
+    def __init__(self, prefix: str, text: str, index: int, now: float) -> None:
+        self.grouping, self.prefix = Grouping(text), prefix
+        self.first = self.last = index  # line indexes in _Pending.lines
+        self.held: list[int] = []  # blank lines after the exception line
+        self.nbytes, self.closed, self.touched = 0, False, now
+
+
+class RankLines:
+    """Tailer batches -> wire rows (emitted), tracebacks grouped, positions committed.
+
+    The engine of the source, without threads or inotify: ``batches(list[LineBatch])``
+    and ``events(list[Event])`` as a FollowLoop hands them over, ``tick()`` when
+    ``next_tick`` (on ``clock``) is due; positions are committed ``commit_s`` after the
+    last commit (or after COMMIT_BYTES) and by ``commit()``.
+    """
+
+    def __init__(self, tailer: Tailer, emit: Emit, *, job_label: str | None = None,
+                 traceback_flush_s: float = 1.0, commit_s: float = COMMIT_S,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.tailer, self.emit_rows, self.commit_s = tailer, emit_many(emit), commit_s
+        self.job_label, self.traceback_flush_s = job_label, traceback_flush_s
+        self.clock = clock or tailer.clock
+        self._ident: dict[str, tuple] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._emitted: dict[str, Position] = {}  # emitted, not yet committed
+        self._emitted_bytes, self._commit_at = 0, self.clock() + commit_s
+
+    def identity(self, path: str) -> tuple:
+        """(job, rank, local_rank, fields) of a path, from the glob's named parts and the layout."""
+        got = self._ident.get(path)
+        if got is not None:
+            return got
+        parts = dict(self.tailer.fields(path))
+        lp = parse_log_path(path)
+        fields: dict = {"path": printable(path)}
+        job = (parts.pop("job", None) or (lp.run_id if lp and lp.layout == TORCHRUN else None)
+               or self.job_label)
+        named = parts.pop("rank", None), parts.pop("local_rank", None)
+        rank, local = map(_int, named)
+        if (rank, local).count(None) > named.count(None):
+            log.warning("ranklog: a rank part of path=%s is not a number %s: not used", path, named)
+        if lp is not None:
+            rank = rank if rank is not None else lp.rank
+            local = local if local is not None else lp.local_rank
+            if lp.attempt is not None:
+                fields["attempt"] = lp.attempt
+        for k, v in parts.items():
+            fields.setdefault(k, printable(v))
+        got = (printable(job, MAX_NAME_BYTES) if job else None, rank, local, fields)
+        if len(self._ident) >= MAX_PATHS_KNOWN:
+            self._ident.clear()
+        self._ident[path] = got
+        return got
+
+    # -- what the FollowLoop hands over --------------------------------------------
+
+    def batches(self, batches: list[LineBatch]) -> None:
+        rows: list[tuple] = []
+        commit: dict[str, tuple[Position, int]] = {}
+        for b in batches:
+            self._emitted_bytes += b.stop - b.start
+            ident = self.identity(b.path)
+            p = self._pending.get(b.path)
+            if p is not None and p.file != b.file:  # rotated or truncated: its tracebacks end
+                self._close_all(p)
+                self._drain(b.path, p, ident, rows, commit)
+                p = self._pending.get(b.path)
+            texts, marked = decode_lines(b.data)
+            if p is None and not marked:
+                rows += _line_rows(texts, b.observed_ns, ident)
+                commit[b.path] = b.position, len(rows) - 1
+                continue
+            if p is None:
+                p = self._pending[b.path] = _Pending(b.file)
+            self._group(p, b, texts)
+            self._drain(b.path, p, ident, rows, commit)
+        self._ship(rows, commit)
+
+    def events(self, events: list[Event]) -> None:
+        rows = []
+        for e in events:
+            if e.kind not in GAP_EVENTS:
+                continue  # rotated, deleted: the tailer logged them; nothing is lost
+            job, rank, local, fields = self.identity(e.path) if e.path else (self.job_label, None, None, {})
+            rows.append((SOURCE_RANKLOG, KIND_RANK_GAP, fit_message(f"{e.kind}: {e.detail}"), None,
+                         e.observed_ns, None, None, job, rank, local, None, 4,
+                         {**fields, "reason": e.kind, "offset": e.offset,
+                          "detail": printable(e.detail)}))
+        if rows:
+            self.emit_rows(rows)
+
+    def next_tick(self) -> float | None:
+        """The clock time at which an open traceback goes quiet long enough to ship, or
+        emitted positions are due for a commit."""
+        due = [t.touched + self.traceback_flush_s for p in self._pending.values()
+               for t in p.open.values()]
+        if self._emitted:
+            due.append(self._commit_at)
+        return min(due, default=None)
+
+    def tick(self) -> float | None:
+        """Ship the tracebacks that went quiet, commit what was emitted when due (COMMIT_S,
+        COMMIT_BYTES); the next time to call again. The FollowLoop calls it once a wake,
+        after that wake's polls."""
+        now = self.clock()
+        rows: list[tuple] = []
+        commit: dict[str, tuple[Position, int]] = {}
+        for path, p in list(self._pending.items()):
+            quiet = [t for t in p.open.values() if now - t.touched >= self.traceback_flush_s]
+            for t in quiet:
+                self._close(p, t)
+            if quiet:
+                self._drain(path, p, self.identity(path), rows, commit)
+        self._ship(rows, commit)
+        if now >= self._commit_at or self._emitted_bytes >= COMMIT_BYTES:
+            self.commit()
+        return self.next_tick()
+
+    # -- grouping ----------------------------------------------------------------
+
+    def _ship(self, rows: list[tuple], commit: dict[str, tuple[Position, int]]) -> None:
+        """Emit ``rows``, the last of each path (its index in ``commit``) with the position
+        it reaches; once the spool has them, their positions are to be committed."""
+        if not rows:
+            return
+        for pos, i in commit.values():
+            fp = self.tailer.fingerprint(pos.path, pos.file)
+            if fp is not None:
+                row = rows[i]
+                rows[i] = (*row[:-1], {**row[-1], "dev": pos.file.dev, "ino": pos.file.ino,
+                                       "end_offset": pos.offset, "fp_len": fp[0], "fp": fp[1]})
+        self.emit_rows(rows)  # returns once the spool has them: only then commit
+        for path, (pos, _) in commit.items():
+            self._emitted[path] = pos
+
+    def commit(self) -> None:
+        """Commit the positions of everything emitted (one state file write)."""
+        self._emitted_bytes, self._commit_at = 0, self.clock() + self.commit_s
+        if self._emitted:
+            positions, self._emitted = self._emitted, {}
+            self.tailer.commit(positions)
+
+    def _group(self, p: _Pending, b: LineBatch, texts: list[str]) -> None:
+        now = self.clock()
+        lines = p.lines
+        for start, end, text in zip(b.offsets, b.ends, texts):
+            i = len(lines)
+            lines.append([start, end, text, b.observed_ns, None])
+            prefix = prefix_of(text)
+            body = text[len(prefix):]
+            t = p.open.get(prefix)
+            if t is not None:
+                verdict = t.grouping.feed(body)
+                if verdict == END:
+                    self._close(p, t)
+                else:
+                    lines[i][4] = t
+                    t.touched, t.nbytes = now, t.nbytes + len(text) + 1
+                    if verdict == HELD:
+                        t.held.append(i)
+                    else:
+                        for j in t.held:  # a chain separator: the blank lines were its own
+                            lines[j][4] = t
+                        t.held, t.last = [], i
+                    if t.nbytes > MAX_TRACEBACK_BYTES:
+                        self._close(p, t)
+                    continue
+            if starts(body):
+                t = p.open[prefix] = _Traceback(prefix, body, i, now)
+                t.nbytes = len(text) + 1
+                lines[i][4] = t
+
+    def _close(self, p: _Pending, t: _Traceback) -> None:
+        """The traceback is complete; blank lines it held are lines of their own again."""
+        for j in t.held:
+            p.lines[j][4] = None
+        t.held, t.closed = [], True
+        p.open.pop(t.prefix, None)
+
+    def _close_all(self, p: _Pending) -> None:
+        for t in list(p.open.values()):
+            self._close(p, t)
+
+    def _drain(self, path: str, p: _Pending, ident: tuple, rows: list[tuple],
+               commit: dict[str, tuple[Position, int]]) -> None:
+        """Emit the longest run of pending lines, from the first, that holds only whole,
+        closed tracebacks and lines of their own; commit to its end."""
+        lines, cut, reach, ok = p.lines, 0, -1, True
+        for i, ln in enumerate(lines):
+            t = ln[4]
+            if t is not None:
+                ok = ok and t.closed
+                reach = max(reach, t.last)
+            if not ok:
+                break
+            if i >= reach:
+                cut = i + 1
+        if not cut:
+            return
+        job, rank, local, fields = ident
+        for ln in lines[:cut]:
+            t = ln[4]
+            if t is None:
+                rows.append((SOURCE_RANKLOG, KIND_RANK_LINE, ln[2], None, ln[3], None, None,
+                             job, rank, local, None, 6, fields))
+            elif ln is lines[t.first]:
+                text = "\n".join(x[2] for x in lines[t.first:t.last + 1] if x[4] is t)
+                rows.append((SOURCE_RANKLOG, KIND_RANK_TRACEBACK, fit_message(text), None, ln[3],
+                             None, None, job, rank, local, None, 3, fields))
+        commit[path] = Position(path, p.file, lines[cut - 1][1]), len(rows) - 1
+        del lines[:cut]
+        for t in {id(ln[4]): ln[4] for ln in lines if ln[4] is not None}.values():  # re-index
+            t.first, t.last = t.first - cut, t.last - cut
+            t.held = [j - cut for j in t.held]
+        if not lines:
+            del self._pending[path]
+
+
+def _line_rows(texts: list[str], observed_ns: int, ident: tuple) -> list[tuple]:
+    """rank.line rows (agent.spool.COLUMNS order) of one chunk, zipped from columns."""
+    job, rank, local, fields = ident
+    return list(zip(repeat(SOURCE_RANKLOG), repeat(KIND_RANK_LINE), texts, repeat(None),
+                    repeat(observed_ns), repeat(None), repeat(None), repeat(job), repeat(rank),
+                    repeat(local), repeat(None), repeat(6), repeat(fields)))
+
+
+def _int(v: str | None) -> int | None:
+    return int(v) if v is not None and v.isdigit() else None
+
+
+def _option_paths(name: str, value, *, dirs: bool) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, str) and v for v in value):
+        raise ValueError(f"ranklog: {name} must be a list of paths, got {value!r}")
+    out = []
+    for v in value:
+        if not os.path.isabs(v):
+            raise ValueError(f"ranklog: {name}: {v!r} is not an absolute path")
+        if dirs and _GLOB_CHARS & set(v):
+            raise ValueError(f"ranklog: {name}: {v!r} holds a glob character; use globs for patterns")
+        if not dirs:
+            try:
+                compile_glob(v)
+            except (ValueError, re.error) as e:
+                raise ValueError(f"ranklog: globs: {v!r}: {e}") from None
+        out.append(os.path.normpath(v) if dirs else v)
+    return out
+
+
+def _positive(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"ranklog: {name} must be a number > 0, got {value!r}")
+    return float(value)
+
+
+@register
+class RanklogSource(Source):
+    """Follows rank log files; see the module docstring. Options = ``[sources.ranklog]``."""
+
+    name = SOURCE_RANKLOG
+
+    def __init__(self, *, globs: list[str] | tuple[str, ...] = (), dirs: list[str] | tuple[str, ...] = (),
+                 job_label: str | None = None, max_line_bytes: int = MAX_MESSAGE_BYTES,
+                 traceback_flush_s: float = 1.0, partial_flush_s: float = 5.0,
+                 safety_poll_s: float = 5.0, read_gap_s: float = 0.025, **kw) -> None:
+        super().__init__(**kw)
+        self.globs = _option_paths("globs", globs, dirs=False)
+        self.dirs = _option_paths("dirs", dirs, dirs=True)
+        if job_label is not None and not isinstance(job_label, str):
+            raise ValueError(f"ranklog: job_label must be a string, got {job_label!r}")
+        self.job_label = job_label or None
+        if (isinstance(max_line_bytes, bool) or not isinstance(max_line_bytes, int)
+                or not MIN_LINE_BYTES <= max_line_bytes <= MAX_MESSAGE_BYTES):
+            raise ValueError(f"ranklog: max_line_bytes must be an int in {MIN_LINE_BYTES}.."
+                             f"{MAX_MESSAGE_BYTES} (the wire's message limit), got {max_line_bytes!r}")
+        self.max_line_bytes = max_line_bytes
+        self.traceback_flush_s = _positive("traceback_flush_s", traceback_flush_s)
+        self.partial_flush_s = _positive("partial_flush_s", partial_flush_s)
+        self.safety_poll_s = _positive("safety_poll_s", safety_poll_s)
+        self.read_gap_s = _positive("read_gap_s", read_gap_s)
+        self.state_path = os.path.join(self.state_dir, "ranklog.json") if self.state_dir else None
+        self._spooled: dict[str, tuple[int, int, int, int, str]] = {}  # path -> catch_up's
+
+    def saved_at_ns(self) -> int | None:
+        return committed_at_ns(self.state_path) if self.state_path else None
+
+    def catch_up(self, rows) -> None:
+        """Per path, the position of its newest spooled row that carries one."""
+        i_kind, i_fields = COLUMNS.index("kind"), COLUMNS.index("fields")
+        for r in rows:  # oldest first
+            f = r[i_fields]
+            if "ino" in f and r[i_kind] in _LINE_KINDS:
+                pos = tuple(f.get(k) for k in _POSITION)
+                if isinstance(f.get("path"), str) and list(map(type, pos)) == _POSITION_TYPES:
+                    self._spooled[f["path"]] = pos
+
+    def patterns(self) -> list[str]:
+        """Every glob followed: the configured ones, then the layouts' under each dir."""
+        return self.globs + [g for d in self.dirs for g in layout_globs(d)]
+
+    def run(self, emit: Emit, stop: threading.Event) -> None:
+        tailer = Tailer(self.state_path, max_line_bytes=self.max_line_bytes,
+                        partial_flush_s=self.partial_flush_s, fsync=False)
+        try:
+            for path in tailer.saved_paths():  # what the spool got after the last commit
+                pos = self._spooled.get(printable(path))
+                if pos is not None:
+                    tailer.advance(path, *pos)
+            engine = RankLines(tailer, emit, job_label=self.job_label,
+                               traceback_flush_s=self.traceback_flush_s)
+            loop = FollowLoop(tailer, self.patterns(), None, stop, on_batches=engine.batches,
+                              on_events=engine.events, on_tick=engine.tick,
+                              safety_poll_s=self.safety_poll_s, min_wake_s=self.read_gap_s)
+        except BaseException:
+            tailer.close()
+            raise
+        try:
+            loop.run()  # closes the tailer
+        finally:
+            engine.commit()  # what was emitted before a stop (or a failed emit)

@@ -1,0 +1,183 @@
+"""Match Events against the catalog and keep what the verdict needs, in bounded memory.
+
+One pass over the Events: stack dumps and stream summaries are set aside, context
+lines teach the Context, every other Event (and each line of a multi-line exception
+message) is matched against the catalog. Of repeated findings only the first of
+each (stream, rank, fingerprint) is kept, with a count; of progress lines only the
+latest of each rank. The findings come back in timeline order, kernel findings
+outside the window of the job's logs left out, and an Xid that both the kernel
+log and NVML reported merged into one finding (``merge_xids``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from firstfault.analysis import timeline
+from firstfault.analysis.catalog import Catalog
+from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
+from firstfault.analysis.context import Context
+from firstfault.analysis.model import KIND_RECORD, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
+from firstfault.analysis.timeline import NodeClock
+from firstfault.analysis.verdict import Finding, fingerprint
+
+PROGRESS = "deepspeed.progress"
+KERNEL_WINDOW_NS = 10 * 60 * 1_000_000_000  # kernel events this far outside the job's logs are not its
+KERNEL_XID, NVML_XID = "nvidia.xid", "nvidia.xid_nvml"
+XID_SAME_NS = 2_000_000_000  # the kernel's and NVML's report of one Xid lie this close (plus uncertainties)
+MAX_KEPT = 200_000  # distinct findings kept in memory
+
+
+@dataclass(slots=True)
+class Read:
+    """What one pass over the Events kept, in bounded memory."""
+
+    findings: list[Finding]
+    counts: dict[str, int]
+    dumps: list[Event]
+    ctx: Context
+    dropped: int
+    procs: list[Event]  # process starts and exits the agents saw (pid, rank; fields["exit"]: code, signal)
+
+
+def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str, NodeClock] | None = None) -> Read:
+    """One pass: match every Event, keep what the verdict needs, in timeline order.
+
+    Memory stays bounded whatever the input size: only the latest progress line of
+    each rank is kept, and of repeated findings only the first of each (stream,
+    rank, fingerprint), with a count.
+    """
+    ctx = Context()
+    summaries: list[Event] = []
+    latest: dict[tuple, Finding] = {}
+    kept: dict[tuple, Finding] = {}
+    counts: dict[str, int] = defaultdict(int)
+    dropped = 0
+    dumps: dict[tuple, Event] = {}  # the latest stack dump of each (stream, rank, pid)
+    procs: list[Event] = []
+    for ev in events:
+        if ev.kind == KIND_RECORD and "proc" in ev.fields:
+            procs.append(ev)
+            continue
+        if ev.kind == KIND_STREAM:
+            summaries.append(ev)
+            continue
+        if ev.kind == KIND_STACK:
+            dumps[(ev.stream, ev.rank, ev.pid)] = timeline.place(ev, clocks)
+            continue
+        if any(n in ev.text for n in CONTEXT_NEEDLES):
+            ctx.feed(ev.text)
+        if ev.kind == KIND_TRACEBACK:
+            ctx.feed_paths(ev.text)
+        for sub in [ev, *_message_lines(ev)]:
+            m = catalog.match(sub.text)
+            if m is None and sub is ev and ev.fields.get("message"):
+                m = catalog.match(ev.fields["message"])  # exception groups indent their final line
+            if m is not None:
+                dropped += _keep(Finding(sub, m), latest, kept, counts, clocks)
+    findings = list(kept.values()) + list(latest.values())
+    placed = timeline.build([f.ev for f in findings], clocks)
+    order = {id(ev): i for i, ev in enumerate(placed)}
+    findings.sort(key=lambda f: order[id(f.ev)])
+    window = _window(summaries)
+    if window:
+        findings = [f for f in findings if f.ev.source != "kernel" or f.ev.occurred_ns is None
+                    or window[0] <= f.ev.occurred_ns <= window[1]]
+    return Read(merge_xids(findings), counts, list(dumps.values()), ctx, dropped, procs)
+
+
+def _pci_key(pci: str | None) -> tuple[int, ...] | None:
+    """(domain, bus, device) of a PCI address as NVRM (``0000:3b:00``) or NVML (``00000000:3B:00.0``) writes it."""
+    parts = (pci or "").split(":")
+    parts[-1] = parts[-1].partition(".")[0]
+    try:
+        nums = tuple(int(p, 16) for p in parts)
+    except ValueError:
+        return None
+    return (0, *nums) if len(nums) == 2 else nums
+
+
+def _xid_key(f: Finding) -> tuple:
+    return f.ev.node, f.match.groups.get("xid"), _pci_key(f.match.groups.get("pci"))
+
+
+def merge_xids(findings: list[Finding]) -> list[Finding]:
+    """One Xid that the kernel log and NVML both reported is one finding: the kernel's line
+    (it names the pid and the driver's detail) takes the GPU, its UUID and its processes
+    from NVML's report, which is dropped. Each NVML Xid pairs with the nearest unpaired
+    kernel line of the same node, GPU and code within XID_SAME_NS (plus both uncertainties)."""
+    kernel = [f for f in findings if f.sig == KERNEL_XID]
+    paired: set[int] = set()
+    dropped: set[int] = set()
+    for f in findings:
+        if f.sig != NVML_XID or not kernel:
+            continue
+        key, best = _xid_key(f), None
+        for k in kernel:
+            if id(k) in paired or _xid_key(k) != key:
+                continue
+            a, b = k.ev.occurred_ns, f.ev.occurred_ns
+            dt = 0 if a is None or b is None else abs(a - b)
+            if dt <= XID_SAME_NS + k.ev.uncertainty_ns + f.ev.uncertainty_ns and (best is None or dt < best[0]):
+                best = (dt, k)
+        if best is None:
+            continue
+        k = best[1]
+        paired.add(id(k))
+        dropped.add(id(f))
+        k.ev.fields.update({x: v for x in ("gpu", "uuid", "pci_bus_id", "pids") if (v := f.ev.fields.get(x)) is not None})
+        if k.ev.pid is None and k.match.groups.get("pid") is None:
+            k.ev.pid = f.ev.pid  # NVRM wrote pid='<unknown>': NVML's one process on that GPU
+        k.links.append(f"NVML reported the same Xid ({f.ev.text.removeprefix('NVML: ')})")
+    return [f for f in findings if id(f) not in dropped]
+
+
+def _keep(f: Finding, latest: dict, kept: dict, counts: dict, clocks: Mapping[str, NodeClock] | None) -> int:
+    """Keep what the verdict needs of one finding, in bounded memory; 1 when it had to be dropped."""
+    ev = f.ev
+    if f.sig == PROGRESS:
+        timeline.place(ev, clocks)
+        key = (ev.stream, ev.rank)
+        old = latest.get(key)
+        if old is None or (ev.occurred_ns or 0) >= (old.ev.occurred_ns or 0):
+            latest[key] = f
+        return 0
+    fp = fingerprint(f)
+    counts[fp] += 1
+    g = f.match.groups  # lines that name a pid, rank or tag each say something of their own
+    key = (ev.stream, ev.rank, fp, g.get("pid"), g.get("rank"), g.get("local_rank"), g.get("tag"))
+    if ev.source == "kernel":  # one node's kernel log given twice (dmesg and dmesg -T): once
+        key = (ev.node, ev.text)
+    if key in kept:
+        if ev.source == "kernel" and kept[key].ev.occurred_ns is None and ev.occurred_ns is not None:
+            kept[key] = f  # the same message from a log whose times are known
+        return 0
+    if len(kept) >= MAX_KEPT:
+        return 1
+    kept[key] = f
+    return 0
+
+
+def _message_lines(ev: Event) -> list[Event]:
+    """The lines of a multi-line exception message as Events of their own.
+
+    torchrun's ChildFailedError carries its whole failure summary (rank, exitcode,
+    pid of every failed worker) in the message; each line says something.
+    """
+    msg = ev.fields.get("message") if ev.kind in (KIND_TRACEBACK, KIND_RECORD) else None
+    if not msg or "\n" not in msg:
+        return []
+    return [Event(text=line, source=ev.source, node=ev.node, job=ev.job, occurred_ns=ev.occurred_ns,
+                  observed_ns=ev.observed_ns, clock=ev.clock, uncertainty_ns=ev.uncertainty_ns,
+                  origin=ev.origin, stream=f"{ev.stream}#{ev.seq}", seq=i, fields=dict(ev.fields))
+            for i, line in enumerate(msg.splitlines()[1:], 1)]
+
+
+def _window(events: list[Event]) -> tuple[int, int] | None:
+    lo = [e.fields["first_ns"] for e in events if e.fields.get("first_ns") is not None]
+    hi = [e.fields["last_ns"] for e in events if e.fields.get("last_ns") is not None]
+    if not lo or not hi:
+        return None
+    return min(lo) - KERNEL_WINDOW_NS, max(hi) + KERNEL_WINDOW_NS

@@ -1,0 +1,133 @@
+"""Mark, as records are stored, the few a report will read. Pure.
+
+A report (report.py over records.py's Events) looks at a record only when it is
+not a plain rank line, or when its text holds a needle of the catalog, of the
+context or of a traceback (scan.Needles' words); of the progress lines
+(findings.PROGRESS) it keeps only the latest of each (stream, rank). So at
+insert the store asks ``ReportMarker.mark`` which records of a block (one agent
+stream and one job, in (time, seq) order: firstfault/collector/store/blocks.py) to keep
+aside; ``firstfault report`` then reads only those (store.base.needed_records).
+
+What is marked, for the report to be the one all records give:
+    * every record that is not a ``ranklog`` ``rank.line`` (tracebacks, kernel
+      lines, exits, gaps, samples);
+    * every rank line holding a needle other than the progress-only needles
+      (those of the progress signature that no other signature, context or
+      traceback rule has), or holding one with no rank or no occurred time;
+    * of the other rank lines holding a progress-only needle, per (fields
+      ``path``, rank), the latest in block order whose text the catalog matches
+      as progress (findings keeps the latest by occurred time, later in order on
+      ties: within a block that is the last; across blocks it reads them all);
+    * the block's last record: the report notes which nodes sent records of the
+      job (query.py), and a block keeps its last record longest (prune drops the
+      oldest first);
+    * the last record of each rank in the block: the report knows every rank that
+      logged, and its node, even one that printed nothing but plain lines.
+
+``name`` changes whenever what would be marked changes (the needles, the
+progress patterns, MARKS_VERSION): the store reads blocks marked under another
+name in full. Cost: one Aho-Corasick pass over the block's text (without the
+progress needles, which most lines hold) and a few catalog matches per block
+(bench/store.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from bisect import bisect_right
+from collections.abc import Sequence
+from itertools import accumulate, compress
+from typing import Any
+
+import ahocorasick_rs
+
+from firstfault.analysis.catalog import Catalog
+from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
+from firstfault.analysis.findings import PROGRESS
+from firstfault.analysis.records import rank_text
+from firstfault.analysis.report import needles
+from firstfault.analysis.scan import Needles
+
+MARKS_VERSION = 2  # bump when the rules above change
+_SEP = "\x00"  # between messages in one scan; no needle holds it, so no hit spans two
+
+
+class ReportMarker:
+    """The store's marker (store.base.Marker) for reports read with ``catalog``."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        words = Needles(needles(catalog)).words
+        prog = catalog.get(PROGRESS)
+        others = {n for s in catalog.signatures if s.id != PROGRESS for n in s.needles}
+        own = set(words) - {n for s in catalog.signatures for n in s.needles}
+        self._latest = tuple(n for n in (prog.needles if prog else ())
+                             if n not in others and n not in own and n not in CONTEXT_NEEDLES)
+        rare = [w for w in words if w not in self._latest]
+        if any(_SEP in w for w in words):
+            raise ValueError("a needle holds NUL: the marker can not scan joined messages")
+        self._ac = ahocorasick_rs.BytesAhoCorasick(
+            [w.encode() for w in rare], implementation=ahocorasick_rs.Implementation.DFA
+        ) if rare else None
+        self._catalog = catalog
+        spec = [MARKS_VERSION, rare, self._latest,
+                [p.pattern for p in prog.patterns] if prog else []]
+        self.name = "report-" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
+
+    def mark(self, *, source: Sequence[str], kind: Sequence[str], message: Sequence[str],
+             occurred_ns: Sequence[int | None], rank: Sequence[int | None],
+             fields: Sequence[dict]) -> list[int]:
+        """The indices (ascending) of a block's records that a report needs."""
+        n = len(message)
+        plain = ([True] * n if set(source) == {"ranklog"} and set(kind) == {"rank.line"}
+                 else [s == "ranklog" and k == "rank.line" for s, k in zip(source, kind)])
+        need = {i for i in range(n) if not plain[i]} if not all(plain) else set()
+        if n:
+            need.add(n - 1)
+            need.update({r: i for i, r in enumerate(rank) if r is not None}.values())
+        need.update(self._hits(message))
+        if self._latest:
+            self._mark_latest(need, plain, message, occurred_ns, rank, fields)
+        return sorted(need)
+
+    def _hits(self, message: Sequence[str]) -> set[int]:
+        """Indices of the messages holding a needle other than the progress-only ones."""
+        if self._ac is None or not message:
+            return set()
+        blob = _SEP.join(message).encode()
+        positions = [start for _, start, _ in self._ac.find_matches_as_indexes(blob)]
+        if not positions:
+            return set()
+        sizes = map(len, message)
+        if len(blob) != sum(map(len, message)) + len(message) - 1:  # not all ASCII
+            sizes = (len(m.encode()) for m in message)
+        ends = list(accumulate(s + 1 for s in sizes))  # ends[i]: past message i and its NUL
+        return {bisect_right(ends, p) for p in positions}
+
+    def _mark_latest(self, need: set[int], plain: list[bool], message: Sequence[str],
+                     occurred: Sequence[int | None], rank: Sequence[int | None],
+                     fields: Sequence[dict]) -> None:
+        """Mark the latest progress line of each (path, rank), the block's last first."""
+        paths: Sequence[Any] = ([f.get("path") or None if f else None for f in fields]
+                                if any(fields) else [None] * len(message))
+        keys = {k for k in set(compress(zip(paths, rank), plain)) if k[1] is not None}
+        done: set[tuple] = set()
+        latest = self._latest
+        for i in reversed(range(len(message))):
+            key = (paths[i], rank[i])
+            if key in done or i in need or not plain[i]:
+                continue  # (a line read anyway may be a key's latest: an earlier one is kept too)
+            text = message[i]
+            if not any(w in text for w in latest):
+                continue
+            if key[1] is None or occurred[i] is None:
+                need.add(i)  # its rank or time comes from the text: the report reads it
+                continue
+            m = self._catalog.match(rank_text(text)[1])
+            if m is None:
+                continue  # holds the needle, is no progress line: nothing to a report
+            need.add(i)
+            if m.signature.id == PROGRESS:
+                done.add(key)
+                if len(done) == len(keys):
+                    break

@@ -1,0 +1,138 @@
+"""Turn the records agents ship (firstfault/wire.py) into the analysis' Events. Pure.
+
+The collector's ``report`` runs the same analysis as ``analyze`` on files; only
+the reading differs. A rank-log record is one line (``rank.line``) or one whole
+traceback (``rank.traceback``) as the agent read it: launcher prefixes are
+stripped and the line's own timestamp read here exactly as for files. Time: the
+line's own stamp when it has one (clock "line", read in the node's zone, UTC
+unless told), else the agent's receipt time (clock "agent": the agent tails
+live, so receipt follows writing by milliseconds). Kernel records carry the
+kmsg time the agent converted (clock "kmsg"); journal records the journal's.
+
+Records that are samples, not text (cgroup memory, GPU memory) give no Event.
+A process start or exit (procs) gives a KIND_RECORD Event with its pid and rank
+(fields ``proc``: start | exit, and ``exit`` holding the exit), which teaches the
+pid -> rank map. An Xid that NVML delivered (nvml ``gpu.xid``) is a kernel Event
+like the driver's ``NVRM: Xid`` line (clock "agent": stamped on receipt), with
+the agent's message as its text and fields ``gpu``, ``uuid``, ``pci_bus_id``,
+``pids``; its pid is the GPU's one compute process, if it had one.
+Job marks (``job.mark``, from a scheduler's prolog/epilog) give no Event:
+``mark_of`` turns one into the report's ``Inputs.marks`` entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone, tzinfo
+
+from firstfault.wire import KIND_JOB_MARK, Record
+
+from firstfault.analysis import traceback as tb
+from firstfault.analysis.kernel import unescape_kmsg
+from firstfault.analysis.model import KIND_KERNEL, KIND_LINE, KIND_RECORD, KIND_TRACEBACK, Event
+from firstfault.analysis.parse import Prefixes, parse_nccl_origin, parse_stamp, strip_prefixes
+
+AGENT_UNCERTAINTY_NS = 50_000_000  # receipt after writing, while tailing live (bench/tail.py)
+_KERNEL_SOURCES = ("kmsg", "journal")
+
+
+def _origin(r: Record) -> str:
+    return f"{r.node}/{r.stream}/{r.seq}"
+
+
+def rank_text(message: str) -> tuple[Prefixes, str]:
+    """A rank record's first line with its launcher prefixes read, and the Event's text."""
+    first, _, rest = message.partition("\n")
+    pre = strip_prefixes(first)
+    return pre, pre.text + ("\n" + rest if rest else "")
+
+
+def _rank_event(r: Record, tz: tzinfo) -> Event:
+    pre, text = rank_text(r.message)
+    ev = Event(
+        text=text, source="ranklog", kind=KIND_LINE, node=r.node,
+        rank=r.rank if r.rank is not None else pre.rank,
+        local_rank=r.local_rank if r.local_rank is not None else pre.local_rank,
+        pid=r.pid, job=r.job, observed_ns=r.observed_ns, origin=_origin(r),
+        stream=f"{r.node}:{r.fields.get('path') or r.stream}", seq=r.seq,
+    )
+    year = datetime.fromtimestamp(r.observed_ns / 1e9, tz=timezone.utc).year
+    st = parse_stamp(pre.text, year=year, tz=tz)
+    if r.occurred_ns is not None:
+        ev.occurred_ns, ev.clock, ev.uncertainty_ns = r.occurred_ns, "line", st.uncertainty_ns if st else 0
+    elif st is not None:
+        ev.occurred_ns, ev.clock, ev.uncertainty_ns, ev.level = st.ns, "line", st.uncertainty_ns, st.level
+    else:
+        ev.occurred_ns, ev.clock, ev.uncertainty_ns = r.observed_ns, "agent", AGENT_UNCERTAINTY_NS
+    nccl = parse_nccl_origin(pre.text)
+    if nccl and ev.pid is None:
+        ev.pid = nccl.pid
+    lines = [strip_prefixes(ln).text for ln in ev.text.split("\n")]
+    if tb.is_start(lines[0]):
+        asm = tb.Assembler(lines[0])
+        for ln in lines[1:]:
+            if not asm.feed(ln):
+                break
+        res = asm.result()
+        ev.kind, ev.text, ev.frames, ev.exc_type = KIND_TRACEBACK, res.text, res.frames, res.exc_type
+        ev.fields["message"] = res.message
+    return ev
+
+
+def _kernel_event(r: Record) -> Event:
+    return Event(
+        text=unescape_kmsg(r.message) if r.source == "kmsg" else r.message, source="kernel", kind=KIND_KERNEL, node=r.node, pid=None, job=r.job,
+        occurred_ns=r.occurred_ns if r.occurred_ns is not None else r.observed_ns,
+        observed_ns=r.observed_ns, clock=("journal" if r.source == "journal" else "kmsg")
+        if r.occurred_ns is not None else "agent",
+        uncertainty_ns=int(r.fields.get("clock_error_ns") or 0) if r.occurred_ns is not None else AGENT_UNCERTAINTY_NS,
+        origin=_origin(r), stream=f"{r.node}:kernel", seq=r.seq,
+        fields={k: v for k, v in (("mono_ns", r.mono_ns), ("boot_id", r.boot_id)) if v is not None},
+    )
+
+
+def _proc_event(r: Record) -> Event:
+    fields: dict = {"proc": r.kind.removeprefix("proc.")}
+    ws = r.fields.get("world_size")
+    if isinstance(ws, str) and ws.isdigit():  # the launcher's WORLD_SIZE, as the rank saw it
+        fields["world_size"] = int(ws)
+    if r.kind == "proc.exit":
+        fields["exit"] = {k: r.fields.get(k) for k in ("code", "signal") if k in r.fields}
+    return Event(
+        text="", source="agent", kind=KIND_RECORD, node=r.node, rank=r.rank, local_rank=r.local_rank, pid=r.pid,
+        job=r.job, occurred_ns=r.occurred_ns or r.observed_ns, observed_ns=r.observed_ns,
+        clock="agent", uncertainty_ns=AGENT_UNCERTAINTY_NS, origin=_origin(r), stream=f"{r.node}:procs",
+        seq=r.seq, fields=fields,
+    )
+
+
+def _nvml_xid_event(r: Record) -> Event:
+    return Event(
+        text=r.message, source="kernel", kind=KIND_KERNEL, node=r.node, pid=r.pid, job=r.job,
+        occurred_ns=r.occurred_ns if r.occurred_ns is not None else r.observed_ns, observed_ns=r.observed_ns,
+        clock="agent", uncertainty_ns=AGENT_UNCERTAINTY_NS, origin=_origin(r), stream=f"{r.node}:nvml",
+        seq=r.seq, fields={k: r.fields[k] for k in ("gpu", "uuid", "pci_bus_id", "xid", "pids") if k in r.fields},
+    )
+
+
+def mark_of(r: Record) -> dict | None:
+    """A job.mark record as {node, event, step, nodes, at}; None for any other record."""
+    if r.kind != KIND_JOB_MARK:
+        return None
+    f = r.fields
+    return {"node": r.node, "event": f.get("event"), "step": f.get("step"), "nodes": f.get("nodes"),
+            "at": r.occurred_ns if r.occurred_ns is not None else r.observed_ns}
+
+
+def events_from_records(records: Iterable[Record], *, zones: dict[str, tzinfo] | None = None) -> Iterator[Event]:
+    """Events for the analysis, in the records' order; ``zones``: node -> zone of its log stamps."""
+    zones = zones or {}
+    for r in records:
+        if r.source == "ranklog":
+            yield _rank_event(r, zones.get(r.node, timezone.utc))
+        elif r.source in _KERNEL_SOURCES and r.kind == "kernel.line":
+            yield _kernel_event(r)
+        elif r.kind in ("proc.start", "proc.exit"):
+            yield _proc_event(r)
+        elif r.kind == "gpu.xid" and r.source == "nvml":
+            yield _nvml_xid_event(r)

@@ -1,0 +1,280 @@
+"""Scan one log stream fast: only lines that can matter become Events.
+
+Input is the stream's bytes in chunks (the caller does the reading); output is
+an Event for every line that holds one of the catalog's needles, and one Event
+per assembled traceback. Most lines of a training log (progress, info) hold no
+needle; an Aho-Corasick automaton over whole chunks finds the few that do, so
+Python touches only those lines (bench/analyze.py measures the rate).
+
+Time of a line without a timestamp of its own (a traceback, a gloo error): it
+happened after the nearest earlier timestamped line of the stream and before
+the nearest later one. ``fields["after_ns"]``/``fields["before_ns"]`` keep
+those bounds; the timeline turns them into an occurred time and uncertainty.
+
+Invariants: bytes are decoded as UTF-8 with invalid bytes replaced; a line
+longer than MAX_LINE_BYTES is cut with a marker; memory stays bounded by the
+chunk size plus open tracebacks (traceback.MAX_LINES each).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import timezone, tzinfo
+
+import ahocorasick_rs
+
+from firstfault.analysis import stacks
+from firstfault.analysis import traceback as tb
+from firstfault.analysis.model import KIND_LINE, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
+from firstfault.analysis.parse import Stamp, parse_nccl_origin, parse_stamp, strip_prefixes
+
+MAX_LINE_BYTES = 64 * 1024
+_WINDOW = 16 * 1024  # how far back/forward to look for a neighbouring timestamp
+_OWN_NEEDLES = ("Traceback (most recent call last)", "╭",  # tracebacks
+                "Process ", " (most recent call first):", " (idle)", " (active)", " (active+gil)")  # stack dumps
+
+_STAMPED = re.compile(
+    rb"(?m)^(?:\s*\d+: )?(?:\[[A-Za-z_][\w.-]*?\d+\]:[ ]?)*"
+    rb"(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ |\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d|\[[A-Z]+\|[^\]]+\] \d{4}-)"
+)
+
+
+@dataclass(slots=True)
+class StreamInfo:
+    """What the caller knows about a stream before reading it."""
+
+    stream: str  # a name for it: the file path, or node/stream
+    source: str = "ranklog"
+    node: str | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+    job: str | None = None
+    year: int = 1970
+    tz: tzinfo = timezone.utc
+    srun_labels: bool = False
+    observed_ns: int | None = None  # when the stream was last written (file mtime)
+    fields: dict = field(default_factory=dict)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_GLUED_START = re.compile(r"(?:\[[A-Za-z_][\w.-]*?\d+\]:[ ]?)*Traceback \(most recent call last\):$")
+
+
+class Needles:
+    """The literal strings that make a line worth a look, as one automaton."""
+
+    def __init__(self, needles: Sequence[str]) -> None:
+        words = sorted(set(needles) | set(_OWN_NEEDLES))
+        self.words = tuple(words)
+        # A DFA: the fastest of the library's automata on lines that hold no needle,
+        # which are nearly all lines (bench/analyze.py).
+        self._ac = ahocorasick_rs.BytesAhoCorasick(
+            [w.encode() for w in words], implementation=ahocorasick_rs.Implementation.DFA
+        )
+
+    def positions(self, data: bytes) -> list[int]:
+        return [start for _, start, _ in self._ac.find_matches_as_indexes(data)]
+
+
+class _Scanner:
+    def __init__(self, info: StreamInfo, needles: Needles) -> None:
+        self.info = info
+        self.needles = needles
+        self.open: dict[int | None, tuple[tb.Assembler | stacks.Assembler, Event]] = {}
+        self.last_stamp: Stamp | None = None  # the last timestamp seen before the current position
+        self.lineno = 0  # lines before the start of the current body
+        self.pending: list[Event] = []  # events waiting for a later timestamp (before_ns)
+        self.first_ns: int | None = None  # the stream's first timestamp
+
+    # -- time ---------------------------------------------------------------
+    def _stamp_of(self, text: str) -> Stamp | None:
+        return parse_stamp(text, year=self.info.year, tz=self.info.tz)
+
+    def _stamp_at(self, body: bytes, start: int) -> Stamp | None:
+        end = body.find(b"\n", start)
+        line = body[start : end if end >= 0 else len(body)].decode("utf-8", "replace")
+        return self._stamp_of(strip_prefixes(line, srun_labels=self.info.srun_labels).text)
+
+    def _stamp_before(self, body: bytes, pos: int, floor: int) -> None:
+        """Update last_stamp with the last timestamped line in body[floor:pos]."""
+        lo = max(floor, pos - _WINDOW)
+        while True:
+            last = None
+            for m in _STAMPED.finditer(body, lo, pos):
+                last = m.start()
+            if last is not None:
+                st = self._stamp_at(body, last)
+                if st:
+                    self.last_stamp = st
+                return
+            if lo <= floor:
+                return
+            lo, pos = max(floor, lo - _WINDOW), lo
+
+    def _settle_pending(self, body: bytes, pos: int) -> None:
+        """Give waiting events the first timestamp at or after pos as upper bound."""
+        if not self.pending:
+            return
+        m = _STAMPED.search(body, pos, pos + _WINDOW)
+        if m:
+            st = self._stamp_at(body, m.start())
+            if st:
+                self._close_pending(st)
+
+    def _close_pending(self, st: Stamp) -> None:
+        for ev in self.pending:
+            ev.fields["before_ns"] = st.ns
+        self.pending.clear()
+
+    # -- events -------------------------------------------------------------
+    def _event(self, pre, text: str, lineno: int) -> Event:
+        info = self.info
+        ev = Event(
+            text=text,
+            source=info.source,
+            kind=KIND_LINE,
+            node=info.node,
+            rank=pre.rank if pre.rank is not None else info.rank,
+            local_rank=pre.local_rank if pre.local_rank is not None else info.local_rank,
+            job=info.job,
+            observed_ns=info.observed_ns,
+            origin=f"{info.stream}:{lineno}",
+            stream=info.stream,
+            seq=lineno,
+        )
+        st = self._stamp_of(text)
+        if st:
+            ev.occurred_ns, ev.clock, ev.uncertainty_ns, ev.level = st.ns, "line", st.uncertainty_ns, st.level
+            self._close_pending(st)
+            self.last_stamp = st
+        else:
+            if self.last_stamp:
+                ev.fields["after_ns"] = self.last_stamp.ns
+            self.pending.append(ev)
+        nccl = parse_nccl_origin(text)
+        if nccl:
+            ev.pid = nccl.pid
+            ev.node = ev.node or nccl.host
+        return ev
+
+    def _finish(self, key: int | None) -> Event:
+        asm, ev = self.open.pop(key)
+        res = asm.result()
+        ev.text, ev.frames, ev.exc_type = res.text, res.frames, res.exc_type
+        ev.fields["message"] = res.message
+        return ev
+
+    def _line(self, raw: bytes, lineno: int, hit: bool) -> Iterator[Event]:
+        """Handle one line: a needle hit, or any line while a traceback is open."""
+        if len(raw) > MAX_LINE_BYTES:
+            raw = raw[:MAX_LINE_BYTES] + b" [line cut by firstfault]"
+        line = raw.decode("utf-8", "replace").rstrip("\r")
+        if "\r" in line:  # a progress bar redrawn with carriage returns: the terminal shows the last part
+            line = line.rsplit("\r", 1)[1]
+        if "\x1b" in line:  # colours and cursor moves (rich, tqdm): what a reader sees is the text
+            line = _ANSI.sub("", line)
+        pre = strip_prefixes(line, srun_labels=self.info.srun_labels)
+        if not tb.is_start(pre.text) and "Traceback (most recent" in line:
+            # a traceback glued to the end of other output (a progress bar without a newline)
+            m = _GLUED_START.search(line)
+            if m and line[: m.start()].strip(" |+-"):  # not the indented parts of an exception group
+                pre = strip_prefixes(line[m.start() :])
+        key = pre.rank
+        if key in self.open:
+            if self.open[key][0].feed(pre.text):
+                return
+            yield self._finish(key)
+        if tb.is_start(pre.text):
+            ev = self._event(pre, pre.text, lineno)
+            ev.kind = KIND_TRACEBACK
+            self.open[key] = (tb.Assembler(pre.text), ev)
+            return
+        if stacks.is_start(pre.text):
+            ev = self._event(pre, pre.text, lineno)
+            ev.kind = KIND_STACK
+            asm = stacks.Assembler(pre.text)
+            ev.pid = asm.pid or ev.pid
+            self.open[key] = (asm, ev)
+            return
+        if hit or self.needles.positions(raw):
+            yield self._event(pre, pre.text, lineno)
+            return
+        st = self._stamp_of(pre.text)
+        if st:
+            self._close_pending(st)
+            self.last_stamp = st
+
+    def body(self, body: bytes) -> Iterator[Event]:
+        """Handle whole lines (body ends with a newline)."""
+        if self.first_ns is None:
+            m = _STAMPED.search(body, 0, 4 * _WINDOW)
+            st = self._stamp_at(body, m.start()) if m else None
+            self.first_ns = st.ns if st else None
+        hits = self.needles.positions(body)
+        n = len(body)
+        pos = 0  # everything before pos has been handled
+        lineno = self.lineno  # lines before pos
+        hi = 0
+        while pos < n:
+            hit = not self.open
+            if hit:
+                while hi < len(hits) and hits[hi] < pos:
+                    hi += 1
+                if hi == len(hits):
+                    self._settle_pending(body, pos)
+                    self._stamp_before(body, n, pos)
+                    lineno += body.count(b"\n", pos)
+                    break
+                start = body.rfind(b"\n", pos, hits[hi]) + 1
+                if start < pos:
+                    start = pos
+                self._settle_pending(body, pos)
+                self._stamp_before(body, start, pos)
+                lineno += body.count(b"\n", pos, start)
+                pos = start
+            end = body.find(b"\n", pos)
+            if end < 0:
+                end = n
+            lineno += 1
+            yield from self._line(body[pos:end], lineno, hit)
+            pos = end + 1
+        self.lineno = lineno
+
+    def end(self) -> Iterator[Event]:
+        for key in list(self.open):
+            yield self._finish(key)
+        for ev in self.pending:
+            if self.info.observed_ns is not None:
+                ev.fields.setdefault("before_ns", self.info.observed_ns)
+        self.pending.clear()
+        info = self.info
+        yield Event(
+            text="", source=info.source, kind=KIND_STREAM, node=info.node, rank=info.rank,
+            local_rank=info.local_rank, job=info.job, observed_ns=info.observed_ns, stream=info.stream,
+            origin=info.stream, seq=self.lineno,
+            fields={"first_ns": self.first_ns, "last_ns": self.last_stamp.ns if self.last_stamp else None,
+                    "lines": self.lineno},
+        )
+
+
+def scan_stream(chunks: Iterable[bytes], info: StreamInfo, needles: Needles) -> Iterator[Event]:
+    """Events of one stream: lines holding a needle, and whole tracebacks.
+
+    ``chunks`` are consecutive pieces of the stream (any sizes). Events come in
+    stream order, except that a traceback is yielded when it ends.
+    """
+    sc = _Scanner(info, needles)
+    carry = b""
+    for chunk in chunks:
+        buf = carry + chunk if carry else chunk
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            carry = buf if len(buf) <= MAX_LINE_BYTES else buf[:MAX_LINE_BYTES]
+            continue
+        carry = buf[cut + 1 :]
+        yield from sc.body(buf[: cut + 1])
+    if carry:
+        yield from sc.body(carry + b"\n")
+    yield from sc.end()

@@ -1,0 +1,81 @@
+"""One timeline: every Event placed on one clock, with its uncertainty.
+
+An Event's own timestamp (line, kmsg, journal) is used as it is, moved by its
+node's clock offset where one is known (the collector estimates offsets from
+ping/pong exchanges; offline there are none). An Event without a timestamp of
+its own sits between the nearest timestamped lines of its stream
+(``fields["after_ns"]``, ``fields["before_ns"]``): it is placed at the middle of
+that interval with half its width as uncertainty. An Event with no time at all
+gets its observed time (file mtime, agent receipt) as an upper bound, with the
+clock saying so.
+
+Ordering is by placed time, then stream order; two Events are "within clock
+uncertainty" of each other when their intervals overlap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from firstfault.analysis.model import Event
+
+# Beyond this, a stream's neighbouring timestamps say too little: treat the
+# event as if only the earlier one were known.
+MAX_BRACKET_NS = 3600 * 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClock:
+    """A node's clock correction: add offset_ns to its times; error bound uncertainty_ns."""
+
+    offset_ns: int = 0
+    uncertainty_ns: int = 0
+
+
+def place(ev: Event, clocks: Mapping[str, NodeClock] | None = None) -> Event:
+    """Give ev an occurred time, clock and uncertainty where it has none (in place)."""
+    if ev.occurred_ns is None:
+        lo = ev.fields.get("after_ns")
+        hi = ev.fields.get("before_ns")
+        if lo is not None and hi is not None and 0 <= hi - lo <= MAX_BRACKET_NS:
+            ev.occurred_ns = (lo + hi) // 2
+            ev.uncertainty_ns = (hi - lo) // 2
+            ev.clock = "line"
+        elif lo is not None:
+            ev.occurred_ns = lo
+            ev.uncertainty_ns = max(ev.uncertainty_ns, 1_000_000_000)
+            ev.clock = "line"
+        elif hi is not None:
+            ev.occurred_ns = hi
+            ev.uncertainty_ns = max(ev.uncertainty_ns, 1_000_000_000)
+            ev.clock = "line"
+        elif ev.observed_ns is not None:
+            ev.occurred_ns = ev.observed_ns
+            ev.clock = "file-mtime" if ev.source in ("ranklog", "launcher") else "agent"
+            ev.uncertainty_ns = max(ev.uncertainty_ns, 1_000_000_000)
+    if clocks and ev.node in clocks and ev.occurred_ns is not None:
+        c = clocks[ev.node]
+        ev.occurred_ns += c.offset_ns
+        ev.uncertainty_ns += c.uncertainty_ns
+    return ev
+
+
+def order_key(ev: Event) -> tuple:
+    """Sort key: placed time (unknown last), then stream and position."""
+    t = ev.occurred_ns
+    return (t is None, t or 0, ev.stream, ev.seq)
+
+
+def build(events: Iterable[Event], clocks: Mapping[str, NodeClock] | None = None) -> list[Event]:
+    """Place every event and return them in timeline order."""
+    out = [place(ev, clocks) for ev in events]
+    out.sort(key=order_key)
+    return out
+
+
+def overlap(a: Event, b: Event) -> bool:
+    """True when a and b can not be ordered: their time intervals overlap."""
+    if a.occurred_ns is None or b.occurred_ns is None:
+        return True
+    return abs(a.occurred_ns - b.occurred_ns) <= a.uncertainty_ns + b.uncertainty_ns

@@ -1,0 +1,311 @@
+"""The first distinct failure: per-rank firsts, fingerprints, cascades, hangs.
+
+Input: Findings (an Event on the timeline with the catalog signature it
+matched). Rules, in order:
+
+1. Identity: a finding whose match names a pid, rank or local rank (launcher
+   lines, NCCL lines, error.json) teaches the pid -> rank map; a kernel finding
+   (OOM kill, Xid) whose pid is in the map is that rank's. A kernel OOM kill no
+   pid links is tied to the one rank that died by SIGKILL on that node, if
+   exactly one did (said so in the evidence, confidence medium).
+2. Each rank's first error is its earliest root finding, else its earliest
+   cascade. A cascade (collective timeout, peer closed or reset, launcher
+   SIGTERM) never wins while any root exists.
+3. Root findings are grouped by fingerprint (signature + message with numbers
+   blanked); the first distinct failure is the earliest finding of the earliest
+   group. Another candidate within clock uncertainty is reported as a tie.
+4. No root at all but cascades (or a kill from outside): the job hung. The
+   rank that stopped first is inferred: the rank that shows no error of its own
+   while the others timed out waiting, else the rank whose progress stopped
+   earliest. The answer says it is inferred and how.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as _signal
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from firstfault.analysis.catalog import Match
+from firstfault.analysis.model import Event
+from firstfault.analysis.phase import phase_from_frames
+from firstfault.analysis.stacks import in_collective
+from firstfault.analysis.timeline import overlap
+
+BLAME = {
+    "user-code": "code",
+    "config": "config",
+    "gpu-memory": "resources",
+    "host-memory": "resources",
+    "numerics": "numerics",
+    "framework": "framework",
+    "hardware": "hardware",
+    "network": "infrastructure",
+    "storage": "infrastructure",
+}
+GENERIC = {"python.exception"}
+# match groups of lines in which a launcher reports an exit or sends a signal
+LAUNCHER_GROUPS = frozenset({"exitcode", "signal", "sent_signal", "death_signal"})
+HANG_ID = "hang.stopped_first"
+
+
+@dataclass(slots=True)
+class Finding:
+    ev: Event
+    match: Match
+    links: list[str] = field(default_factory=list)  # how identity was linked, for the evidence
+
+    @property
+    def sig(self) -> str:
+        return self.match.signature.id
+
+    @property
+    def role(self) -> str:
+        return self.match.role
+
+    @property
+    def category(self) -> str:
+        return self.match.category
+
+
+def _int(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def exit_of(f: Finding) -> dict | None:
+    """The exit a finding reports ({"code", "signal"}), if it reports one."""
+    g = f.match.groups
+    code = _int(g.get("exitcode"))
+    sig = g.get("signal")
+    if code is None and not sig:
+        return None
+    if not sig and code is not None and code < 0:
+        try:
+            sig = _signal.Signals(-code).name
+        except ValueError:
+            sig = None
+    if sig and not sig.startswith("SIG") and sig.isdigit():
+        try:
+            sig = _signal.Signals(int(sig)).name
+        except ValueError:
+            pass
+    return {"code": code, "signal": sig}
+
+
+def link_identity(findings: list[Finding], single_node: bool) -> dict[int, int]:
+    """Fill ranks from match groups; return the pid -> rank map learnt."""
+    pids: dict[int, int] = {}
+    for f in findings:
+        g = f.match.groups
+        ev = f.ev
+        if ev.rank is None:
+            r = _int(g.get("rank"))
+            if r is None and single_node:
+                r = _int(g.get("local_rank"))
+            if r is not None:
+                ev.rank = r
+        if ev.local_rank is None and _int(g.get("local_rank")) is not None:
+            ev.local_rank = _int(g.get("local_rank"))
+        pid = _int(g.get("pid")) or ev.pid
+        if pid and ev.source != "kernel":
+            ev.pid = pid
+            if ev.rank is not None:
+                pids.setdefault(pid, ev.rank)
+    for f in findings:  # lines that name only a pid ("Signal 9 (SIGKILL) received by PID 4242")
+        if f.ev.rank is None and f.ev.source != "kernel" and f.ev.pid in pids:
+            f.ev.rank = pids[f.ev.pid]
+    return pids
+
+
+def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Mapping[int, str],
+                started: Mapping[str | None, int] | None = None) -> None:
+    """Tie kernel findings to ranks by pid, else an OOM kill to the one SIGKILLed rank.
+
+    ``started``: per node, when the job's first process there started (the agents'
+    process records). A kernel line naming a pid that is none of the job's ranks (an
+    OOM kill, an Xid), from before that, was another job's (back-to-back jobs share a
+    node's kernel log): it becomes context, never the job's failure. One that names
+    no pid (a GPU fallen off the bus) may still be why the job failed: it stays."""
+    killed: dict[str | None, set[int]] = defaultdict(set)
+    for f in findings:
+        ex = exit_of(f)
+        if ex and ex["signal"] == "SIGKILL" and f.ev.rank is not None and f.ev.source != "kernel":
+            killed[rank_nodes.get(f.ev.rank)].add(f.ev.rank)
+    for f in findings:
+        ev = f.ev
+        if ev.source != "kernel" or ev.rank is not None or f.role == "context":
+            continue
+        pid = _int(f.match.groups.get("pid"))
+        if pid is not None:
+            ev.pid = pid
+        pid = ev.pid  # NVML's Xid names no pid in its text: the GPU's one process
+        first = (started or {}).get(ev.node)
+        if (pid is not None and pid not in pids and first is not None
+                and ev.occurred_ns is not None and ev.occurred_ns + ev.uncertainty_ns < first):
+            f.match = replace(f.match, role="context")
+            f.links.append(f"pid {pid} is no rank of this job, and this came before its processes "
+                           f"started on {ev.node}: another job's")
+            continue
+        if pid in pids:
+            ev.rank = pids[pid]
+            f.links.append(f"pid {pid} is rank {ev.rank}")
+        elif f.category == "host-memory":
+            cands = killed.get(ev.node) or (killed.get(None) if ev.node is None else None)
+            if not cands and len(killed) == 1:
+                cands = next(iter(killed.values()))
+            if cands and len(cands) == 1:
+                ev.rank = next(iter(cands))
+                f.links.append(f"rank {ev.rank} is the only rank that died by SIGKILL on this node")
+        if ev.rank is not None and ev.node is None:
+            ev.node = rank_nodes.get(ev.rank)
+
+
+_NUM = re.compile(r"0x[0-9a-fA-F]+|\d+")
+
+
+def fingerprint(f: Finding) -> str:
+    """Signature plus the message with numbers blanked: ranks sharing it failed alike."""
+    msg = f.ev.fields.get("message") or f.ev.text
+    first = msg.strip().splitlines()[-1] if f.ev.kind == "traceback" and msg.strip() else msg
+    if f.sig not in GENERIC:
+        first = ""
+    return f"{f.sig}|{_NUM.sub('#', first)[:200]}"
+
+
+def rank_firsts(findings: Iterable[Finding]) -> dict[int, Finding]:
+    """Each rank's first error: earliest root, else earliest cascade (findings are in time order)."""
+    root: dict[int, Finding] = {}
+    cascade: dict[int, Finding] = {}
+    for f in findings:
+        r = f.ev.rank
+        if r is None:
+            continue
+        if f.role == "root":
+            root.setdefault(r, f)
+        elif f.role == "cascade":
+            cascade.setdefault(r, f)
+    return {r: root.get(r) or cascade[r] for r in set(root) | set(cascade)}
+
+
+@dataclass(slots=True)
+class Group:
+    key: str
+    findings: list[Finding]  # in time order
+    ranks: list[int]
+    count: int = 0
+
+
+def distinct_failures(findings: list[Finding], firsts: Mapping[int, Finding], counts: Mapping[str, int]) -> list[Group]:
+    """Root-cause groups, earliest first: per-rank first roots plus roots tied to no rank.
+
+    ``counts`` says how often each fingerprint was seen in all the input.
+    """
+    groups: dict[str, Group] = {}
+    cands = [f for f in firsts.values() if f.role == "root"]
+    cands += [f for f in findings if f.role == "root" and f.ev.rank is None]
+    cands.sort(key=lambda f: (f.ev.occurred_ns is None, f.ev.occurred_ns or 0, f.ev.stream, f.ev.seq))
+    for f in cands:
+        key = fingerprint(f)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = Group(key, [], [], counts.get(key, 1))
+        g.findings.append(f)
+        if f.ev.rank is not None and f.ev.rank not in g.ranks:
+            g.ranks.append(f.ev.rank)
+    return list(groups.values())
+
+
+def phase_of(f: Finding, saving_since: int | None, peers: list[Finding]) -> tuple[str, str]:
+    """The phase of a failure and where that came from.
+
+    In order: its own frames; the signature's one phase hint; a checkpoint save
+    under way when it happened; the stacks of the ranks that waited for it (a rank
+    killed without a stack was in the phase whose collective the others waited in).
+    """
+    p = phase_from_frames(f.ev.frames)
+    if p:
+        return p, "frames"
+    hints = f.match.signature.phases
+    if len(hints) == 1:
+        return hints[0], "signature"
+    if saving_since is not None and f.ev.occurred_ns is not None and f.ev.occurred_ns >= saving_since:
+        return "checkpoint-save", "checkpoint save under way"
+    waited = Counter(ph for g in peers if g.ev.rank != f.ev.rank and (ph := phase_from_frames(g.ev.frames)))
+    if waited:
+        return waited.most_common(1)[0][0], "stacks of the ranks waiting for it"
+    if hints:
+        return hints[0], "signature"
+    return "unknown", "no evidence"
+
+
+def confidence(f: Finding, tied: bool) -> str:
+    if tied or f.sig in GENERIC or f.ev.rank is None or any("only rank" in x for x in f.links):
+        return "medium"
+    return "high"
+
+
+def _launcher_act(f: Finding) -> bool:
+    """A line where a launcher reports or sends a signal or exit (not the rank's own words)."""
+    return not LAUNCHER_GROUPS.isdisjoint(f.match.groups)
+
+
+def stopped_first(
+    errors: Iterable[Finding], known_ranks: Iterable[int], progress: Mapping[int, Event],
+    dumps: Mapping[int, Event] | None = None,
+) -> tuple[int | None, list[str]]:
+    """Infer the rank that stopped first when only cascades exist.
+
+    A rank is waiting when it reported a cascade of its own (a timeout, a lost
+    peer) or its stack dump shows it in a collective; being sent SIGTERM by the
+    launcher afterwards is no sign of waiting. Evidence in order: the one rank
+    whose stack dump is elsewhere than in a collective; the one rank not seen
+    waiting; the rank whose progress stopped earliest.
+    """
+    errors = list(errors)
+    dumps = dumps or {}
+    known = sorted(set(known_ranks) | {f.ev.rank for f in errors if f.ev.rank is not None} | set(dumps))
+    waiting = {f.ev.rank for f in errors if f.role == "cascade" and not _launcher_act(f) and f.ev.rank is not None}
+    waiting |= {r for r, d in dumps.items() if in_collective(d.frames)}
+    elsewhere = [r for r, d in dumps.items() if not in_collective(d.frames) and r not in waiting]
+    if waiting and len(elsewhere) == 1:
+        r = elsewhere[0]
+        fr = dumps[r].frames[-1] if dumps[r].frames else None
+        at = f" in {fr.func} ({fr.file}:{fr.line})" if fr else ""
+        return r, [f"the stack dump of rank {r} shows it{at}, not in a collective, while rank(s) "
+                   f"{_ranges(sorted(waiting))} waited in one"]
+    silent = [r for r in known if r not in waiting]
+    how: list[str] = []
+    if waiting and len(silent) == 1:
+        r = silent[0]
+        how.append(
+            f"rank {r} reported no error of its own while rank(s) {_ranges(sorted(waiting))} "
+            "timed out or lost their peer waiting in a collective"
+        )
+        return r, how
+    pool = silent or known
+    timed = sorted(
+        (progress[r].occurred_ns, r) for r in pool if r in progress and progress[r].occurred_ns is not None
+    )
+    if timed and (len(timed) == 1 or not overlap(progress[timed[0][1]], progress[timed[1][1]])):
+        r = timed[0][1]
+        how.append(f"rank {r} logged progress for the last time earliest of the ranks that logged progress")
+        return r, how
+    if len(pool) == 1:
+        return pool[0], [f"rank {pool[0]} is the only rank not seen waiting in a collective"]
+    return None, ["no rank stands out: every rank reported a timeout or none logged progress"]
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5' (sorted input)."""
+    spans: list[list[int]] = []
+    for r in ranks:
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)

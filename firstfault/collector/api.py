@@ -1,0 +1,188 @@
+"""The collector's HTTP API (aiohttp): read-only queries and metrics.
+
+    GET /healthz                          "ok" while the store answers
+    GET /metrics                          Prometheus text (ingest counters, store latency)
+    GET /api/jobs                         {"jobs": [...]} newest first
+    GET /api/jobs/{job}/report            the report; ?format=json|md|text (default json)
+    GET /api/jobs/{job}/timeline          {"records": [...]}; ?rank=&node=&since=&until=&grep=&limit=
+                                          &format=jsonl streams one record a line
+    GET /api/jobs/{job}/bundle            the bug-report .tar.gz
+
+Bound to loopback by default. On any other address a token is required
+(``Authorization: Bearer <token>``), compared in constant time. Store calls run
+in a worker thread, one at a time; nothing from a record is executed or used as
+a path, and the only HTML is none: responses are JSON, text or Markdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import itertools
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from firstfault.common.prometheus import CONTENT_TYPE
+
+from firstfault.collector import query
+from firstfault.analysis.catalog import Catalog
+from firstfault.reports import render
+from firstfault.collector.store.base import Selection, Store
+
+JSON_CT = "application/json"
+CHUNK = 2000  # records read from the store per step of a streamed timeline
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_selection(job: str, q) -> Selection:
+    """Selection from query parameters; ValueError names the bad one."""
+    def ints(name):
+        v = q.get(name)
+        return tuple(int(x) for x in v.split(",")) if v else None
+
+    def ns(name):
+        v = q.get(name)
+        return None if v is None else int(float(v) * 1e9) if re.fullmatch(r"[\d.]+", v) else _iso_ns(v, name)
+
+    grep = q.get("grep")
+    if grep is not None:
+        try:
+            re.compile(grep)
+        except re.error as e:
+            raise ValueError(f"grep: not a regular expression: {e}") from None
+    limit = q.get("limit")
+    nodes = q.get("node")
+    try:
+        return Selection(job=job, nodes=tuple(nodes.split(",")) if nodes else None, ranks=ints("rank"),
+                         since_ns=ns("since"), until_ns=ns("until"), grep=grep,
+                         limit=int(limit) if limit is not None else None)
+    except ValueError as e:
+        raise ValueError(f"bad query: {e}") from None
+
+
+def _iso_ns(v: str, name: str) -> int:
+    from datetime import datetime
+
+    try:
+        dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{name}: not a time (ISO 8601 or epoch seconds): {v!r}") from None
+    if dt.tzinfo is None:
+        raise ValueError(f"{name}: give a zone (Z or +hh:mm): {v!r}")
+    return int(dt.timestamp() * 1e9)
+
+
+class Api:
+    def __init__(self, store: Store, catalog: Catalog, *, token: str | None = None,
+                 metrics: Callable[[], str] | None = None,
+                 call: Callable[..., Awaitable[Any]] | None = None) -> None:
+        """``call(fn, *args)`` runs a store call on the store's own thread (the daemon
+        passes the ingest server's, so one thread owns the SQLite connection)."""
+        self.store = store
+        self.catalog = catalog
+        self.token = token
+        self.metrics = metrics
+        self.call = call or asyncio.to_thread
+        self.lock = asyncio.Lock()  # one store call at a time
+
+    async def _call(self, fn, *args):
+        async with self.lock:
+            return await self.call(fn, *args)
+
+    @web.middleware
+    async def auth(self, request: web.Request, handler):
+        if self.token is not None:
+            got = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode()):
+                return web.json_response({"error": "a valid token is required"}, status=401)
+        try:
+            return await handler(request)
+        except query.QueryError as e:
+            return web.json_response({"error": str(e)}, status=404)
+        except ValueError as e:
+            return web.json_response({"error": str(e)}, status=400)
+
+    async def healthz(self, request):
+        await self._call(self.store.clocks)
+        return web.Response(text="ok\n")
+
+    async def prometheus(self, request):
+        text = self.metrics() if self.metrics else ""
+        return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def jobs(self, request):
+        return web.json_response({"jobs": await self._call(query.jobs, self.store)})
+
+    async def report(self, request):
+        fmt = request.query.get("format", "json")
+        if fmt not in ("json", "md", "text"):
+            raise ValueError("format: json, md or text")
+        rep = await self._call(query.report, self.store, request.match_info["job"], self.catalog)
+        if fmt == "json":
+            return web.json_response(rep, dumps=lambda o: json.dumps(o, ensure_ascii=False))
+        return web.Response(text=render(rep, fmt), content_type="text/markdown" if fmt == "md" else "text/plain")
+
+    async def timeline(self, request):
+        """Streams every matching record in chunks: nothing is cut, memory stays flat."""
+        job = request.match_info["job"]
+        sel = parse_selection(job, request.query)
+        if await self._call(self.store.job, job) is None:
+            raise query.QueryError(f"no job {job!r} in the store")
+        jsonl = request.query.get("format") == "jsonl"
+        rows = await self._call(lambda: iter(query.timeline(self.store, sel)))
+        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson" if jsonl else JSON_CT})
+        await resp.prepare(request)
+        if not jsonl:
+            await resp.write(b'{"records": [')
+        first = True
+        while chunk := await self._call(lambda: list(itertools.islice(rows, CHUNK))):
+            text = "\n".join(json.dumps(r, ensure_ascii=False) for r in chunk) + "\n" if jsonl else \
+                ("" if first else ",") + ",".join(json.dumps(r, ensure_ascii=False) for r in chunk)
+            first = False
+            await resp.write(text.encode())
+        if not jsonl:
+            await resp.write(b"]}\n")
+        await resp.write_eof()
+        return resp
+
+    async def bundle(self, request):
+        job = request.match_info["job"]
+        data = await self._call(query.bundle, self.store, job, self.catalog)
+        safe = re.sub(r"[^\w.-]", "_", job)
+        return web.Response(body=data, content_type="application/gzip",
+                            headers={"Content-Disposition": f'attachment; filename="firstfault-{safe}.tar.gz"'})
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self.auth])
+        app.add_routes([
+            web.get("/healthz", self.healthz),
+            web.get("/metrics", self.prometheus),
+            web.get("/api/jobs", self.jobs),
+            web.get("/api/jobs/{job}/report", self.report),
+            web.get("/api/jobs/{job}/timeline", self.timeline),
+            web.get("/api/jobs/{job}/bundle", self.bundle),
+        ])
+        return app
+
+
+async def start(api: Api, host: str, port: int) -> web.AppRunner:
+    """Serve the API on host:port; a non-loopback address needs a token."""
+    if not is_loopback(host) and api.token is None:
+        raise ValueError(f"the HTTP API on {host} (not loopback) needs a token: give --token-file")
+    runner = web.AppRunner(api.app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

@@ -1,0 +1,187 @@
+"""``firstfault jobs | report | timeline``: ask a running collector (its HTTP API) or
+read its store directly (the SQLite file, or the PostgreSQL database by its URL).
+
+    firstfault jobs [--collector URL | --db PATH_OR_URL] [--format text|json]
+    firstfault report JOB [--format text|md|json] [--output FILE] [--bundle FILE.tar.gz]
+    firstfault timeline JOB [--rank R] [--node N] [--since T] [--until T] [--grep RE]
+                            [--limit N] [--format text|json|jsonl]
+
+Exit codes: 0 done, 1 the job or the collector could not be found, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+
+from firstfault.collector import query
+from firstfault.common.output import write_output
+from firstfault.analysis.catalog import load_catalog
+from firstfault.reports import render
+
+DEFAULT_URL = "http://127.0.0.1:7141"
+
+
+class _Http:
+    """The collector's HTTP API, read with urllib (token from --token-file)."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+
+    def _open(self, path: str, params: dict | None = None):
+        q = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
+        req = urllib.request.Request(f"{self.url}{path}{'?' + q if q else ''}")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            return urllib.request.urlopen(req, timeout=300)
+        except urllib.error.HTTPError as e:
+            try:
+                msg = json.load(e).get("error", e.reason)
+            except ValueError:
+                msg = e.reason
+            raise query.QueryError(f"{self.url}: {msg}") from None
+        except urllib.error.URLError as e:
+            raise query.QueryError(f"no collector answers at {self.url} ({e.reason}); give --db PATH to read "
+                                   "its database directly") from None
+
+    def jobs(self) -> list[dict]:
+        with self._open("/api/jobs") as r:
+            return json.load(r)["jobs"]
+
+    def report(self, job: str) -> dict:
+        with self._open(f"/api/jobs/{urllib.parse.quote(job, safe='')}/report") as r:
+            return json.load(r)
+
+    def bundle(self, job: str) -> bytes:
+        with self._open(f"/api/jobs/{urllib.parse.quote(job, safe='')}/bundle") as r:
+            return r.read()
+
+    def timeline(self, job: str, params: dict) -> Iterator[dict]:
+        with self._open(f"/api/jobs/{urllib.parse.quote(job, safe='')}/timeline", {**params, "format": "jsonl"}) as r:
+            for line in r:
+                yield json.loads(line)
+
+
+class _Db:
+    """The store, read directly: a SQLite file or a postgres:// URL."""
+
+    def __init__(self, db: str) -> None:
+        from firstfault.collector.store import URL_SCHEMES, open_store
+        from firstfault.collector.store.base import StoreError
+
+        if not db.startswith(URL_SCHEMES) and not os.path.exists(db):
+            raise query.QueryError(f"no database at {db}")
+        try:
+            self.store = open_store(db)
+        except StoreError as e:
+            raise query.QueryError(str(e)) from None
+        self.catalog = load_catalog()
+
+    def jobs(self) -> list[dict]:
+        return query.jobs(self.store)
+
+    def report(self, job: str) -> dict:
+        return query.report(self.store, job, self.catalog)
+
+    def bundle(self, job: str) -> bytes:
+        return query.bundle(self.store, job, self.catalog)
+
+    def timeline(self, job: str, params: dict) -> Iterator[dict]:
+        from firstfault.collector.api import parse_selection
+
+        if self.store.job(job) is None:
+            raise query.QueryError(f"no job {job!r} in the store")
+        return query.timeline(self.store, parse_selection(job, params))
+
+
+def _source(a: argparse.Namespace):
+    token = None
+    if a.token_file:
+        with open(a.token_file, encoding="utf-8") as f:
+            token = f.read().strip()
+    return _Db(a.db) if a.db else _Http(a.collector or DEFAULT_URL, token)
+
+
+def cmd_jobs(a: argparse.Namespace) -> int:
+    rows = _source(a).jobs()
+    if a.format == "json":
+        write_output(json.dumps({"jobs": rows}, indent=2) + "\n", None)
+        return 0
+    lines = [f"{'JOB':<24} {'STATUS':<8} {'NODES':>5} {'RANKS':>5} {'RECORDS':>9}  FIRST -> LAST"]
+    for j in rows:
+        lines.append(f"{j['job']:<24} {j['status']:<8} {len(j['nodes']):>5} {len(j['ranks']):>5} {j['records']:>9}"
+                     f"  {j['first_at']} -> {j['last_at']}")
+    write_output("\n".join(lines) + "\n", None)
+    return 0
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    src = _source(a)
+    if a.bundle:
+        data = src.bundle(a.job)
+        with open(a.bundle, "wb") as f:
+            f.write(data)
+        print(f"firstfault: wrote {a.bundle} ({len(data)} bytes)", file=sys.stderr)
+        return 0
+    write_output(render(src.report(a.job), a.format), a.output)
+    return 0
+
+
+def cmd_timeline(a: argparse.Namespace) -> int:
+    params = {"rank": a.rank, "node": a.node, "since": a.since, "until": a.until, "grep": a.grep,
+              "limit": None if a.limit is None else str(a.limit)}
+    rows = _source(a).timeline(a.job, {k: v for k, v in params.items() if v is not None})
+    w = sys.stdout.write
+    if a.format == "json":
+        w('{"records": [')
+        for i, r in enumerate(rows):
+            w(("," if i else "") + json.dumps(r, ensure_ascii=False))
+        w("]}\n")
+    elif a.format == "jsonl":
+        for r in rows:
+            w(json.dumps(r, ensure_ascii=False) + "\n")
+    else:
+        for r in rows:
+            who = f"rank {r['rank']}" if r.get("rank") is not None else r["source"]
+            for i, line in enumerate(r["message"].split("\n")):
+                w(f"{r['at']} {r['node']:<12} {who:<8} {line}\n" if i == 0 else f"{'':>47}{line}\n")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    where = common.add_mutually_exclusive_group()
+    where.add_argument("--collector", metavar="URL", help=f"the collector's HTTP API (default {DEFAULT_URL})")
+    where.add_argument("--db", metavar="PATH_OR_URL",
+                       help="read the collector's store directly: its SQLite file or postgresql:// URL")
+    common.add_argument("--token-file", metavar="F", help="token for a collector API that is not on loopback")
+
+    p = sub.add_parser("jobs", parents=[common], help="list the jobs the collector knows")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser("report", parents=[common], help="the report of a job, over all its nodes")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--format", choices=("text", "md", "json"), default="text")
+    p.add_argument("--output", "-o", metavar="FILE")
+    p.add_argument("--bundle", metavar="FILE.tar.gz", help="write the bug-report bundle instead")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("timeline", parents=[common], help="the merged, clock-corrected timeline of a job")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--rank", metavar="R", help="rank(s), comma separated")
+    p.add_argument("--node", metavar="N", help="node(s), comma separated")
+    p.add_argument("--since", metavar="T", help="ISO 8601 time with zone, or epoch seconds")
+    p.add_argument("--until", metavar="T")
+    p.add_argument("--grep", metavar="RE", help="regular expression over the message")
+    p.add_argument("--limit", type=int, metavar="N", help="at most N records (default: all)")
+    p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
+    p.set_defaults(func=cmd_timeline)

@@ -1,0 +1,242 @@
+"""Collector configuration: a TOML file and command-line flags -> a frozen CollectorConfig.
+
+A whole file (every key optional; these are the defaults, except token_file and tls)::
+
+    listen = "127.0.0.1:7140"          # agents connect here (HOST:PORT, [v6]:PORT)
+    http = "127.0.0.1:7141"            # the query API
+    db = "./firstfault.db"             # the store: a SQLite file (created if absent), or
+                                       # postgresql://USER:PASSWORD@HOST:PORT/DB (or postgres://;
+                                       # libpq URL syntax; needs firstfault[postgres]): one
+                                       # database several collectors can share
+    token_file = "/etc/firstfault/token"   # required unless listen is loopback
+    log_level = "info"                 # debug, info, warning, error
+
+    [tls]                              # all absent: plain TCP
+    cert = "/etc/firstfault/collector.pem"
+    key = "/etc/firstfault/collector.key"
+    client_ca = "/etc/firstfault/agents-ca.pem"   # set: agents need a client cert (mTLS)
+
+    [retention]                        # 0: no bound
+    max_age_days = 30
+    max_bytes = 0
+    prune_interval_s = 600
+
+    [limits]
+    max_connections = 1024
+    max_batch_records = 10000          # told to agents in welcome (<= the wire's 10000)
+    max_frame_bytes = 8388608          # likewise (<= the wire's 8 MiB)
+    max_inflight_records = 100000      # records read but not yet stored, all connections
+    read_timeout_s = 120               # no whole frame for this long: close
+
+    [clock]                            # NTP-style offsets of the nodes' clocks
+    ping_interval_s = 10
+    samples = 8
+    drift_ppm = 50
+    save_interval_s = 60
+
+Flags: every top-level key KEY is ``--KEY`` and every key KEY of table T is
+``--T-KEY``, underscores written as dashes (``--token-file``, ``--tls-client-ca``,
+``--limits-read-timeout-s``); ``--config FILE`` names the file; flags win over it.
+Unknown keys and flags, wrong types and bad values are all collected and raised as
+one ConfigError listing every problem.
+
+Security: a token is required when ``listen`` is not a loopback address (the agents'
+hello carries it); without one the configuration is refused. The token is read from
+token_file at load time and kept out of repr().
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from firstfault.common import settings
+from firstfault.common.settings import Address, HelpRequested, is_loopback_host  # noqa: F401 (re-exported)
+from firstfault.wire import MAX_BATCH_RECORDS, MAX_FRAME_BYTES
+from firstfault.collector.store import display
+
+USAGE = """\
+usage: firstfault collector [--config FILE] [--check-config] [--listen HOST:PORT] [--http HOST:PORT]
+                            [--db PATH_OR_URL] [--token-file FILE] [--log-level LEVEL]
+                            [--tls-cert F --tls-key F [--tls-client-ca F]]
+                            [--retention-max-age-days N] [--retention-max-bytes N]
+                            [--limits-max-connections N] [--limits-read-timeout-s S] ...
+
+Every key of the TOML file is a flag: top-level KEY is --KEY, key KEY of table T is
+--T-KEY (dashes for underscores); flags win over the file."""
+
+
+class ConfigError(settings.ConfigError):
+    """The collector's configuration is unusable; ``problems`` lists every reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(problems, "collector")
+
+
+@dataclass(frozen=True, slots=True)
+class TLSConfig:
+    cert: Path | None = None
+    key: Path | None = None
+    client_ca: Path | None = None  # set: mutual TLS, agents present a cert it signed
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert is not None
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionConfig:
+    max_age_days: float = 30  # 0: no bound
+    max_bytes: int = 0  # 0: no bound
+    prune_interval_s: float = 600
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    max_connections: int = 1024
+    max_batch_records: int = MAX_BATCH_RECORDS
+    max_frame_bytes: int = MAX_FRAME_BYTES
+    max_inflight_records: int = 100_000
+    read_timeout_s: float = 120
+
+
+@dataclass(frozen=True, slots=True)
+class ClockConfig:
+    ping_interval_s: float = 10
+    samples: int = 8
+    drift_ppm: float = 50
+    save_interval_s: float = 60
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorConfig:
+    listen: Address = Address("127.0.0.1", 7140)
+    http: Address = Address("127.0.0.1", 7141)
+    db: str = "./firstfault.db"
+    token_file: Path | None = None
+    log_level: str = "info"
+    tls: TLSConfig = TLSConfig()
+    retention: RetentionConfig = RetentionConfig()
+    limits: LimitsConfig = LimitsConfig()
+    clock: ClockConfig = ClockConfig()
+    token: str | None = field(default=None, repr=False)  # read from token_file
+
+    @property
+    def db_is_url(self) -> bool:
+        return "://" in self.db
+
+
+# --- value parsers (firstfault/common/settings.py) --------------------------------------------
+
+def _db(v: Any, flag: bool) -> str:
+    v = settings.string(v, flag)
+    scheme = v.split("://", 1)[0] if "://" in v else None
+    if scheme is not None and scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"expected a SQLite file path or a postgres:// URL, got {v!r}")
+    return v
+
+
+_address, _number, _path = settings.address, settings.number, settings.path
+_level = settings.level
+
+
+_PARSERS: dict[str | None, dict[str, settings.Parser]] = {
+    None: {"listen": _address, "http": _address, "db": _db, "token_file": _path,
+           "log_level": _level},
+    "tls": {"cert": _path, "key": _path, "client_ca": _path},
+    "retention": {"max_age_days": _number(0), "max_bytes": _number(0, integer=True),
+                  "prune_interval_s": _number(0, strict=True)},
+    "limits": {"max_connections": _number(1, integer=True),
+               "max_batch_records": _number(1, integer=True, hi=MAX_BATCH_RECORDS),
+               "max_frame_bytes": _number(1024, integer=True, hi=MAX_FRAME_BYTES),
+               "max_inflight_records": _number(1, integer=True),
+               "read_timeout_s": _number(0, strict=True)},
+    "clock": {"ping_interval_s": _number(0, strict=True),
+              "samples": _number(1, integer=True, hi=10_000),
+              "drift_ppm": _number(0), "save_interval_s": _number(0, strict=True)},
+}
+_TABLE_TYPES = {"tls": TLSConfig, "retention": RetentionConfig, "limits": LimitsConfig,
+                "clock": ClockConfig}
+_FLAGS: dict[str, tuple[str | None, str]] = {
+    settings.flag_name(t, k): (t, k) for t, keys in _PARSERS.items() for k in keys}
+
+
+# --- loading -------------------------------------------------------------------
+
+def load_config(path: str | Path | None = None,
+                flags: dict[tuple[str | None, str], str] | None = None) -> CollectorConfig:
+    """The configuration from the TOML file at ``path`` (optional) with ``flags``
+    ((table, key) -> string value) on top; ConfigError lists every problem."""
+    problems: list[str] = []
+    doc = settings.read_toml(path, problems)
+    where = f"{path}: " if path is not None else ""
+    values = settings.read_values(_PARSERS, doc, flags or {}, where, problems)
+    cfg = CollectorConfig(**{k: v for k, v in values[None].items()}, **{
+        t: _TABLE_TYPES[t](**values[t]) for t in _TABLE_TYPES})
+    cfg = _check(cfg, problems)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def _check(cfg: CollectorConfig, problems: list[str]) -> CollectorConfig:
+    """Cross-key checks and the token file; returns cfg with the token read."""
+    tls = cfg.tls
+    if (tls.cert is None) != (tls.key is None):
+        problems.append("tls: cert and key go together; set both or neither")
+    if tls.client_ca is not None and tls.cert is None:
+        problems.append("tls.client_ca needs tls.cert and tls.key (mTLS runs over TLS)")
+    for name in ("cert", "key", "client_ca"):
+        p = getattr(tls, name)
+        if p is not None and not os.access(p, os.R_OK):
+            problems.append(f"tls.{name}: cannot read {p}")
+    lim = cfg.limits
+    if lim.max_inflight_records < lim.max_batch_records:
+        problems.append(f"limits.max_inflight_records ({lim.max_inflight_records}) must be at "
+                        f"least limits.max_batch_records ({lim.max_batch_records})")
+    if lim.read_timeout_s <= cfg.clock.ping_interval_s:
+        problems.append(f"limits.read_timeout_s ({lim.read_timeout_s}) must exceed "
+                        f"clock.ping_interval_s ({cfg.clock.ping_interval_s}): idle agents "
+                        "send nothing but pongs")
+    token = settings.read_token(cfg.token_file, problems)
+    if cfg.token_file is None and not cfg.listen.is_loopback:
+        problems.append(f"listen {cfg.listen} is not a loopback address: a token is required "
+                        "(set token_file or --token-file FILE; agents send the same token); "
+                        "refusing to accept unauthenticated agents from the network")
+    return replace(cfg, token=token)
+
+
+def parse_args(argv: list[str]) -> tuple[CollectorConfig, bool]:
+    """(configuration, --check-config given) for ``firstfault collector ARGS`` (argv
+    without the command).
+
+    ConfigError lists every problem (unknown flags included); HelpRequested on --help."""
+    config_path, given, problems = settings.parse_argv(
+        argv, set(_FLAGS), usage=USAGE, switches=frozenset({"--check-config"}))
+    check = bool(given.pop("--check-config", False))
+    flags = {_FLAGS[name]: value for name, value in given.items()}
+    try:
+        cfg = load_config(config_path, flags)
+    except ConfigError as e:
+        problems.extend(e.problems)
+    if problems:
+        raise ConfigError(problems)
+    return cfg, check
+
+
+def describe(cfg: CollectorConfig) -> str:
+    """One key=value line of the effective configuration, for the start-up log (no token)."""
+    parts = []
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        if f.name == "token":
+            continue
+        if f.name == "db":  # a URL's password stays out of logs
+            v = display(v)
+        if is_dataclass(v) and not isinstance(v, Address):
+            parts += [f"{f.name}.{g.name}={getattr(v, g.name)}" for g in fields(v)]
+        else:
+            parts.append(f"{f.name}={v}")
+    return " ".join(parts)

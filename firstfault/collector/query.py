@@ -1,0 +1,109 @@
+"""The read side, shared by the CLI and the HTTP API: jobs, a job's report, its
+timeline, and the bundle to attach to a bug report. Reads a Store; renders nothing
+but JSON-able dicts (firstfault/collector/reports renders text and Markdown)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+
+from firstfault.wire import KIND_AGENT_GAP, KIND_JOB_MARK, KIND_KERNEL_GAP, Record
+
+from firstfault.analysis.catalog import Catalog
+from firstfault.analysis.context import CONFIG_NEEDLE
+from firstfault.analysis.marks import ReportMarker
+from firstfault.analysis.records import events_from_records, mark_of
+from firstfault.analysis.report import Inputs, build_report, iso
+from firstfault.analysis.timeline import NodeClock
+from firstfault.reports import render
+from firstfault.collector.store.base import Selection, Store, needed_records
+
+GAP_KINDS = (KIND_AGENT_GAP, KIND_KERNEL_GAP)
+
+
+class QueryError(Exception):
+    """A query that can not be answered (unknown job, bad selection)."""
+
+
+def record_dict(r: Record) -> dict:
+    """A record as JSON: its fields plus ``at`` (occurred, else observed, as ISO time)."""
+    d = asdict(r)
+    d["at"] = iso(r.occurred_ns if r.occurred_ns is not None else r.observed_ns)
+    return d
+
+
+def jobs(store: Store) -> list[dict]:
+    return [{**asdict(j), "first_at": iso(j.first_ns), "last_at": iso(j.last_ns)} for j in store.jobs()]
+
+
+def _gap(r: Record) -> dict:
+    return {"node": r.node, "source": r.fields.get("source") or r.source, "at": iso(r.observed_ns),
+            "reason": r.message or r.kind, **{k: v for k, v in r.fields.items() if k != "source"}}
+
+
+def _noting(records: Iterator[Record], inputs: Inputs, first_ns: int) -> Iterator[Record]:
+    """Pass records through, noting in ``inputs`` the gaps, the job's marks, which nodes sent
+    records of the job and each rank's node, from its latest record (a rank that only
+    logged plain lines is no finding, yet it was there). build_report reads them after it has read the records.
+    A kernel gap noticed before the job's first record lost only what came before it."""
+    for r in records:
+        if r.rank is not None and r.job == inputs.job:
+            inputs.rank_nodes[r.rank] = r.node  # the latest: a block's last of each rank is marked
+        if r.kind in GAP_KINDS:
+            if not (r.kind == KIND_KERNEL_GAP and r.observed_ns < first_ns):
+                inputs.gaps.append(_gap(r))
+        elif r.kind == KIND_JOB_MARK:
+            if r.job == inputs.job:
+                inputs.marks.append(mark_of(r))
+        elif r.job == inputs.job:
+            inputs.nodes_seen.add(r.node)
+        yield r
+
+
+def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = None) -> dict:
+    """The report (REPORT.md) of one job over every node that sent its records."""
+    info = store.job(job)
+    if info is None:
+        raise QueryError(f"no job {job!r} in the store (firstfault jobs lists them)")
+    clocks = {n: NodeClock(c.offset_ns, c.uncertainty_ns) for n, c in store.clocks().items()}
+    inputs = Inputs(job=job, clocks=clocks, generated_ns=time.time_ns(), rank_nodes={})
+    sel = sel or Selection(job=job)
+    # only the records the report reads (analysis/marks.py), where the store kept marks
+    needed = needed_records(store, sel, ReportMarker(catalog).name)
+    events = events_from_records(_noting(needed, inputs, info.first_ns))
+    return build_report(events, catalog, inputs)
+
+
+def timeline(store: Store, sel: Selection) -> Iterator[dict]:
+    """Every matching record, in timeline order, as dicts (nothing cut unless sel.limit)."""
+    for r in store.records(sel):
+        yield record_dict(r)
+
+
+def bundle(store: Store, job: str, catalog: Catalog) -> bytes:
+    """A .tar.gz for a bug report: report.md, report.json, timeline.jsonl, config.txt, README.txt."""
+    rep = report(store, job, catalog)
+    lines = [json.dumps(d, ensure_ascii=False) for d in timeline(store, Selection(job=job))]
+    config = [d["message"] for d in map(json.loads, lines) if CONFIG_NEEDLE in d["message"]]
+    files = {
+        "report.md": render(rep, "md"),
+        "report.json": render(rep, "json"),
+        "timeline.jsonl": "\n".join(lines) + "\n",
+        "config.txt": "\n".join(config) + ("\n" if config else "(DeepSpeed printed no resolved config)\n"),
+        "README.txt": (f"firstfault bundle of job {job}, made {iso(time.time_ns())}.\n"
+                       "report.md pastes into an issue; report.json is firstfault.report/1; timeline.jsonl holds "
+                       "every record of the job and of its nodes' kernel around it, one JSON object a line, in time "
+                       "order; config.txt is the resolved DeepSpeed config as printed at initialize.\n"),
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            ti = tarfile.TarInfo(f"firstfault-{job}/{name}")
+            ti.size, ti.mtime, ti.mode = len(data), int(time.time()), 0o644
+            tar.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()

@@ -1,0 +1,500 @@
+"""The collector's ingest: an asyncio TCP (optionally TLS) server speaking firstfault/wire.py.
+
+Per connection (one agent stream), in order:
+
+1. ``hello`` first, in a frame of at most HELLO_MAX_BYTES. A version this side does
+   not speak -> ``error`` ERR_VERSION; a token that is not the configured one
+   (``hmac.compare_digest``) -> ERR_AUTH; the connection is then closed. Without a
+   configured token every hello is accepted, which start() allows only on a
+   loopback address. The hello must come within HELLO_TIMEOUT_S.
+2. ``welcome`` with ``store.high_seq(node, stream)`` and this session's limits; a
+   first ``ping`` follows at once, then one every ``clock.ping_interval_s``.
+3. ``batch`` frames: node and stream must equal the hello's (else ERR_PROTOCOL).
+   The records go to ``store.insert`` (or ``store.insert_columns(node, stream,
+   seqs, cols)`` where the store has it: no Record objects built) in the single
+   store thread; ``ack`` with the batch's highest seq is sent only after it
+   returned, i.e. once the rows are durable. ``pong`` frames feed ClockTracker
+   (t4 stamped on decoding); an agent's own ``ping`` is answered with ``pong``.
+   Batches that queue while the store thread is busy are stored together (one
+   ``store.insert_columns_many([(node, stream, seqs, cols), ...])`` transaction
+   where the store has it: group commit), each still acked only once durable.
+   When nothing waits, the idle store thread runs ``store.mark_pending()`` steps
+   (where the store has it): the report marks group commits left for later.
+
+Guarantees
+    * An ack covers only records the store has committed; a store failure sends
+      ERR_INTERNAL and closes that connection without acking.
+    * Backpressure: a connection's next frame is not read while its batch is being
+      stored, and the records read but not yet stored, over all connections, never
+      exceed ``limits.max_inflight_records``: before a frame's body is read, the
+      most records a body of that length can hold (MIN_RECORD_BYTES each, at most
+      MAX_BATCH_RECORDS) are reserved, cut to the real count once decoded, and given
+      back when the store returns. A slow store thus slows reading from sockets.
+    * Anything malformed, oversize, unknown or out of order: ``error`` with the
+      WireError's code, one log line ``peer=.. node=.. code=.. reason=..``, a count
+      in Metrics.errors, and only that connection is closed.
+    * stop(): stop accepting, let batches being stored finish and be acked, tell
+      the other connections ERR_SHUTDOWN, save clock estimates, return.
+
+Store calls run on one thread (``writer``), as firstfault/collector/store/base.py asks; pass
+the executor the store was opened on (SQLite connections belong to their thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hmac
+import logging
+import ssl
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from firstfault.wire import (
+    ERR_AUTH, ERR_INTERNAL, ERR_PROTOCOL, ERR_SHUTDOWN, ERR_TOO_LARGE, MAX_BATCH_RECORDS,
+    MAX_TEXT_BYTES, Ack, BatchColumns, Error, FrameDecoder, Hello, Ping, Pong, Welcome,
+    WireError, encode_message,
+)
+from firstfault.collector.clock import ClockTracker
+from firstfault.collector.config import ClockConfig, LimitsConfig, TLSConfig, is_loopback_host
+from firstfault.collector.metrics import LogLimiter, Metrics, RecordBudget
+from firstfault.collector.store.base import Store
+
+log = logging.getLogger(__name__)
+
+HELLO_MAX_BYTES = 16 * 1024  # a hello is at most ~2 KiB; nothing bigger before auth
+HELLO_TIMEOUT_S = 10.0  # (or the read timeout if shorter): idle strangers do not hold slots
+# The fewest body bytes one record takes in a batch: one byte for each of the 13
+# columns' values (nil, fixint, empty str or map) plus one more for each of the
+# non-empty source and kind strings. So a body of N bytes holds < N/15 + 1 records.
+MIN_RECORD_BYTES = 15
+_PREFIX_BYTES = 4
+
+
+class _Closing(Exception):
+    """End this connection: send ``error`` (code, reason) unless code is None."""
+
+    def __init__(self, code: str | None, reason: str, count_as: str | None = None,
+                 level: int = logging.WARNING) -> None:
+        super().__init__(reason)
+        self.code, self.reason, self.level = code, reason, level
+        self.count_as = count_as or code
+
+
+class _Session:
+    __slots__ = ("reader", "writer", "peer", "node", "stream", "decoder", "task",
+                 "reading", "held", "pings", "welcomed")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.node = self.stream = None
+        self.decoder = FrameDecoder(HELLO_MAX_BYTES, batch_columns=True)
+        self.task = asyncio.current_task()
+        self.reading = False  # waiting on the socket or the budget, holding nothing
+        self.held = 0  # records of the budget this session holds
+        self.pings: dict[int, None] = {}  # t1 of pings not yet answered, oldest first
+        self.welcomed = False
+
+
+def make_ssl_context(tls: TLSConfig) -> ssl.SSLContext | None:
+    """The server's TLS context (mutual TLS when tls.client_ca is set); None: plain TCP."""
+    if not tls.enabled:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(str(tls.cert), str(tls.key))
+    if tls.client_ca is not None:
+        ctx.load_verify_locations(cafile=str(tls.client_ca))
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+class IngestServer:
+    """The ingest server; see the module docstring for what it guarantees."""
+
+    def __init__(self, store: Store, *, token: str | None = None,
+                 limits: LimitsConfig = LimitsConfig(), clock: ClockConfig = ClockConfig(),
+                 ssl_context: ssl.SSLContext | None = None,
+                 writer: ThreadPoolExecutor | None = None,
+                 metrics: Metrics | None = None) -> None:
+        self.store = store
+        self.token = token
+        self.limits, self.clock_config = limits, clock
+        self.ssl_context = ssl_context
+        self.metrics = metrics or Metrics()
+        self.clocks = ClockTracker(clock.samples, clock.drift_ppm)
+        self.budget = RecordBudget(limits.max_inflight_records, self.metrics)
+        self._own_writer = writer is None
+        self._writer = writer or ThreadPoolExecutor(1, thread_name_prefix="firstfault-store")
+        self._insert_columns = getattr(store, "insert_columns", None)
+        self._insert_many = getattr(store, "insert_columns_many", None)
+        self._mark_pending = getattr(store, "mark_pending", None)
+        self._marks_behind = self._mark_pending is not None  # the file may hold some
+        self._queued: list[tuple[BatchColumns, asyncio.Future]] = []  # batches for the store
+        self._storing = False  # a group of batches is on the store thread
+        self._server: asyncio.Server | None = None
+        self._sessions: set[_Session] = set()
+        self._tasks: list[asyncio.Task] = []
+        self._stopping = False
+        self._log_limiter = LogLimiter()
+        self.address: tuple[str, int] | None = None
+
+    # --- life cycle ---------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
+        """Listen on host:port (0: any free port); returns the bound (host, port)."""
+        if self.token is None and not is_loopback_host(host):
+            raise ValueError(f"refusing to listen on {host}:{port} without a token: "
+                             "agents could connect from the network unauthenticated")
+        self._server = await asyncio.start_server(
+            self._handle, host, port, ssl=self.ssl_context, backlog=1024,
+            ssl_handshake_timeout=self.limits.read_timeout_s if self.ssl_context else None)
+        self.address = self._server.sockets[0].getsockname()[:2]
+        self._tasks = [asyncio.create_task(self._ping_loop(), name="firstfault-ping"),
+                       asyncio.create_task(self._clock_save_loop(), name="firstfault-clocks")]
+        log.info("ingest listening address=%s:%s tls=%s mtls=%s auth=%s", *self.address,
+                 self.ssl_context is not None,
+                 self.ssl_context is not None and self.ssl_context.verify_mode == ssl.CERT_REQUIRED,
+                 "token" if self.token is not None else "none (loopback)")
+        return self.address
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Stop accepting; finish the batches being stored; close every connection."""
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        for t in self._tasks:
+            t.cancel()
+        for s in list(self._sessions):
+            if s.reading and s.task is not None:
+                s.task.cancel()  # idle: told ERR_SHUTDOWN; busy ones finish their batch
+        tasks = [s.task for s in self._sessions if s.task is not None]
+        if tasks:
+            done, pending = await asyncio.wait(tasks, timeout=grace_s)
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=2.0)
+        if self._server is not None:
+            await self._server.wait_closed()
+        await self._save_clocks()
+        if self._own_writer:
+            self._writer.shutdown(wait=True)
+        log.info("ingest stopped records_stored=%d", self.metrics.records_stored)
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` on the store thread (for the daemon's pruning, say)."""
+        return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+
+    # --- one connection -----------------------------------------------------------
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        s = _Session(reader, writer)
+        m = self.metrics
+        if self._stopping or len(self._sessions) >= self.limits.max_connections:
+            m.connections_rejected += 1
+            why = ("collector stopping" if self._stopping else
+                   f"too many connections ({self.limits.max_connections}); reconnect later")
+            await self._close(s, _Closing(ERR_SHUTDOWN if self._stopping else ERR_INTERNAL,
+                                          why, count_as="rejected"))
+            return
+        self._sessions.add(s)
+        m.connections += 1
+        m.connections_open += 1
+        try:
+            await self._session(s)
+        except _Closing as c:
+            await self._close(s, c)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError) as e:
+            await self._close(s, _Closing(None, f"connection lost: {type(e).__name__}: {e}",
+                                          count_as="reset"))
+        except asyncio.CancelledError:
+            # stop() past its grace time, or the loop is closing: no ack was sent
+            await self._close(s, _Closing(ERR_SHUTDOWN, "collector stopping",
+                                          level=logging.INFO, count_as="shutdown"))
+        except Exception as e:  # a bug here must not take the other connections down
+            log.exception("ingest session failed peer=%s node=%s", s.peer, s.node)
+            await self._close(s, _Closing(ERR_INTERNAL, f"collector error: {type(e).__name__}"))
+        finally:
+            self._sessions.discard(s)
+            m.connections_open -= 1
+
+    async def _session(self, s: _Session) -> None:
+        msg = await self._read(s)
+        if not isinstance(msg, Hello):
+            raise _Closing(ERR_PROTOCOL, f"expected hello first, got {msg.TYPE}")
+        if self.token is not None and not hmac.compare_digest(
+                msg.token.encode(), self.token.encode()):
+            raise _Closing(ERR_AUTH, "bad or missing token" if msg.token else "missing token")
+        s.node, s.stream = msg.node, msg.stream
+        try:
+            high = await self.call(self.store.high_seq, s.node, s.stream)
+        except Exception as e:
+            raise _Closing(ERR_INTERNAL, f"store failed: {type(e).__name__}: {e}") from e
+        lim = self.limits
+        s.decoder.max_frame_bytes = lim.max_frame_bytes
+        await self._send(s, Welcome(high_seq=high, collector_ns=time.time_ns(),
+                                    max_frame_bytes=lim.max_frame_bytes,
+                                    max_batch_records=lim.max_batch_records))
+        s.welcomed = True
+        log.info("agent connected peer=%s node=%s stream=%s agent=%s/%s high_seq=%s",
+                 s.peer, s.node, s.stream, msg.agent_name, msg.agent_version, high)
+        self._ping(s)
+        while True:
+            msg = await self._read(s, budgeted=True)
+            try:
+                if isinstance(msg, BatchColumns):
+                    await self._batch(s, msg)
+                elif isinstance(msg, Pong):
+                    self._pong(s, msg)
+                elif isinstance(msg, Ping):
+                    t2 = time.time_ns()
+                    await self._send(s, Pong(msg.t1, t2, time.time_ns()))
+                elif isinstance(msg, Error):
+                    raise _Closing(None, f"agent sent error {msg.code}: {msg.reason}",
+                                   count_as="peer_error", level=logging.INFO)
+                else:
+                    raise _Closing(ERR_PROTOCOL, f"unexpected {msg.TYPE} after welcome")
+            finally:
+                self._give_back(s)
+            if self._stopping:
+                raise _Closing(ERR_SHUTDOWN, "collector stopping", level=logging.INFO,
+                               count_as="shutdown")
+
+    def _give_back(self, s: _Session, keep: int = 0) -> None:
+        """Return the session's budget beyond ``keep`` records."""
+        if s.held > keep:
+            self.budget.release(s.held - keep)
+            s.held = keep
+
+    async def _read(self, s: _Session, budgeted: bool = False) -> Any:
+        """The next message; a batch keeps its records' budget in s.held (until stored)."""
+        if self._stopping:
+            raise _Closing(ERR_SHUTDOWN, "collector stopping", level=logging.INFO,
+                           count_as="shutdown")
+        s.reading = True
+        try:
+            timeout = self.limits.read_timeout_s
+            if not s.welcomed:
+                timeout = min(timeout, HELLO_TIMEOUT_S)
+            try:
+                async with asyncio.timeout(timeout):
+                    prefix = await s.reader.readexactly(_PREFIX_BYTES)
+                s.decoder.feed(prefix)  # a length over the limit raises here, unread
+                n = int.from_bytes(prefix, "big")
+                if budgeted:
+                    s.held = await self.budget.acquire(
+                        min(MAX_BATCH_RECORDS, n // MIN_RECORD_BYTES + 1))
+                async with asyncio.timeout(timeout):
+                    body = await s.reader.readexactly(n)
+            except TimeoutError:
+                raise _Closing(ERR_PROTOCOL, f"no whole frame within {timeout:g} s",
+                               count_as="timeout") from None
+            except asyncio.IncompleteReadError as e:
+                if not e.partial and s.decoder.pending == 0:
+                    raise _Closing(None, "agent closed the connection", count_as="eof",
+                                   level=logging.INFO) from None
+                raise _Closing(None, "connection closed inside a frame",
+                               count_as="truncated") from None
+            except asyncio.CancelledError:
+                if not self._stopping:
+                    raise
+                asyncio.current_task().uncancel()
+                raise _Closing(ERR_SHUTDOWN, "collector stopping", level=logging.INFO,
+                               count_as="shutdown") from None
+            self.metrics.bytes_received += _PREFIX_BYTES + n
+            (msg,) = s.decoder.feed(body)  # exactly one: the body is a whole frame
+        except WireError as e:
+            self._give_back(s)
+            raise _Closing(e.code, str(e)) from None
+        except BaseException:
+            self._give_back(s)
+            raise
+        finally:
+            s.reading = False
+        self._give_back(s, len(msg) if isinstance(msg, BatchColumns) else 0)
+        return msg
+
+    async def _batch(self, s: _Session, b: BatchColumns) -> None:
+        n = len(b)
+        if b.node != s.node or b.stream != s.stream:
+            raise _Closing(ERR_PROTOCOL, f"batch of node={b.node} stream={b.stream} on the "
+                           f"session of node={s.node} stream={s.stream}")
+        if n > self.limits.max_batch_records:
+            raise _Closing(ERR_TOO_LARGE, f"batch of {n} records over this session's limit "
+                           f"of {self.limits.max_batch_records}")
+        m = self.metrics
+        m.records_received += n
+        try:
+            new, seconds = await self._store_batch(b)
+        except Exception as e:
+            raise _Closing(ERR_INTERNAL, f"store failed: {type(e).__name__}: {e}",
+                           level=logging.ERROR) from e
+        m.observe_store(seconds)
+        m.records_stored += new
+        m.records_duplicate += n - new
+        m.batches += 1
+        self._give_back(s)  # stored: no longer in flight
+        await self._send(s, Ack(b.seqs[-1]))
+
+    # Group commit: batches that arrive while the store thread is busy wait in
+    # _queued and go to it together, as one insert_columns_many() (one transaction)
+    # where the store has it, else one insert each. Under load this amortizes the
+    # per-transaction cost; when idle a batch goes alone at once.
+
+    async def _store_batch(self, b: BatchColumns) -> tuple[int, float]:
+        """(records new, seconds of the store call it was part of) once durable."""
+        fut = asyncio.get_running_loop().create_future()
+        self._queued.append((b, fut))
+        if not self._storing:
+            self._store_queued()
+        return await fut
+
+    def _store_queued(self) -> None:
+        group, self._queued = self._queued, []
+        self._storing = True
+        loop = asyncio.get_running_loop()
+        try:
+            job = self._writer.submit(self._insert_group, [b for b, _ in group])
+        except RuntimeError as e:  # the store thread is shut down
+            job = concurrent.futures.Future()
+            job.set_exception(e)
+            self._stored(group, job)
+            return
+        job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._stored, group, done))
+
+    def _stored(self, group: list[tuple[BatchColumns, asyncio.Future]], done: Any) -> None:
+        self._storing = False
+        try:
+            results = done.result()
+        except BaseException as e:  # the executor is gone (stop past its grace)
+            results = [e] * len(group)
+        for (_, fut), result in zip(group, results):
+            if fut.done():
+                continue  # its session was cancelled
+            if isinstance(result, BaseException):
+                fut.set_exception(result)
+            else:
+                fut.set_result(result)
+        self._marks_behind |= self._insert_many is not None and len(group) > 1  # unmarked
+        self._next()
+
+    def _next(self) -> None:
+        """Store what queued; else, while the store thread is idle, a step of marks."""
+        if self._queued:
+            self._store_queued()
+        elif self._marks_behind and not self._stopping:
+            self._storing = True  # batches arriving meanwhile queue, then go at once
+            loop = asyncio.get_running_loop()
+            try:
+                job = self._writer.submit(self._mark_pending)
+            except RuntimeError:  # the store thread is shut down
+                self._storing = self._marks_behind = False
+                return
+            job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._marked, done))
+
+    def _marked(self, done: Any) -> None:
+        self._storing = False
+        try:
+            self._marks_behind = done.result() > 0
+        except Exception as e:  # marks only speed reports up: log, go on without
+            log.warning("store marking failed error=%s", e)
+            self._marks_behind = False
+        self._next()
+
+    def _insert_group(self, batches: list[BatchColumns]) -> list[Any]:  # on the store thread
+        """Per batch (records new, seconds) or the exception its insert raised."""
+        t0 = time.perf_counter()
+        if self._insert_many is not None and len(batches) > 1:
+            try:
+                news = self._insert_many([(b.node, b.stream, b.seqs, b.cols) for b in batches])
+            except Exception as e:
+                return [e] * len(batches)
+            seconds = time.perf_counter() - t0
+            return [(new, seconds) for new in news]
+        out: list[Any] = []
+        for b in batches:
+            try:
+                if self._insert_columns is not None:
+                    new = self._insert_columns(b.node, b.stream, b.seqs, b.cols)
+                else:  # the Store protocol: Records are built here, off the event loop
+                    new = self.store.insert(b.records())
+                out.append((new, time.perf_counter() - t0))
+            except Exception as e:
+                out.append(e)
+            t0 = time.perf_counter()
+        return out
+
+    async def _send(self, s: _Session, msg: Any) -> None:
+        s.writer.write(encode_message(msg))
+        await s.writer.drain()
+
+    async def _close(self, s: _Session, c: _Closing) -> None:
+        if c.count_as not in ("eof", "shutdown"):
+            self.metrics.error(c.count_as)
+        if c.level >= logging.WARNING:
+            ok, suppressed = self._log_limiter.allow(c.count_as)
+            if ok:
+                log.log(c.level, "connection closed peer=%s node=%s stream=%s code=%s "
+                        "reason=%r%s", s.peer, s.node, s.stream, c.count_as, c.reason,
+                        f" suppressed={suppressed}" if suppressed else "")
+        else:
+            log.log(c.level, "connection closed peer=%s node=%s stream=%s reason=%r",
+                    s.peer, s.node, s.stream, c.reason)
+        w = s.writer
+        try:
+            if c.code is not None and not w.is_closing():
+                reason = c.reason.encode()[:MAX_TEXT_BYTES].decode("utf-8", "ignore")
+                w.write(encode_message(Error(c.code, reason)))
+            w.close()
+            await asyncio.wait_for(w.wait_closed(), 2.0)
+        except (OSError, ssl.SSLError, TimeoutError, asyncio.CancelledError):
+            w.transport.abort()
+
+    # --- clocks -------------------------------------------------------------------
+
+    def _ping(self, s: _Session) -> None:
+        t = s.writer.transport
+        if t.is_closing() or t.get_write_buffer_size() > 1 << 20:
+            return  # a peer that reads nothing gets no more pings
+        t1 = time.time_ns()
+        s.pings[t1] = None
+        while len(s.pings) > 4:
+            del s.pings[next(iter(s.pings))]
+        s.writer.write(encode_message(Ping(t1)))
+
+    def _pong(self, s: _Session, p: Pong) -> None:
+        t4 = time.time_ns()
+        if p.t1 not in s.pings:
+            return  # not a ping of ours (or answered twice): no sample
+        del s.pings[p.t1]
+        if self.clocks.add(s.node, p.t1, p.t2, p.t3, t4):
+            self.metrics.clock_samples += 1
+
+    async def _ping_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.clock_config.ping_interval_s)
+            for s in list(self._sessions):
+                if s.welcomed:
+                    self._ping(s)
+
+    async def _clock_save_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.clock_config.save_interval_s)
+            await self._save_clocks()
+
+    async def _save_clocks(self) -> None:
+        now = time.time_ns()
+        for node in self.clocks.take_updated():
+            est = self.clocks.estimate(node, now)
+            if est is None:
+                continue
+            try:
+                await self.call(self.store.save_clock, est)
+            except Exception as e:
+                log.error("clock save failed node=%s error=%s: %s", node, type(e).__name__, e)

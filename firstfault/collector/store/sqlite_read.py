@@ -1,0 +1,206 @@
+"""SqliteStore's read side: a Selection's blocks, merged into one ordered stream.
+
+A selection reads the blocks (blocks.py) of its job, by the ``blocks_job`` index,
+and the jobless blocks of its nodes, by ``blocks_free``, whose [t_lo, t_hi]
+overlaps its window; a block is read (one row, unpacked) only once the merge
+reaches its t_lo, so memory holds the blocks that overlap in time, not the job.
+Records within a block are in (t_ns, seq) order; ``_merge`` orders them all by
+(t_ns, node, stream, seq). Rank filters skip blocks by their ``ranks`` column;
+grep is Python's re.search over the messages of the blocks read.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import re
+from bisect import bisect_left, bisect_right
+from collections import deque
+from collections.abc import Callable, Iterator
+from itertools import islice
+from operator import itemgetter
+from typing import Any
+
+import msgpack
+
+from firstfault.wire import Record
+
+from firstfault.collector.store.base import Selection, check_selection
+from firstfault.collector.store.blocks import (
+    BOOT_ID, FIELDS, KIND, LOCAL_RANK, MESSAGE, MONO, OBSERVED, OCCURRED, PID, RANK, SEQ,
+    SEVERITY, SOURCE, T, unpack,
+)
+
+JOB_MARGIN_NS = 10 * 60 * 10**9  # jobless records this close to a job belong to it
+T_MIN, T_MAX = -(2**63), 2**63 - 1
+_BLOCK_META = "SELECT bid, sid, t_lo, t_hi, ranks, mid FROM blocks "
+
+
+@functools.lru_cache(maxsize=64)
+def regex(pattern: str) -> re.Pattern:
+    return re.compile(pattern)
+
+
+def merge(sources: list[tuple[int, Callable[[], Iterator[tuple]]]]) -> Iterator[tuple]:
+    """The items of ascending iterators in ascending order; ``(lo, open)`` pairs, each
+    opened only once the merge reaches ``lo`` (every item's [0] is >= its ``lo``)."""
+    pending = deque(sorted(sources, key=itemgetter(0)))
+    heap: list[list] = []
+    n = 0
+    while heap or pending:
+        if pending and (not heap or pending[0][0] <= heap[0][0][0]):
+            it = pending.popleft()[1]()  # it may hold items before the head: look again
+            for item in it:
+                heapq.heappush(heap, [item, n, it])
+                n += 1
+                break
+            continue
+        # Yield from the head's source while it stays below every other source's
+        # head and below the next source to open: no heap operation for most items.
+        entry = heap[0]
+        it = entry[2]
+        if len(heap) == 1:
+            bound = None
+        else:  # the smaller child of the root is the next smallest head
+            bound = heap[1][0] if len(heap) == 2 else min(heap[1][0], heap[2][0])
+        stop = pending[0][0] if pending else None
+        yield entry[0]
+        for item in it:
+            if (bound is None or item < bound) and (stop is None or item[0] < stop):
+                yield item
+                continue
+            heapq.heapreplace(heap, [item, entry[1], it])
+            break
+        else:
+            heapq.heappop(heap)
+
+
+class Reading:
+    """The read methods of SqliteStore (mixed in; it provides the connection and names)."""
+
+    _streams: dict[int, tuple[str, str]]
+    _node_sids: dict[str, list[int]]
+    _jobs: dict[int, str]
+
+    def records(self, sel: Selection) -> Iterator[Record]:
+        """Matching records ordered by (t_ns, node, stream, seq), streamed.
+
+        ValueError for a bad ``grep`` or a negative ``limit`` (raised here, not on
+        the first next())."""
+        return self._read(sel, None)
+
+    def needed(self, sel: Selection, marker: str) -> Iterator[Record]:
+        """base.Store.needed: of blocks marked by ``marker`` and wholly inside the
+        selection's window, only their marked records; every other block in full."""
+        if sel.grep is not None or sel.limit is not None:
+            return self._read(sel, None)
+        with self._sql("reading records"):
+            row = self._conn().execute("SELECT mid FROM markers WHERE name = ?",
+                                       (marker,)).fetchone()
+        return self._read(sel, None if row is None else row[0])
+
+    def _read(self, sel: Selection, mid: int | None) -> Iterator[Record]:
+        if not check_selection(sel):
+            return iter(())  # an empty filter matches nothing
+        with self._sql("reading records"):
+            self._refresh()
+            sources = self._sources(sel, mid)
+        records = self._records(sources)
+        return records if sel.limit is None else islice(records, sel.limit)
+
+    def _records(self, sources: list) -> Iterator[Record]:
+        jobs = self._jobs
+        with self._sql("reading records"):
+            for t, node, stream, seq, c, i, jid in merge(sources):
+                if jid is not None and jid not in jobs:
+                    self._load_names()  # a job another connection added meanwhile
+                yield Record(node=node, stream=stream, seq=seq, source=c[SOURCE][i],
+                             kind=c[KIND][i], message=c[MESSAGE][i], occurred_ns=c[OCCURRED][i],
+                             observed_ns=c[OBSERVED][i], boot_id=c[BOOT_ID][i],
+                             mono_ns=c[MONO][i], job=None if jid is None else jobs.get(jid),
+                             rank=c[RANK][i], local_rank=c[LOCAL_RANK][i], pid=c[PID][i],
+                             severity=c[SEVERITY][i], fields=c[FIELDS][i])
+
+    def _sources(self, sel: Selection, mid: int | None) -> list:
+        """(lo, open) per block the selection needs (see merge)."""
+        db = self._conn()
+        lo = T_MIN if sel.since_ns is None else sel.since_ns
+        hi = T_MAX if sel.until_ns is None else sel.until_ns
+        wanted = None if sel.nodes is None else set(sel.nodes)
+        if sel.job is not None:
+            row = db.execute("SELECT jid, first_ns, last_ns FROM jobs WHERE job = ?",
+                             (sel.job,)).fetchone()
+            if row is None:
+                return []
+            jid, first, last = row
+            job_nodes = {n for (n,) in db.execute(
+                "SELECT node FROM job_nodes WHERE jid = ?", (jid,))}
+            nodes = job_nodes if wanted is None else job_nodes & wanted
+            jobs = [(jid, first, last)]
+            free_lo, free_hi = max(lo, first - JOB_MARGIN_NS), min(hi, last + JOB_MARGIN_NS)
+        else:
+            jobs = db.execute("SELECT jid, first_ns, last_ns FROM jobs WHERE first_ns <= ? AND "
+                              "last_ns >= ?", (hi, lo)).fetchall()
+            nodes = set(self._node_sids) if wanted is None else wanted
+            free_lo, free_hi = lo, hi
+        sids = None if wanted is None else {s for n in wanted for s in self._node_sids.get(n, ())}
+        scan = _Scan(self, sel, mid)
+        for jid, first, last in jobs:
+            a, b = max(lo, first), min(hi, last)
+            if a <= b:
+                scan.add(db.execute(_BLOCK_META + "INDEXED BY blocks_job WHERE jid = ? AND "
+                                    "t_lo <= ? AND t_hi >= ?", (jid, b, a)), jid, a, b, sids)
+        free_sids = {s for n in nodes for s in self._node_sids.get(n, ())}
+        for sid, first, last in db.execute(
+                "SELECT sid, free_first_ns, free_last_ns FROM streams "
+                "WHERE free_first_ns IS NOT NULL").fetchall():
+            a, b = max(free_lo, first), min(free_hi, last)
+            if sid in free_sids and a <= b:
+                scan.add(db.execute(_BLOCK_META + "INDEXED BY blocks_free WHERE sid = ? AND "
+                                    "jid IS NULL AND t_lo <= ? AND t_hi >= ?", (sid, b, a)),
+                         None, a, b, None)
+        return scan.sources
+
+
+class _Scan:
+    """The (lo, open) sources of one selection's blocks."""
+
+    def __init__(self, store: Reading, sel: Selection, mid: int | None) -> None:
+        self.store, self.mid = store, mid
+        self.ranks = None if sel.ranks is None else set(sel.ranks)
+        self.grep = None if sel.grep is None else regex(sel.grep)
+        self.sources: list[tuple[int, Callable[[], Iterator[tuple]]]] = []
+
+    def add(self, rows: Any, jid: int | None, a: int, b: int, sids: set[int] | None) -> None:
+        for bid, sid, t_lo, t_hi, ranks, mid in rows.fetchall():
+            if sids is not None and sid not in sids:
+                continue
+            if self.ranks is not None and (ranks is None or
+                                           self.ranks.isdisjoint(msgpack.unpackb(ranks))):
+                continue
+            marked = mid is not None and mid == self.mid and a <= t_lo and t_hi <= b
+            self.sources.append((max(a, t_lo), functools.partial(
+                self._block, bid, sid, jid, a, b, "marked" if marked else "data")))
+
+    def _block(self, bid: int, sid: int, jid: int | None, a: int, b: int,
+               column: str) -> Iterator[tuple]:
+        """(t_ns, node, stream, seq, columns, i, jid) of the block's matching records."""
+        store = self.store
+        row = store._conn().execute(f"SELECT {column} FROM blocks WHERE bid = ?",
+                                    (bid,)).fetchone()
+        if row is None:
+            return  # pruned meanwhile
+        c = unpack(row[0])
+        names = store._streams.get(sid)
+        if names is None:
+            store._load_names()  # a stream another connection added meanwhile
+            names = store._streams[sid]
+        node, stream = names
+        ts, seqs, ranks, messages = c[T], c[SEQ], c[RANK], c[MESSAGE]
+        want, grep = self.ranks, self.grep
+        for i in range(bisect_left(ts, a), bisect_right(ts, b)):
+            if want is not None and ranks[i] not in want:
+                continue
+            if grep is not None and grep.search(messages[i]) is None:
+                continue
+            yield ts[i], node, stream, seqs[i], c, i, jid

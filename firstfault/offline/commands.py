@@ -1,0 +1,158 @@
+"""``firstfault analyze`` and ``firstfault checkpoint``: a dead job's files, read offline (no daemon).
+
+    firstfault analyze PATH... [--format text|md|json] [--output FILE] [--node NAME]
+                               [--kernel FILE] [--checkpoint-dir DIR] [--tz ZONE]
+                               [--kernel-boot-time TIME] [--job ID]
+    firstfault checkpoint DIR [--format text|json] [--world-size N]
+
+Exit codes of ``analyze``: 0 a report was written (whatever it found; inputs that
+could not be read are listed in it and on stderr), 1 no input could be read at
+all, 2 usage error. ``checkpoint``: 0 the checkpoint a restart would pick is safe,
+1 it is unsafe, 3 its safety is unknown, 2 usage error or not a checkpoint folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from firstfault.common.output import write_output
+from firstfault.offline import logfiles
+from firstfault.analysis.catalog import load_catalog
+from firstfault.analysis.checkpoint import checkpoint_from_disk
+from firstfault.analysis.report import Inputs, build_report, needles
+from firstfault.analysis.scan import Needles
+from firstfault.offline.checkpoint_files import CheckpointPathError, inspect_checkpoint_dir
+from firstfault.reports import render
+
+PROGRESS_MIN_BYTES = 64 << 20
+
+
+class _Progress:
+    """A one-line progress meter on stderr, only when stderr is a terminal and the input is large."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.start = time.monotonic()
+        self.last = 0.0
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self.last < 0.2:
+            return
+        self.last = now
+        mb = self.done / 1e6
+        rate = mb / max(now - self.start, 1e-6)
+        pct = 100 * self.done / self.total if self.total else 0
+        sys.stderr.write(f"\ranalyzing {mb:,.0f} / {self.total / 1e6:,.0f} MB ({pct:3.0f}%) {rate:,.0f} MB/s ")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\r" + " " * 60 + "\r")
+        sys.stderr.flush()
+
+
+def _parse_time(s: str) -> int:
+    try:
+        return int(float(s) * 1e9)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a time: {s!r} (use ISO 8601 or epoch seconds)") from None
+    if dt.tzinfo is None:
+        dt = dt.astimezone()
+    return int(dt.timestamp() * 1e9)
+
+
+def _zone(s: str):
+    try:
+        return ZoneInfo(s)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise argparse.ArgumentTypeError(f"unknown time zone {s!r} (e.g. UTC, Europe/Berlin)") from None
+
+
+def cmd_analyze(a: argparse.Namespace) -> int:
+    catalog = load_catalog()
+    sources = logfiles.discover(a.paths, node=a.node, kernel=a.kernel)
+    res = logfiles.ReadResult()
+    total = sum(os.path.getsize(s.path) for s in sources if s.path != "-" and os.path.isfile(s.path))
+    progress = _Progress(total) if sys.stderr.isatty() and total >= PROGRESS_MIN_BYTES else None
+    events = logfiles.read_events(sources, Needles(needles(catalog)), res, tz=a.tz,
+                                  kernel_boot_ns=a.kernel_boot_time, progress=progress)
+    disk = None
+    if a.checkpoint_dir:
+        try:
+            disk = inspect_checkpoint_dir(a.checkpoint_dir)
+        except CheckpointPathError as e:
+            res.gaps.append({"file": a.checkpoint_dir, "reason": str(e)})
+    # inputs.gaps is res.gaps: reading appends to it while build_report consumes the events
+    inputs = Inputs(job=a.job, gaps=res.gaps, disk=disk, generated_ns=time.time_ns())
+    report = build_report(_tracking(events, inputs, res), catalog, inputs)
+    if progress:
+        progress.close()
+    for g in res.gaps:
+        print(f"firstfault: {g.get('file')}: {g.get('reason')}", file=sys.stderr)
+    unreadable = {g.get("file") for g in res.gaps if "source" not in g}
+    if sources and all(s.path in unreadable for s in sources):
+        print("firstfault: no input could be read", file=sys.stderr)
+        return 1
+    if not sources:
+        print("firstfault: no log files found under the given paths", file=sys.stderr)
+        return 1
+    write_output(render(report, a.format), a.output)
+    return 0
+
+
+def _tracking(events, inputs: Inputs, res: logfiles.ReadResult):
+    """Pass events through, then hand what reading learnt (ranks, launcher) to the inputs."""
+    yield from events
+    inputs.rank_nodes.update(res.rank_nodes)
+    inputs.launcher = res.launcher
+
+
+def cmd_checkpoint(a: argparse.Namespace) -> int:
+    try:
+        disk = inspect_checkpoint_dir(a.dir, world_size=a.world_size)
+    except CheckpointPathError as e:
+        print(f"firstfault: {e}", file=sys.stderr)
+        return 2
+    ck = checkpoint_from_disk(disk)
+    if a.format == "json":
+        write_output(render(ck, "json"), None)
+    else:
+        lines = [f"{a.dir}: {ck['verdict']}" + (f"; resume from {ck['resume_from']}" if ck.get("resume_from") else ""),
+                 f"  {ck['reason']}"]
+        for t in ck.get("tags", []):
+            lines.append(f"  {t['tag']}: {t['verdict']}" + "".join(f"\n    - {p}" for p in t.get("problems", [])))
+        write_output("\n".join(lines) + "\n", None)
+    return {"safe": 0, "unsafe": 1}.get(ck["verdict"], 3)
+
+
+def add_parsers(sub) -> None:
+    an = sub.add_parser("analyze", help="analyse log files offline and print the report")
+    an.add_argument("paths", nargs="+", metavar="PATH",
+                    help="log file, folder (torchrun --log-dir, DeepSpeed rank logs), NODE=PATH, or - for stdin")
+    an.add_argument("--format", choices=("text", "md", "json"), default="text")
+    an.add_argument("--output", "-o", metavar="FILE", help="write the report here instead of stdout")
+    an.add_argument("--node", metavar="NAME", help="the node these logs come from")
+    an.add_argument("--kernel", action="append", metavar="FILE",
+                    help="kernel log: /dev/kmsg dump, dmesg, dmesg -T, journalctl -k (any -o); repeatable, NODE=FILE")
+    an.add_argument("--checkpoint-dir", metavar="DIR", help="DeepSpeed checkpoint folder to check on disk")
+    an.add_argument("--tz", type=_zone, help="time zone of timestamps that carry none (default: this machine's)")
+    an.add_argument("--kernel-boot-time", type=_parse_time, metavar="TIME",
+                    help="boot time of the node whose dmesg/kmsg is given (default: this machine's)")
+    an.add_argument("--job", help="job id to print in the report")
+    an.set_defaults(func=cmd_analyze)
+    ck = sub.add_parser("checkpoint", help="check a DeepSpeed checkpoint folder on disk")
+    ck.add_argument("dir", metavar="DIR")
+    ck.add_argument("--format", choices=("text", "json"), default="text")
+    ck.add_argument("--world-size", type=int, metavar="N", help="data-parallel world size (default: inferred)")
+    ck.set_defaults(func=cmd_checkpoint)

@@ -1,0 +1,289 @@
+"""Read log files and folders from disk into Events (the I/O side of ``analyze``).
+
+What a path can be:
+
+- a file: a rank log, a launcher's console output, a pasted log where ranks
+  interleave (``[rankN]:``/tee/srun prefixes tell them apart), a kernel log
+  (detected from its first lines: /dev/kmsg records, dmesg, dmesg -T,
+  journalctl -k), a torchelastic ``error.json``; ``.gz`` files are read through gzip.
+- a folder, walked in name order: torchrun ``--log-dir`` layouts
+  (``<run>/attempt_<k>/<local_rank>/{stdout,stderr}.log`` and ``error.json``),
+  DeepSpeed ``--enable_each_rank_log`` files (``<timestamp>_rank<N>.log``), and
+  anything else as a plain log. Checkpoint folders (a ``latest`` file,
+  ``global_step*``) and binary files are skipped.
+- ``NODE=PATH``: everything under PATH is node NODE's.
+- ``-``: standard input (a pasted log).
+
+Unreadable, binary and empty inputs do not stop the rest: each becomes a gap
+(``{"file": ..., "reason": ...}``) that the report lists.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone, tzinfo
+
+from firstfault.common.layouts import TORCHRUN, parse_log_path
+
+from firstfault.analysis.kernel import ParseStats, detect_kernel_format, parse_kernel_log
+from firstfault.analysis import traceback as tb
+from firstfault.analysis.model import KIND_RECORD, KIND_TRACEBACK, Event
+from firstfault.analysis.parse import looks_srun_labelled
+from firstfault.analysis.scan import Needles, StreamInfo, scan_stream
+
+CHUNK = 1 << 20
+_SKIP_DIRS = re.compile(r"^(global_step\d+|\..*|__pycache__)$")
+# Not logs: checkpoints and other binary data, and the sources and configs that often sit
+# beside logs (a training script's own "raise ValueError" is no failure).
+_SKIP_EXT = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".pkl", ".npy", ".zip", ".tar", ".json.lock",
+             ".py", ".sh", ".json", ".yaml", ".yml", ".toml", ".cfg", ".ini")
+
+
+@dataclass(slots=True)
+class Source:
+    """One input file and what its path says."""
+
+    path: str  # "-" for stdin
+    node: str | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+    kind: str = "log"  # log | kernel | error.json
+    attempt: int | None = None
+
+
+@dataclass(slots=True)
+class ReadResult:
+    """Everything read: events come through the iterator; the rest fills in as it goes."""
+
+    rank_nodes: dict[int, str | None] = field(default_factory=dict)
+    gaps: list[dict] = field(default_factory=list)
+    bytes_read: int = 0
+    launcher: str | None = None
+
+
+def _is_checkpoint_dir(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "latest")) or os.path.basename(path).startswith("global_step")
+
+
+def discover(paths: list[str], *, node: str | None = None, kernel: list[str] | None = None) -> list[Source]:
+    """The input files under the given paths, with what their paths say."""
+    out: list[Source] = []
+    # a kernel log given with --kernel is read as one, not again as a file found in a folder
+    explicit = {os.path.realpath(k.split("=", 1)[1] if "=" in k and not os.path.exists(k) else k)
+                for k in kernel or []}
+    for arg in paths:
+        nd = node
+        if "=" in arg and not os.path.exists(arg):
+            nd, arg = arg.split("=", 1)
+        if arg == "-":
+            out.append(Source("-", nd))
+        elif os.path.isdir(arg):
+            for dirpath, dirnames, filenames in os.walk(arg):
+                dirnames[:] = sorted(d for d in dirnames if not _SKIP_DIRS.match(d)
+                                     and not _is_checkpoint_dir(os.path.join(dirpath, d)))
+                for name in sorted(filenames):
+                    if name.startswith(".") or name == "latest" or (name.endswith(_SKIP_EXT) and name != "error.json"):
+                        continue
+                    if os.path.realpath(os.path.join(dirpath, name)) in explicit:
+                        continue
+                    out.append(_source(os.path.join(dirpath, name), nd))
+        else:
+            out.append(_source(arg, nd))
+    for k in kernel or []:
+        nd = node
+        if "=" in k and not os.path.exists(k):
+            nd, k = k.split("=", 1)
+        out.append(Source(k, nd, kind="kernel"))
+    return out
+
+
+def _source(path: str, node: str | None) -> Source:
+    lp = parse_log_path(path)  # the launchers' layouts: firstfault/common/layouts.py
+    if lp is not None and lp.layout == TORCHRUN:
+        kind = "error.json" if lp.name == "error.json" else "log"
+        return Source(path, node, local_rank=lp.local_rank, kind=kind, attempt=lp.attempt)
+    if lp is not None:
+        return Source(path, node, rank=lp.rank)
+    if path.endswith("error.json"):
+        return Source(path, node, kind="error.json")
+    return Source(path, node)
+
+
+def _open(path: str):
+    if path == "-":
+        buf = sys.stdin.buffer
+        return buf if hasattr(buf, "peek") else io.BufferedReader(buf)
+    f = open(path, "rb")
+    if path.endswith(".gz"):
+        return gzip.GzipFile(fileobj=f)
+    return f
+
+
+def _chunks(f, res: ReadResult, progress: Callable[[int], None] | None) -> Iterator[bytes]:
+    while True:
+        b = f.read(CHUNK)
+        if not b:
+            return
+        res.bytes_read += len(b)
+        if progress:
+            progress(len(b))
+        yield b
+
+
+def read_events(
+    sources: list[Source],
+    needles: Needles,
+    res: ReadResult,
+    *,
+    tz: tzinfo | None = None,
+    kernel_boot_ns: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[Event]:
+    """Events of every source, one source after another; problems go to res.gaps."""
+    tz = tz or datetime.now().astimezone().tzinfo or timezone.utc
+    # torchrun log dirs name local ranks; on one node (or one attempt per node) they are the global ranks
+    single = len({s.node for s in sources}) <= 1
+    for src in sources:
+        try:
+            f = _open(src.path)
+        except OSError as e:
+            res.gaps.append({"file": src.path, "reason": e.strerror or str(e)})
+            continue
+        with f if src.path != "-" else _nullctx(f):
+            try:
+                mtime = os.fstat(f.fileno()).st_mtime_ns if src.path != "-" and not src.path.endswith(".gz") else None
+            except (OSError, io.UnsupportedOperation):
+                mtime = None
+            if src.path == "-":
+                mtime = time.time_ns()
+            try:
+                head = f.peek(8192)[:8192] if hasattr(f, "peek") else b""
+            except OSError as e:
+                res.gaps.append({"file": src.path, "reason": e.strerror or str(e)})
+                continue
+            if not head:
+                res.gaps.append({"file": src.path, "reason": "empty"})
+                continue
+            if b"\0" in head:
+                res.gaps.append({"file": src.path, "reason": "binary, not a log"})
+                continue
+            year = datetime.fromtimestamp((mtime or time.time_ns()) / 1e9).year
+            rank = src.rank if src.rank is not None else (src.local_rank if single else None)
+            if rank is not None:
+                res.rank_nodes.setdefault(rank, src.node)
+            if src.kind == "error.json":
+                res.launcher = res.launcher or "torchrun"
+                yield from _error_json(f, src, rank, mtime, res)
+                continue
+            head_lines = head.decode("utf-8", "replace").splitlines()
+            if src.kind == "kernel" or (rank is None and detect_kernel_format(head_lines[:20]) is not None
+                                        and _mostly_kernel(head_lines)):
+                yield from _kernel(f, src, year, tz, kernel_boot_ns, res, progress)
+                continue
+            info = StreamInfo(
+                stream=src.path, source="ranklog" if rank is not None else "launcher", node=src.node, rank=rank,
+                local_rank=src.local_rank, year=year, tz=tz, observed_ns=mtime,
+                srun_labels=looks_srun_labelled(head_lines),
+            )
+            if src.attempt is not None:
+                res.launcher = res.launcher or "torchrun"
+            try:
+                yield from scan_stream(_chunks(f, res, progress), info, needles)
+            except OSError as e:
+                res.gaps.append({"file": src.path, "reason": f"read failed part way: {e.strerror or e}"})
+
+
+class _nullctx:
+    def __init__(self, f):
+        self.f = f
+
+    def __enter__(self):
+        return self.f
+
+    def __exit__(self, *a):
+        return False
+
+
+def _mostly_kernel(lines: list[str]) -> bool:
+    """A file found in a folder counts as a kernel log only when its first lines all fit one format."""
+    sample = [ln for ln in lines[:20] if ln.strip()]
+    fmt = detect_kernel_format(sample)
+    if fmt is None:
+        return False
+    st = ParseStats()
+    list(parse_kernel_log(sample, fmt=fmt, stats=st))
+    return st.bad_lines == 0
+
+
+def _kernel(f, src: Source, year: int, tz, boot_ns, res: ReadResult, progress) -> Iterator[Event]:
+    st = ParseStats()
+    data = b"".join(_chunks(f, res, progress))
+    lines = data.split(b"\n")
+    fmt = detect_kernel_format(lines[:50])
+    text = lines if fmt == "journal-export" else [ln.decode("utf-8", "replace") for ln in lines]
+    events = list(parse_kernel_log(text, fmt=fmt, node=src.node, boot_wall_ns=boot_ns, year=year, tz=tz,
+                                   stream=src.path, stats=st))
+    if fmt in ("kmsg", "dmesg") and boot_ns is None and events:
+        # Monotonic stamps: this machine's boot time fits only if the log can be from this boot.
+        boot, unc = _this_boot()
+        last = max(e.fields.get("mono_ns") or 0 for e in events)
+        if last <= time.clock_gettime_ns(time.CLOCK_BOOTTIME):
+            for e in events:
+                if e.fields.get("mono_ns") is not None:
+                    e.occurred_ns, e.clock, e.uncertainty_ns = boot + e.fields["mono_ns"], "kmsg", unc
+            reason = ("monotonic kernel times were converted with this machine's boot time; pass "
+                      "--kernel-boot-time if this log comes from another machine or boot")
+        else:
+            reason = ("monotonic kernel times reach past this machine's uptime, so the log is from another "
+                      "boot: its events are not placed in time; pass --kernel-boot-time or give dmesg -T output")
+        res.gaps.append({"file": src.path, "source": "kernel", "reason": reason})
+    yield from events
+    if st.bad_lines:
+        res.gaps.append({"file": src.path, "source": "kernel",
+                         "reason": f"{st.bad_lines} of {st.lines} lines not understood as {st.fmt or 'a kernel log'}"})
+
+
+def _this_boot() -> tuple[int, int]:
+    """This machine's boot time on the wall clock (as dmesg -T computes it), and its error."""
+    now = time.time_ns()
+    return now - time.clock_gettime_ns(time.CLOCK_BOOTTIME), 1_000_000
+
+
+def _error_json(f, src: Source, rank: int | None, mtime: int | None, res: ReadResult) -> Iterator[Event]:
+    """torchelastic's error file: {"message": {"message": ..., "extraInfo": {"py_callstack", "timestamp"}}}."""
+    try:
+        doc = json.loads(f.read().decode("utf-8", "replace"))
+        msg = doc["message"]
+        if isinstance(msg, str):
+            text, ts = msg, doc.get("timestamp")
+        else:
+            extra = msg.get("extraInfo", {})
+            text = extra.get("py_callstack") or msg.get("message", "")
+            ts = extra.get("timestamp")
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        res.gaps.append({"file": src.path, "reason": f"not a torchelastic error file: {e}"})
+        return
+    occurred = int(ts) * 1_000_000_000 if str(ts or "").isdigit() else None
+    ev = Event(
+        text=str(text).rstrip("\n"), source="ranklog", kind=KIND_RECORD, node=src.node, rank=rank,
+        local_rank=src.local_rank, occurred_ns=occurred, observed_ns=mtime, clock="line" if occurred else None,
+        uncertainty_ns=1_000_000_000 if occurred else 0, origin=src.path, stream=src.path,
+    )
+    lines = ev.text.splitlines()
+    if lines and tb.is_start(lines[0]):
+        asm = tb.Assembler(lines[0])
+        for ln in lines[1:]:
+            if not asm.feed(ln):
+                break
+        r = asm.result()
+        ev.kind, ev.frames, ev.exc_type = KIND_TRACEBACK, r.frames, r.exc_type
+        ev.fields["message"] = r.message
+    yield ev

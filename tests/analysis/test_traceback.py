@@ -1,0 +1,117 @@
+"""Traceback assembly on tracebacks that a real Python 3.11 prints (made at test time)."""
+
+import os
+import subprocess
+import tempfile
+import sys
+import textwrap
+
+from firstfault.analysis import traceback as tb
+
+
+def _stderr(code: str) -> list[str]:
+    """What a real Python prints for a script (a file, so source and caret lines show)."""
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "train.py")
+        with open(script, "w") as f:
+            f.write(textwrap.dedent(code))
+        p = subprocess.run([sys.executable, script], capture_output=True, text=True)
+    assert p.returncode != 0
+    return p.stderr.splitlines()
+
+
+def _assemble(lines: list[str]) -> tuple[tb.Traceback, list[str]]:
+    start = next(i for i, ln in enumerate(lines) if tb.is_start(ln))
+    asm = tb.Assembler(lines[start])
+    rest = lines[start + 1 :]
+    for i, ln in enumerate(rest):
+        if not asm.feed(ln):
+            return asm.result(), rest[i:]
+    return asm.result(), []
+
+
+def test_plain_with_carets():
+    lines = _stderr("""
+        def forward(x):
+            return x["a"] + 1 / 0
+        forward({"a": 1})
+    """)
+    assert any("^" in ln for ln in lines)  # 3.11 caret lines are there
+    res, rest = _assemble(lines + ["[2026-12-02 10:00:00,000] [INFO] [x.py:1:y] next record"])
+    assert res.exc_type == "ZeroDivisionError"
+    assert res.message == "ZeroDivisionError: division by zero"
+    assert [f.func for f in res.frames] == ["<module>", "forward"]
+    assert rest == ["[2026-12-02 10:00:00,000] [INFO] [x.py:1:y] next record"]
+
+
+def test_chained_keeps_all_frames_and_final_type():
+    lines = _stderr("""
+        def load():
+            raise KeyError("k")
+        def save():
+            try:
+                load()
+            except KeyError as e:
+                raise RuntimeError("save failed") from e
+        save()
+    """)
+    res, _ = _assemble(lines)
+    assert res.exc_type == "RuntimeError"
+    assert "The above exception was the direct cause" in res.text
+    assert {"load", "save"} <= {f.func for f in res.frames}
+
+
+def test_during_handling():
+    lines = _stderr("""
+        try:
+            {}["x"]
+        except KeyError:
+            None.foo
+    """)
+    res, _ = _assemble(lines)
+    assert res.exc_type == "AttributeError"
+    assert "During handling of the above exception" in res.text
+
+
+def test_exception_group():
+    lines = _stderr("""
+        def f():
+            raise ExceptionGroup("many", [ValueError("a"), TypeError("b")])
+        f()
+    """)
+    res, _ = _assemble(lines)
+    assert res.exc_type == "ExceptionGroup"
+    assert "ValueError: a" in res.text and "TypeError: b" in res.text
+
+
+def test_multiline_message_ends_at_next_record():
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/x/train.py", line 5, in <module>',
+        "    engine = deepspeed.initialize(config=cfg)",
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for DeepSpeedZeroConfig",
+        "reduce_bucket_sizee",
+        "  Extra inputs are not permitted [type=extra_forbidden, input_value=500000000.0, input_type=float]",
+        "[2026-12-02 10:00:00,000] [INFO] [launch.py:1:x] next",
+    ]
+    res, rest = _assemble(lines)
+    assert res.exc_type == "pydantic_core._pydantic_core.ValidationError"
+    assert res.message.splitlines()[1] == "reduce_bucket_sizee"
+    assert rest == lines[-1:]
+
+
+def test_bounded_memory_on_runaway_recursion():
+    lines = _stderr("""
+        def f(n):
+            return f(n + 1)
+        f(0)
+    """)
+    res, _ = _assemble(lines)
+    assert res.exc_type == "RecursionError"
+    assert len(res.text.splitlines()) <= tb.MAX_LINES + 1
+
+
+def test_incomplete_traceback_has_no_type():
+    asm = tb.Assembler("Traceback (most recent call last):")
+    asm.feed('  File "a.py", line 1, in f')
+    assert not asm.complete and asm.result().exc_type is None
