@@ -1,5 +1,146 @@
-"""The spool's entries on disk, pure: encode, check, scan and resync segment bytes, and the
-gap records (the format is specified in firstfault/agent/spool.py's docstring; no I/O here)."""
+"""The agent's durable, bounded, crash-safe record queue: sources -> spool -> shipper.
+
+Every record is written here before it counts as accepted; the shipper reads what
+is here after the collector's high mark, sends it, and trims the spool when the
+collector acks. This docstring is the on-disk specification, format version 1;
+firstfault/agent/spoolfile.py holds its pure side (encode, check, scan, resync, gap records).
+
+Directory
+    meta        JSON, always replaced whole (meta.tmp, fsync, rename, fsync dir):
+                ``{"format": 1, "node": "gpu-07", "stream": "0f3c6d1e9a2b4c58",
+                "created_ns": 1796206319782000000, "acked_seq": 41, "next_seq": 97,
+                "pending_gaps": []}`` ``stream`` is random hex made with the spool.
+                ``acked_seq`` (or null) is a lower bound of what the collector has
+                stored and ``next_seq`` one of the seqs given out: both are saved at
+                open, when an ack deletes a segment and at close, not on every
+                append or ack (the collector's welcome high_seq is the authority).
+                ``pending_gaps`` holds gaps found at open until they are written.
+    lock        flock(LOCK_EX) by the one process that has the spool open.
+    <first_seq:020d>.seg   segments, e.g. ``00000000000000000001.seg``. The name
+                is the next seq when the segment was created: its entries all have
+                seq >= the name, the previous segment's all < it. Only the newest
+                (active) segment is written; the others are closed and fsynced.
+    *.tmp       a replacement half written when a crash came; deleted at open.
+
+Entry (a segment is entries back to back and nothing else; integers big-endian)
+    0   len  u32  payload bytes, 2 .. 16 MiB
+    4   crc  u32  CRC-32 (zlib.crc32, IEEE) of the entry without this field:
+                  the 4 len bytes, the 8 seq bytes, then the payload
+    8   seq  u64  seq of the entry's first record; record i has seq + i
+    16  payload   msgpack array ``[count, source[], kind[], message[],
+                  occurred_ns[], observed_ns[], boot_id[], mono_ns[], job[], rank[],
+                  local_rank[], pid[], severity[], fields[]]``: count (1..1000)
+                  records as the wire batch columns (firstfault/wire.py), in wire order,
+                  each a list of count values; node and stream are the spool's
+                  (meta), not stored per record.
+    An entry is one append() call (split at 1000 records or a quarter segment):
+    columns cost ~0.3 µs a record to decode where a map per record costs ~0.7
+    (knowledge/PERF.md), and the read side hands columns to the wire batch as is.
+
+Invariants
+    1. seqs strictly increase along the entries of all segments and across
+       restarts; an entry holds count consecutive seqs. A seq given out that
+       will never be read is named by a gap record (below), except the seqs of
+       a torn tail (an append that never returned): those may be given out again.
+    2. Readers (the shipper) never see past the durable horizon: with fsync
+       "always" or "interval" everything a reader gets is fsynced, so no crash can
+       take back a seq the collector holds and hand it to a new record.
+    3. The segments' bytes never exceed max_bytes.
+    4. Every segment but the newest ends at an entry boundary and is fsynced.
+
+Durability (``fsync``)
+    "always"    fsync before append() returns: an accepted record survives power
+                loss; costs an fsync (~ms) per append, so append in batches.
+    "interval"  a flusher thread fsyncs what was appended, at once when the last
+                fsync is fsync_interval_ms old, else when it is (one fsync an
+                interval at most); append returns once the bytes are written (a
+                process crash loses nothing); a power loss may lose the last
+                interval of accepted records, and readers see records only after
+                their fsync (up to one interval and an fsync late).
+    "never"     the OS writes back when it likes; readers see records at once. For
+                tests and benchmarks: after a power loss seqs the collector already
+                holds may be reused and new records dropped as duplicates.
+
+Recovery at open (never fatal; every finding logged)
+    1. Meta missing or unreadable: a new stream; a different node: a new stream
+       (the backlog is resent under the new (node, stream)); seqs continue.
+    2. Every segment is scanned, oldest first. An entry is valid when its len is
+       in bounds and within the file, its crc matches, its count decodes, its seq
+       is above the previous entry's last seq (and >= the segment name) and its
+       last seq is below the next segment's name.
+    3. When nothing valid follows an invalid entry of the newest segment and it
+       is a torn tail (an append cut short: header cut, len past the end of the
+       file, or only zero bytes left), the tail is truncated away. It was never
+       visible to a reader, so no gap (with "interval", a power cut may tear
+       accepted records that were not yet fsynced: that mode's trade-off).
+    4. Any other invalid bytes are skipped: the scan resyncs at the next offset
+       where a valid entry starts (first at the bad entry's own len, then at any
+       offset whose seq is less than 2**24 past the last good seq). What was
+       skipped is lost: a gap record, reason "corrupt", seqs last good + 1 ..
+       next valid - 1 (or the next segment's name - 1). When nothing valid
+       follows in the newest segment only a bound is known: at most bytes / 15
+       records (a record takes >= 15 payload bytes) above the bad header's seq
+       (if within 2**32 of the last good one) or else the last good seq;
+       dropped_records nil; seqs continue past that bound, so no seq that may
+       have been shipped is given out again. The segment is rewritten without
+       the bad bytes (tmp + rename).
+       Gaps are saved in meta before files are repaired and cleared after their
+       records are written: a crash in between repeats a gap, never loses one.
+    5. Closed segments all <= acked_seq, and closed empty ones, are deleted.
+    6. The next seq is 1 + the highest of: last valid seq, newest segment name -
+       1, acked_seq, meta next_seq - 1, the last seq of every gap. Every segment is fsynced (not
+       with "never"), so what a killed process left in the page cache is durable
+       before a reader sees it.
+
+Gap record: source "agent", kind "agent.gap", severity 4, observed_ns = written at,
+occurred_ns = when the loss happened (nil for "corrupt": found, not happened).
+It says that no record with seq first_seq..last_seq will be sent (again): those
+the collector lacks are lost. Fields: reason ("overflow" | "corrupt" |
+"disk_full"), dropped_records (int; nil when only a bound is known),
+dropped_bytes, first_seq, last_seq, from_ns and to_ns (observed_ns of the first
+and last lost records, as known; nil if unknown). A gap is itself a record that
+an overflow may drop: the gap written for a dropped segment also names the
+ranges of the gaps that were in it (first_seq and from_ns reach back, counts
+add up), so no loss goes unnamed and there is one gap per drop. Ranges may
+overlap: take their union.
+
+Bounded: before an entry would take the segments past max_bytes, whole segments
+are deleted oldest first (the active one is rolled first if it is the only one)
+and one gap (reason "overflow") names their unacked seqs and observed range.
+Disk full (ENOSPC/EDQUOT on write or segment creation): the partial write is
+truncated away, the records are not accepted and append raises SpoolFullError
+(the daemon logs it, rate-limited, and goes on: there is nothing to retry). Their
+seqs are spent and one gap (reason "disk_full", merged over a streak) is written
+before the next entry that fits. A crash before that loses the gap: the seqs were
+never visible, and are reused.
+
+Threads: one writer (append, close) and one reader (read_after, read_batch_after,
+read_frame_after, ack) may call at once; one lock guards the index and every write. Readers
+do their file reads and decoding outside it, on bytes below the horizon, which
+never change; a segment deleted under a reader (ack, overflow) is skipped.
+
+Example: one record (source "ranklog", kind "rank.line", message "step 1",
+observed_ns 1796206319790113000, the other columns nil or default) appended as
+seq 1 is this 74-byte entry (len 58, crc 0xccc142e1, seq 1, then the payload)::
+
+    00 00 00 3a cc c1 42 e1 00 00 00 00 00 00 00 01   len | crc | seq
+    9e 01 91 a7 72 61 6e 6b 6c 6f 67 91 a9 72 61 6e   [1, ["ranklog"], ["ran
+    6b 2e 6c 69 6e 65 91 a6 73 74 65 70 20 31 91 c0   k.line"], ["step 1"], [nil],
+    91 cf 18 ed 68 21 92 66 c0 e8 91 c0 91 c0 91 c0   [1796206319790113000], [nil] x3,
+    91 c0 91 c0 91 c0 91 06 91 80                     [nil] x3, [6], [{}]]
+
+Known issues: a gap may name records a reader had already read when their
+segment was dropped; bytes that go bad after open are found by the reader's crc
+check (a gap, once) and again by the next open's scan (a repeated gap, not a
+lost one); resync does not find a valid entry 2**24 or more seqs past the last
+good one (its bytes count as lost); the bound of a corrupt newest tail assumes
+its seqs had no holes since the last meta save.
+
+This module is the format, pure (no I/O): encode, check, scan and resync a
+segment's bytes, and the gap records. The stateful queue over a directory of
+segments is firstfault/agent/spool.py (open and recovery: spoolopen.py; readers:
+spoolread.py).
+"""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firstfault.agent import spool as spool_mod
+from firstfault.agent import spoolfile
 from firstfault.agent.spool import InvalidRecordError, Spool, SpoolError, SpoolFullError
 from firstfault.agent.spoolfile import HEADER, pack_column
 from firstfault.wire import MAX_MESSAGE_BYTES, Record, decode_batch, decode_batch_columns, encode_batch
@@ -97,7 +98,7 @@ def covered(recs) -> list[int]:
 # --- the format ------------------------------------------------------------------
 
 def test_docstring_example_is_what_the_encoder_writes(tmp_path):
-    doc = spool_mod.__doc__
+    doc = spoolfile.__doc__  # the on-disk spec
     block = doc[doc.index("len | crc | seq") - 60:doc.index("Known issues")]
     hexes = "".join(re.findall(r"^\s+((?:[0-9a-f]{2} )+[0-9a-f]{2})", block, re.M))
     example = bytes.fromhex(hexes.replace(" ", ""))
@@ -444,7 +445,7 @@ def test_corrupt_last_entry_bounds_the_lost_seqs(tmp_path):
         got = read_all(sp)
         (g,) = gaps(got)
         assert g["first_seq"] == 5 and g["dropped_records"] is None
-        assert g["last_seq"] == 4 + (b - a) // spool_mod.MIN_RECORD_BYTES
+        assert g["last_seq"] == 4 + (b - a) // spoolfile.MIN_RECORD_BYTES
         assert [r.seq for r in data(got)] == [1, 2, 3, 4]
         assert sp.append([row(9)]) > g["last_seq"]
 
@@ -802,7 +803,7 @@ def test_random_operations_keep_the_invariants(tmp_path_factory, ops):
 
 CHILD = r"""
 import sys, time
-from agent.spool import Spool
+from firstfault.agent.spool import Spool
 sp = Spool(sys.argv[1], node="gpu-07", max_bytes=256 << 20, segment_bytes=64 << 10,
            fsync=sys.argv[2], fsync_interval_ms=20)
 i, tag = 0, sys.argv[3]

@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[3]
 # job: the kernel path); after each insert returns, writes its last seq to stdout.
 CHILD = r"""
 import os, sys
-from agent.wire import Record
-from collector.store.sqlite import SqliteStore
+from firstfault.wire import Record
+from firstfault.collector.store.sqlite import SqliteStore
 store = SqliteStore(sys.argv[1])
 seq, t0 = int(sys.argv[2]), 1_796_206_319_782_000_000
 while True:

@@ -1,0 +1,210 @@
+"""The spool's readers (part of Spool, firstfault/agent/spool.py): records after a seq as
+columns, as a framed wire batch or as Records; a source's recent rows. Readers see only what
+is durable; a crc mismatch met while reading becomes one gap record. The on-disk format is
+specified in firstfault/agent/spoolfile.py's docstring."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Iterator
+
+import msgpack
+
+from firstfault import wire
+from firstfault.agent.spoolfile import (COLUMNS, HEADER, HEADER_BYTES, array_elements, column_elements,
+                                        entry_at, resync)
+from firstfault.wire import BatchColumns, Record
+
+log = logging.getLogger("firstfault.agent.spool")
+
+DEFAULT_READ_BYTES = 4 * 1024 * 1024
+
+
+def _seqs(ranges: list[range]) -> range | list[int]:
+    contiguous = all(a.stop == b.start for a, b in zip(ranges, ranges[1:]))
+    return (range(ranges[0].start, ranges[-1].stop) if contiguous
+            else [s for r in ranges for s in r])
+
+
+class SpoolReads:
+    """The reading half, a base of Spool: it reads Spool's segments under its lock."""
+
+    def read_batch_after(self, seq: int | None, max_records: int = wire.MAX_BATCH_RECORDS,
+                         max_bytes: int = DEFAULT_READ_BYTES) -> BatchColumns | None:
+        """Up to ``max_records`` durable records with seq > ``seq`` (None: all), as columns
+        (wire.BatchColumns: seqs and the batch columns; no Record is built).
+
+        Stops before an entry that would take the entry bytes read past
+        ``max_bytes`` (one entry at least); None when there is nothing new.
+        Sequential calls (``seq`` = the last batch's last seq) resume where the
+        last one stopped; any other ``seq`` scans its segment from the start.
+        """
+        ranges: list[range] = []
+        parts: list[list[Any]] = []
+        for eseq, lo, hi, count, payload in self._pick(seq, max_records, max_bytes):
+            obj = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+            parts.append(obj[1:] if lo == 0 and hi == count else [c[lo:hi] for c in obj[1:]])
+            ranges.append(range(eseq + lo, eseq + hi))
+        if not ranges:
+            return None
+        if len(parts) == 1:
+            cols = parts[0]
+        else:
+            cols = [[] for _ in COLUMNS]
+            for p in parts:
+                for c, values in zip(cols, p):
+                    c += values
+        return BatchColumns(self.node, self.stream, _seqs(ranges), dict(zip(COLUMNS, cols)))
+
+    def read_frame_after(self, seq: int | None, max_records: int = wire.MAX_BATCH_RECORDS,
+                         max_bytes: int = DEFAULT_READ_BYTES
+                         ) -> tuple[range | list[int], bytes] | None:
+        """As read_batch_after, as (seqs, one framed wire ``batch``): the shipper's path.
+
+        Whole entries are not decoded: their column arrays' bytes go into the frame
+        as they are (wire.encode_packed_columns), checked at append and by the crc
+        here. WireError (ERR_TOO_LARGE) if the frame passes MAX_FRAME_BYTES."""
+        ranges: list[range] = []
+        cols: list[list[bytes]] = [[] for _ in COLUMNS]
+        for eseq, lo, hi, count, payload in self._pick(seq, max_records, max_bytes):
+            if lo == 0 and hi == count:
+                got = column_elements(payload)
+            else:  # part of an entry: decode it, pack the part again
+                obj = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+                got = [array_elements(msgpack.packb(c[lo:hi])) for c in obj[1:]]
+            for c, b in zip(cols, got):
+                c.append(b)
+            ranges.append(range(eseq + lo, eseq + hi))
+        if not ranges:
+            return None
+        seqs = _seqs(ranges)
+        return seqs, wire.encode_packed_columns(self.node, self.stream, seqs,
+                                                [b"".join(c) for c in cols])
+
+    def _pick(self, seq: int | None, max_records: int, max_bytes: int
+              ) -> Iterator[tuple[int, int, int, int, memoryview]]:
+        """(entry seq, lo, hi, count, payload) of the entries whose records [lo, hi)
+        a read after ``seq`` takes; moves the cursor once consumed to the end."""
+        after = -1 if seq is None else seq
+        plan, cursor = self._plan(after)
+        taken = nbytes = 0
+        cur, full = None, False
+        for path, base, end, ceil in plan:
+            off, floor = 0, base - 1
+            if cursor is not None and cursor[0] == after and cursor[1] == path:
+                off, floor = cursor[2], cursor[3]
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:  # acked or dropped since the snapshot
+                continue
+            try:
+                for off, stop, eseq, count, payload in self._entries(fd, path, off, end,
+                                                                      floor, ceil):
+                    if eseq + count - 1 <= after:
+                        continue
+                    if taken and nbytes + (stop - off) > max_bytes:
+                        full = True
+                        break
+                    lo = max(0, after + 1 - eseq)
+                    hi = min(count, lo + max_records - taken)
+                    yield eseq, lo, hi, count, payload
+                    taken += hi - lo
+                    nbytes += stop - off
+                    cur = ((eseq + hi - 1, path, off, eseq - 1) if hi < count
+                           else (eseq + count - 1, path, stop, eseq + count - 1))
+                    if taken >= max_records or nbytes >= max_bytes:
+                        full = True
+                        break
+            finally:
+                os.close(fd)
+            if full:
+                break
+        if taken:
+            self._cursor = cur
+
+    def _plan(self, after: int) -> tuple[list[tuple[str, int, int, int]], Any]:
+        """(path, base, readable end, ceil) of the segments holding seqs > ``after``; the cursor."""
+        with self._lock:
+            self._check_open()
+            plan = []
+            for i, s in enumerate(self._segs):
+                end = s.size if i < len(self._segs) - 1 else self._vis_size
+                if s.last_seq is not None and s.last_seq > after and end:
+                    ceil = (self._segs[i + 1].base if i + 1 < len(self._segs)
+                            else self._vis_seq + 1)
+                    plan.append((s.path, s.base, end, ceil))
+            return plan, self._cursor
+
+    def recent_rows(self, since_ns: int | None, source: str) -> Iterator[tuple]:
+        """The rows (wire columns in order, no seq) of ``source`` in segments written
+        at or after ``since_ns`` (file mtime; None: every segment), oldest first.
+
+        For a source that saves its position after emit: a crash between the two
+        leaves spooled records the saved position does not cover; they are here."""
+        plan, _ = self._plan(-1)
+        for path, base, end, ceil in plan:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                if since_ns is not None and os.fstat(fd).st_mtime_ns < since_ns:
+                    continue
+                for *_, payload in self._entries(fd, path, 0, end, base - 1, ceil):
+                    cols = msgpack.unpackb(payload, raw=False, strict_map_key=False)[1:]
+                    if source in cols[0]:
+                        yield from (r for r in zip(*cols) if r[0] == source)
+            finally:
+                os.close(fd)
+
+    def read_after(self, seq: int | None, max_records: int = wire.MAX_BATCH_RECORDS,
+                   max_bytes: int = DEFAULT_READ_BYTES) -> list[Record]:
+        """As read_batch_after, as Records (about 3 µs a record more: prefer columns)."""
+        batch = self.read_batch_after(seq, max_records, max_bytes)
+        return batch.records() if batch else []
+
+    def _entries(self, fd: int, path: str, off: int, end: int, floor: int,
+                 ceil: int | None) -> Iterator[tuple[int, int, int, int, memoryview]]:
+        """(offset, end, seq, count, payload) of the valid entries in [off, end)."""
+        buf, boff = b"", off  # buf holds the file's bytes [boff, boff + len(buf))
+        while off < end:
+            rel = off - boff
+            if len(buf) - rel < HEADER_BYTES:
+                buf, boff, rel = os.pread(fd, min(end - off, 1 << 20), off), off, 0
+            if len(buf) - rel >= HEADER_BYTES:
+                stop = off + HEADER_BYTES + HEADER.unpack_from(buf, rel)[0]
+                if boff + len(buf) < stop <= end:
+                    buf, boff, rel = os.pread(fd, max(stop - off, min(end - off, 1 << 20)),
+                                              off), off, 0
+            e = entry_at(buf, rel, floor, ceil)  # buf never runs past end
+            if e is None:
+                buf, boff = os.pread(fd, end - off, off), off
+                nxt = resync(buf, 0, floor, ceil)
+                self._corrupt_read(path, buf, off, nxt, floor, ceil)
+                if nxt >= len(buf):
+                    return
+                off = boff + nxt
+                continue
+            stop, seq, count = e
+            yield off, boff + stop, seq, count, memoryview(buf)[rel + HEADER_BYTES:stop]
+            off, floor = boff + stop, seq + count - 1
+
+    def _corrupt_read(self, path: str, buf: bytes, off: int, nxt: int, floor: int,
+                      ceil: int | None) -> None:
+        """A reader met bytes that went bad after open: one gap, once."""
+        with self._lock:
+            if (path, off) in self._reported or self._closed:
+                return
+            self._reported.add((path, off))
+            g = self._corrupt_gap(path, buf, 0, nxt, floor, ceil, [], None)
+            if g is not None:
+                g["at_ns"] = time.time_ns()
+                self._next_seq = max(self._next_seq, g["last_seq"] + 1)
+                self._pending.append(g)
+                try:
+                    self._flush_pending()
+                    self._sync()
+                except OSError as e:
+                    log.error("spool gap not written yet path=%s error=%s", self.path, e)
