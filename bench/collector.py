@@ -48,7 +48,7 @@ import msgpack
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from firstfault.wire import Ack, FrameDecoder, Hello, Ping, Pong, Welcome, encode_message  # noqa: E402
+from firstfault.wire import COLUMNS, Ack, FrameDecoder, Hello, Ping, Pong, Welcome, encode_message  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -196,9 +196,7 @@ class Child:
 
 def _columns(rnd: random.Random, n: int) -> dict:
     """n realistic records' columns (times filled in per batch)."""
-    cols: dict[str, list] = {k: [] for k in (
-        "source", "kind", "message", "occurred_ns", "observed_ns", "boot_id", "mono_ns", "job",
-        "rank", "local_rank", "pid", "severity", "fields")}
+    cols: dict[str, list] = {k: [] for k in COLUMNS}
     for i in range(n):
         rank = rnd.randrange(8)
         if rnd.random() < 0.05:

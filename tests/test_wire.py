@@ -525,3 +525,18 @@ def test_encode_packed_columns_makes_the_frame_msgpack_makes_of_the_batch_map(n)
     with pytest.raises(WireError) as e:
         encode_packed_columns("n1", "s", range(1, 151), big)
     assert e.value.code == wire.ERR_TOO_LARGE
+
+
+def test_the_record_columns_are_named_once():
+    """Record's fields after (node, stream, seq) are the batch columns; the spool and the
+    collector's blocks take them from here."""
+    import dataclasses
+
+    from firstfault.agent import spoolfile
+    from firstfault.collector.store import blocks
+
+    names = tuple(f.name for f in dataclasses.fields(wire.Record))
+    assert names[:3] == ("node", "stream", "seq") and names[3:] == wire.COLUMNS
+    assert len(wire.COLUMNS) == 13
+    assert spoolfile.COLUMNS is wire.COLUMNS and blocks.COLUMNS is wire.COLUMNS
+    assert blocks.BLOCK_COLUMNS == ("seq", "t_ns", *(c for c in wire.COLUMNS if c != "job"))

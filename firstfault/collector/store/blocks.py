@@ -38,16 +38,15 @@ from typing import Any
 
 import msgpack
 
+from firstfault import wire
+
 BLOCK_MAX = 2000  # records a block holds at most
 _FEW = 64  # records of other jobs below which a batch's main job is cut out by deleting them
-# Record columns in wire order (firstfault/wire.py), as insert_columns takes them.
-COLUMNS = ("source", "kind", "message", "occurred_ns", "observed_ns", "boot_id", "mono_ns",
-           "job", "rank", "local_rank", "pid", "severity", "fields")
-BLOCK_COLUMNS = ("seq", "t_ns", "source", "kind", "message", "occurred_ns", "observed_ns",
-                 "boot_id", "mono_ns", "rank", "local_rank", "pid", "severity", "fields")
+COLUMNS = wire.COLUMNS  # record columns in wire order, as insert_columns takes them
+_STORED = tuple(c for c in COLUMNS if c != "job")  # the columns a block keeps, after seq, t_ns
+BLOCK_COLUMNS = ("seq", "t_ns", *_STORED)
 SEQ, T, SOURCE, KIND, MESSAGE, OCCURRED, OBSERVED, BOOT_ID, MONO, RANK, LOCAL_RANK, PID, \
     SEVERITY, FIELDS = range(len(BLOCK_COLUMNS))
-_STORED = tuple(c for c in COLUMNS if c != "job")  # the columns a block keeps, after seq, t_ns
 pack = msgpack.Packer(use_bin_type=True).pack
 
 # (node, stream, columns) -> the indices (ascending) of the records a report needs

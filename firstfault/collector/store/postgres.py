@@ -63,7 +63,7 @@ from firstfault.collector.store.base import JobInfo, Marker, NodeClock, StoreErr
 from firstfault.collector.store.blocks import COLUMNS
 from firstfault.collector.store.postgres_read import _T_MAX, _T_MIN, ROW_BYTES, PostgresReads
 from firstfault.collector.store.postgres_schema import escape, migrate, needs_escape, unescape
-from firstfault.collector.store.sqlite import _FAIL_KINDS, RUNNING_NS, _is_failure
+from firstfault.collector.store.shared import failed_jobs, job_status
 
 log = logging.getLogger(__name__)
 
@@ -306,8 +306,7 @@ class PostgresStore(PostgresReads):
                        observed, boot_id, mono, local_rank, pid, severity, packed,
                        repeat(escaped), need):
             copy.write_row(row)
-        failed = set() if _FAIL_KINDS.isdisjoint(kind) else {
-            job[i] for i, k in enumerate(kind) if k in _FAIL_KINDS and _is_failure(k, fields[i])}
+        failed = failed_jobs(kind, fields, job)
         for j in job_set:
             if len(job_set) == 1:
                 ts, size, ranks = t, sizes, rank
@@ -434,8 +433,7 @@ class PostgresStore(PostgresReads):
 
     def _job_info(self, row: tuple, nodes: list[str], ranks: list[int]) -> JobInfo:
         _, job, first_ns, last_ns, count, failed = row
-        status = ("running" if self._now_ns() - last_ns <= RUNNING_NS
-                  else "failed" if failed else "ended")
+        status = job_status(self._now_ns(), last_ns, bool(failed))
         return JobInfo(job=unescape(job), first_ns=first_ns, last_ns=last_ns,
                        nodes=tuple(sorted(nodes)), ranks=tuple(sorted(ranks)), records=count,
                        status=status)

@@ -44,7 +44,7 @@ Invariants
     * jobs.records = the job's records, first_ns <= its earliest t_ns, last_ns = its
       latest (prune may leave last_ns, nodes and ranks of deleted records: enough
       for listing). failed: a ``rank.traceback`` record, or a ``proc.exit`` whose
-      fields hold a non-zero int under one of EXIT_CODE_KEYS or a non-empty ``signal``.
+      fields say it failed (store/shared.py has the rule, the same for both backends).
     * A job selects its records plus the jobless records of the nodes that sent its
       records, within [first_ns - 10 min, last_ns + 10 min]. Selections' since/until
       are inclusive; a rank filter drops records without a rank; grep is Python's
@@ -100,22 +100,21 @@ from operator import attrgetter, lt
 from pathlib import Path
 from typing import Any
 
-from firstfault.wire import KIND_PROC_EXIT, KIND_RANK_TRACEBACK, Record
+from firstfault.wire import Record
 
 from firstfault.collector.store.base import JobInfo, Marker, NodeClock, StoreError
 from firstfault.collector.store.blocks import COLUMNS, make_blocks, seqs_of, times
 from firstfault.collector.store.sqlite_marks import Marking
 from firstfault.collector.store.sqlite_prune import Pruning
-from firstfault.collector.store.sqlite_read import JOB_MARGIN_NS, Reading, merge
+from firstfault.collector.store.shared import failed_jobs, job_status
+from firstfault.collector.store.sqlite_read import Reading
 from firstfault.collector.store.sqlite_schema import INSERT_BLOCK, MIGRATIONS, block_row
 
-__all__ = ["COLUMNS", "JOB_MARGIN_NS", "MIGRATIONS", "SqliteStore", "merge"]
+__all__ = ["COLUMNS", "MIGRATIONS", "SqliteStore"]
 
 log = logging.getLogger(__name__)
 
 APPLICATION_ID = 0x66666C74  # "fflt"
-RUNNING_NS = 60 * 10**9  # a job with a record this recent is running
-EXIT_CODE_KEYS = ("exitcode", "exit_code", "code", "returncode")
 PAGE_SIZE = 16384  # new files: ~10% cheaper inserts than 4 KiB pages (bench/RESULTS.md)
 WAL_AUTOCHECKPOINT = 1024  # pages (16 MiB)
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
@@ -124,17 +123,6 @@ MIN_SQLITE = (3, 8, 3)  # partial indexes, WITHOUT ROWID
 _column_getters = tuple(map(attrgetter, COLUMNS))
 _node_stream = attrgetter("node", "stream")
 _seq_of = attrgetter("seq")
-_FAIL_KINDS = frozenset((KIND_RANK_TRACEBACK, KIND_PROC_EXIT))
-
-
-def _is_failure(kind: str, fields: dict) -> bool:
-    if kind == KIND_RANK_TRACEBACK:
-        return True
-    if kind != KIND_PROC_EXIT:
-        return False
-    if any(type(fields.get(k)) is int and fields[k] != 0 for k in EXIT_CODE_KEYS):
-        return True
-    return bool(fields.get("signal"))
 
 
 class SqliteStore(Reading, Pruning, Marking):
@@ -341,8 +329,7 @@ class SqliteStore(Reading, Pruning, Marking):
             if not seqs:
                 return 0
         kind, fields, job = cols["kind"], cols["fields"], cols["job"]
-        failed = set() if _FAIL_KINDS.isdisjoint(kind) else {
-            job[i] for i, k in enumerate(kind) if k in _FAIL_KINDS and _is_failure(k, fields[i])}
+        failed = failed_jobs(kind, fields, job)
         blocks = make_blocks(seqs, cols, times(cols))
         mid = self._marker_id() if mark and self._marker is not None else None
         per_job: dict[str, list] = {}  # job -> [first, last, count, ranks]
@@ -444,8 +431,7 @@ class SqliteStore(Reading, Pruning, Marking):
 
     def _job_info(self, row: tuple, nodes: list[str], ranks: list[int]) -> JobInfo:
         _, job, first_ns, last_ns, count, failed = row
-        status = ("running" if self._now_ns() - last_ns <= RUNNING_NS
-                  else "failed" if failed else "ended")
+        status = job_status(self._now_ns(), last_ns, bool(failed))
         return JobInfo(job=job, first_ns=first_ns, last_ns=last_ns, nodes=tuple(nodes),
                        ranks=tuple(ranks), records=count, status=status)
 

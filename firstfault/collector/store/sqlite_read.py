@@ -12,13 +12,9 @@ grep is Python's re.search over the messages of the blocks read.
 from __future__ import annotations
 
 import functools
-import heapq
-import re
 from bisect import bisect_left, bisect_right
-from collections import deque
 from collections.abc import Callable, Iterator
 from itertools import islice
-from operator import itemgetter
 from typing import Any
 
 import msgpack
@@ -26,53 +22,14 @@ import msgpack
 from firstfault.wire import Record
 
 from firstfault.collector.store.base import Selection, check_selection
+from firstfault.collector.store.shared import JOB_MARGIN_NS, merge, regex
 from firstfault.collector.store.blocks import (
     BOOT_ID, FIELDS, KIND, LOCAL_RANK, MESSAGE, MONO, OBSERVED, OCCURRED, PID, RANK, SEQ,
     SEVERITY, SOURCE, T, unpack,
 )
 
-JOB_MARGIN_NS = 10 * 60 * 10**9  # jobless records this close to a job belong to it
 T_MIN, T_MAX = -(2**63), 2**63 - 1
 _BLOCK_META = "SELECT bid, sid, t_lo, t_hi, ranks, mid FROM blocks "
-
-
-@functools.lru_cache(maxsize=64)
-def regex(pattern: str) -> re.Pattern:
-    return re.compile(pattern)
-
-
-def merge(sources: list[tuple[int, Callable[[], Iterator[tuple]]]]) -> Iterator[tuple]:
-    """The items of ascending iterators in ascending order; ``(lo, open)`` pairs, each
-    opened only once the merge reaches ``lo`` (every item's [0] is >= its ``lo``)."""
-    pending = deque(sorted(sources, key=itemgetter(0)))
-    heap: list[list] = []
-    n = 0
-    while heap or pending:
-        if pending and (not heap or pending[0][0] <= heap[0][0][0]):
-            it = pending.popleft()[1]()  # it may hold items before the head: look again
-            for item in it:
-                heapq.heappush(heap, [item, n, it])
-                n += 1
-                break
-            continue
-        # Yield from the head's source while it stays below every other source's
-        # head and below the next source to open: no heap operation for most items.
-        entry = heap[0]
-        it = entry[2]
-        if len(heap) == 1:
-            bound = None
-        else:  # the smaller child of the root is the next smallest head
-            bound = heap[1][0] if len(heap) == 2 else min(heap[1][0], heap[2][0])
-        stop = pending[0][0] if pending else None
-        yield entry[0]
-        for item in it:
-            if (bound is None or item < bound) and (stop is None or item[0] < stop):
-                yield item
-                continue
-            heapq.heapreplace(heap, [item, entry[1], it])
-            break
-        else:
-            heapq.heappop(heap)
 
 
 class Reading:

@@ -7,7 +7,6 @@ import sqlite3
 import pytest
 
 from firstfault import wire
-from firstfault.collector.store import sqlite as sq
 from firstfault.collector.store.base import NodeClock, Selection, StoreError
 from firstfault.collector.store.sqlite import SqliteStore
 
@@ -384,23 +383,3 @@ def test_a_failed_insert_rolls_back_and_keeps_the_store_usable(sqlite_store, rec
     assert store.high_seq("gpu-05", "s1") is None and store.high_seq("gpu-01", "s1") == 0
     assert store.insert([rec(1), rec(0, node="gpu-05")]) == 2
     assert store.job("job-1").records == 3
-
-
-def test_merge_opens_each_scan_only_when_it_is_reached():
-    opened = []
-
-    def source(name, items):
-        def open_():
-            opened.append(name)
-            return iter(items)
-        return (items[0][0] if items else 0, open_)
-    a = [(1, "a"), (4, "a"), (9, "a")]
-    b = [(2, "b"), (3, "b"), (10, "b")]
-    c = [(5, "c"), (6, "c")]
-    merged = sq.merge([source("c", c), source("a", a), source("b", b), source("e", [])])
-    assert next(merged) == (1, "a") and opened == ["e", "a"]
-    assert next(merged) == (2, "b") and opened == ["e", "a", "b"]
-    assert list(merged) == [(3, "b"), (4, "a"), (5, "c"), (6, "c"), (9, "a"), (10, "b")]
-    assert opened == ["e", "a", "b", "c"]
-    ties = sq.merge([(1, lambda: iter([(1,), (2,), (2,)])), (2, lambda: iter([(2,), (3,)]))])
-    assert list(ties) == [(1,), (2,), (2,), (2,), (3,)]

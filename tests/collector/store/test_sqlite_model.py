@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from firstfault.wire import Record
 from firstfault.collector.store.base import Selection
-from firstfault.collector.store.sqlite import JOB_MARGIN_NS
+from firstfault.collector.store.shared import JOB_MARGIN_NS
 
 T0 = 1_796_206_319_782_000_000
 NODES = ("gpu-01", "gpu-02", "gpu-03")
