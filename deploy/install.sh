@@ -9,7 +9,8 @@
 # pip), the units in /etc/systemd/system, the users and directories in /etc/sysusers.d and
 # /etc/tmpfiles.d, example configurations in /etc/firstfault (never over an existing one), a
 # random token in /etc/firstfault/token if there is none (on a cluster: copy the collector's to
-# every node), the Slurm prolog/epilog in /opt/firstfault/slurm; then creates the users and
+# every node), the Slurm prolog/epilog in /opt/firstfault/slurm, the command itself as a link
+# /usr/local/bin/firstfault (unless a different file is there); then creates the users and
 # directories and enables the unit(s). Running it again upgrades firstfault and the units and
 # keeps configuration and token: it is idempotent.
 #
@@ -60,6 +61,13 @@ else
     "$VENV/bin/python" -m pip install -q --upgrade "$SRC"
 fi
 "$VENV/bin/firstfault" --help >/dev/null || die "$VENV/bin/firstfault does not run"
+install -d -m 0755 "$PREFIX/usr/local/bin"
+LINK="$PREFIX/usr/local/bin/firstfault"
+if [ -L "$LINK" ] || [ ! -e "$LINK" ]; then
+    ln -sfn /opt/firstfault/bin/firstfault "$LINK"
+else
+    echo "install.sh: $LINK exists and is not our link; left as it is (the command: $VENV/bin/firstfault)"
+fi
 
 echo "install.sh: units, users, directories, examples under ${PREFIX:-/}"
 install -d -m 0755 "$PREFIX/etc/systemd/system" "$PREFIX/etc/sysusers.d" "$PREFIX/etc/tmpfiles.d" \

@@ -31,8 +31,8 @@ import ssl
 import sys
 import threading
 import time
-from importlib import metadata
 
+from firstfault import __version__
 from firstfault.agent.config import AgentConfig, ConfigError, HelpRequested, describe, parse_args, source_options
 from firstfault.agent.hostpaths import HostPaths
 from firstfault.agent.metrics import MetricsServer, render
@@ -53,13 +53,6 @@ GC_YOUNG_THRESHOLD = 50_000
 
 class StartError(Exception):
     """The agent cannot start: the reason is for the operator."""
-
-
-def version() -> str:
-    try:
-        return metadata.version("firstfault")
-    except metadata.PackageNotFoundError:
-        return "0"
 
 
 def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_dirs: bool = False
@@ -156,7 +149,7 @@ class Agent:
         except (OSError, ssl.SSLError) as e:
             raise StartError(f"TLS setup failed: {e}") from e
         self.shipper = Shipper(self.spool, cfg.collectors, token=cfg.token, ssl_context=ctx,
-                               server_name=cfg.tls.server_name, agent_version=version(),
+                               server_name=cfg.tls.server_name, agent_version=__version__,
                                on_ack=self.sink.acked).start()
         for s in srcs:
             since = s.saved_at_ns()

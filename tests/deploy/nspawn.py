@@ -58,10 +58,11 @@ class Container:
     """One booted container; ``run(cmd)`` runs a shell command inside, as root."""
 
     def __init__(self, name: str, log: Path, *, binds_ro: dict[str, str] | None = None,
-                 binds: tuple[str, ...] = ()) -> None:
+                 binds: tuple[str, ...] = (), hostname: str | None = None) -> None:
         self.name, self.log = name, log
         args = ["systemd-nspawn", "-D", str(ensure_rootfs()), "--volatile=overlay", "--register=no",
                 "--keep-unit", f"--machine={name}", "--console=passive", "--capability=CAP_SYSLOG",
+                *([f"--hostname={hostname}"] if hostname else []),
                 *[f"--bind={b}" for b in binds],
                 *[f"--bind-ro={src}:{dst}" for src, dst in (binds_ro or {}).items()], "--boot"]
         with open(log, "wb") as out:

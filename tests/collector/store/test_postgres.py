@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import threading
 
-import psycopg
 import pytest
+
+psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed (pip install -e '.[postgres]')")
 
 from firstfault.collector.store import open_store
 from firstfault.collector.store import postgres_schema as schema
 from firstfault.collector.store.base import Selection, StoreError
 from firstfault.collector.store.postgres import PostgresStore
 from firstfault.collector.store.postgres_read import ROW_BYTES
-from firstfault.collector.store.sqlite import COLUMNS
+from firstfault.wire import COLUMNS
 
 from tests.collector.store.conftest import T0, make_record, rows
 

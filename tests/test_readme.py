@@ -1,0 +1,93 @@
+"""Every command in every README is run by a test, as written.
+
+RUN_BY names, for each command of a README's ```sh blocks (tests/readme.py), the test that
+runs it; that test reads the command from the README itself. A command added to a README
+without a test here fails test_every_readme_command_is_run_by_a_test. The offline examples
+run here; the others need a fresh machine or systemd and run in tests/deploy (slow, in CI).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.readme import ROOT, all_commands, command
+
+README, OOM_README = ROOT / "README.md", ROOT / "examples" / "oom-kill" / "README.md"
+DEPLOY = "tests.deploy.test_readme_commands"
+
+RUN_BY = {
+    ("README.md", "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/firstfault demo"):
+        f"{DEPLOY}::test_the_main_job_command_on_stock_debian",
+    ("README.md", "bash .ci/run"): None,  # what CI runs on a clean machine (.ci/run): the suite itself
+    ("README.md", "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"):
+        f"{DEPLOY}::test_the_quick_test_command_in_a_fresh_venv",
+    ("README.md", "firstfault analyze examples/oom-kill --kernel examples/oom-kill/kmsg.txt --kernel-boot-time "
+                  "1796209021.7246525 --checkpoint-dir examples/oom-kill/checkpoints"):
+        "tests.test_readme::test_the_offline_examples_run_as_written",
+    ("examples/oom-kill/README.md", "firstfault analyze examples/oom-kill --kernel examples/oom-kill/kmsg.txt "
+                                    "--kernel-boot-time 1796209021.7246525"):
+        "tests.test_readme::test_the_offline_examples_run_as_written",
+    ("examples/oom-kill/README.md", "firstfault analyze examples/oom-kill --kernel examples/oom-kill/kmsg.txt "
+                                    "--kernel-boot-time 1796209021.7246525 --checkpoint-dir examples/oom-kill/checkpoints"):
+        "tests.test_readme::test_the_offline_examples_run_as_written",
+    **{("README.md", c): f"{DEPLOY}::test_the_operators_commands_on_stock_debian" for c in (
+        "deploy/install.sh collector --start",
+        "deploy/install.sh agent",
+        "firstfault agent --config /etc/firstfault/agent.toml --check-config",
+        "systemctl restart firstfault-agent",
+        "firstfault jobs",
+        "firstfault report 4242",
+        "firstfault timeline 4242 --node gpu-07 --since 2026-12-02T10:00:00Z --grep 'Xid|oom'",
+        "firstfault report 4242 --bundle 4242.tar.gz",
+    )},
+}
+
+
+def test_every_readme_command_is_run_by_a_test():
+    found = all_commands()
+    assert found == set(RUN_BY), (f"not covered: {sorted(found - set(RUN_BY))}; "
+                                  f"no longer in a README: {sorted(set(RUN_BY) - found)}")
+    for target in filter(None, RUN_BY.values()):
+        module, _, name = target.partition("::")
+        assert callable(getattr(importlib.import_module(module), name, None)), target
+
+
+def _run(cmd: str) -> subprocess.CompletedProcess:
+    """``cmd`` as a shell runs it in the repository root, with this Python's scripts first on PATH."""
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _offline_examples() -> list[str]:
+    return [command(README, "firstfault analyze examples/oom-kill"),
+            *(c for path, c in sorted(all_commands()) if path == "examples/oom-kill/README.md")]
+
+
+# Known wrong (issue 15, the checkpoint known only from logs): without the checkpoint folder the
+# save of global_step4 is not proven finished from the logs, so the phase comes out
+# checkpoint-save and the checkpoint unsafe. strict: this turns into a failure once it is right.
+_LOGS_ONLY = "the logs alone do not yet prove the global_step4 save finished (issue 15)"
+
+
+@pytest.mark.parametrize("cmd", [
+    pytest.param(c, marks=[] if "--checkpoint-dir" in c else [pytest.mark.xfail(strict=True, reason=_LOGS_ONLY)])
+    for c in _offline_examples()])
+def test_the_offline_examples_run_as_written(cmd):
+    """The OOM-kill example names rank 1, killed by the kernel in its optimizer step, whichever README
+    gives the command; global_step4 is safe to resume from."""
+    r = _run(cmd + " --format json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    first = rep["first_failure"]
+    assert first["signature"] == "kernel.memcg_oom_kill"
+    assert (first["rank"], first["category"], rep["blame"]) == (1, "host-memory", "resources")
+    text = _run(cmd)
+    assert text.returncode == 0 and "rank 1" in text.stdout
+    assert first["phase"] == "optimizer-step"
+    assert (rep["checkpoint"]["verdict"], rep["checkpoint"]["resume_from"]) == ("safe", "global_step4")
