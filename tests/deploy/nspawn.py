@@ -58,11 +58,10 @@ class Container:
     """One booted container; ``run(cmd)`` runs a shell command inside, as root."""
 
     def __init__(self, name: str, log: Path, *, binds_ro: dict[str, str] | None = None,
-                 binds: tuple[str, ...] = (), hostname: str | None = None) -> None:
+                 binds: tuple[str, ...] = ()) -> None:
         self.name, self.log = name, log
         args = ["systemd-nspawn", "-D", str(ensure_rootfs()), "--volatile=overlay", "--register=no",
                 "--keep-unit", f"--machine={name}", "--console=passive", "--capability=CAP_SYSLOG",
-                *([f"--hostname={hostname}"] if hostname else []),
                 *[f"--bind={b}" for b in binds],
                 *[f"--bind-ro={src}:{dst}" for src, dst in (binds_ro or {}).items()], "--boot"]
         with open(log, "wb") as out:
@@ -100,9 +99,11 @@ class Container:
     def tail(self, n: int = 4000) -> str:
         return self.log.read_bytes()[-n:].decode("utf-8", "replace")
 
-    def run(self, cmd: str, *, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    def run(self, cmd: str, *, check: bool = True, timeout: float = 120,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         r = subprocess.run(["nsenter", "-t", str(self.leader), "-a", "--", "/usr/bin/env", "-i",
-                            f"PATH={PATH}", "LANG=C.UTF-8", "/bin/sh", "-c", cmd],
+                            f"PATH={PATH}", "LANG=C.UTF-8", *(f"{k}={v}" for k, v in (env or {}).items()),
+                            "/bin/sh", "-c", cmd],
                            capture_output=True, text=True, timeout=timeout)
         if check and r.returncode != 0:
             raise AssertionError(f"in {self.name}: {cmd!r} exited {r.returncode}\n{r.stdout}{r.stderr}")

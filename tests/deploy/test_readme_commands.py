@@ -35,6 +35,9 @@ from tests.readme import ROOT, command
 README = ROOT / "README.md"
 REAL = ROOT / "tests" / "data" / "real" / "deepspeed-exception-rank2-of-4"
 TREE = "/root/firstfault"
+# Where the package index is reached through a TLS proxy, the host's CA bundle says whom to trust
+# (pip's own bundle does not know the proxy); the container gets it as PIP_CERT. Elsewhere nothing.
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 pytestmark = [pytest.mark.slow]
 in_a_container = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools()))
@@ -55,9 +58,11 @@ def _clone_tar(dest: Path) -> Path:
 def box(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("readme")
     _clone_tar(tmp)
+    binds_ro = {str(tmp): "/mnt/clone", **({str(HOST_CA): "/mnt/host-ca.crt"} if HOST_CA.exists() else {})}
     c = Container(f"ff-readme-{uuid.uuid4().hex[:8]}", tmp / "console.log", binds=("/dev/kmsg",),
-                  binds_ro={str(tmp): "/mnt/clone"}, hostname="gpu-07")
+                  binds_ro=binds_ro)
     try:
+        c.run("hostname gpu-07")  # the tree's /etc/hostname is the host's
         c.run(f"mkdir -p {TREE} && tar -xf /mnt/clone/tree.tar -C {TREE}")
         yield c
     finally:
@@ -65,18 +70,19 @@ def box(tmp_path_factory):
 
 
 def _in_tree(box: Container, cmd: str, timeout: float) -> subprocess.CompletedProcess:
-    return box.run(f"cd {TREE} && {cmd}", check=False, timeout=timeout)
+    env = {"PIP_CERT": "/mnt/host-ca.crt"} if HOST_CA.exists() else {}
+    return box.run(f"cd {TREE} && {cmd}", check=False, timeout=timeout, env=env)
 
 
 @pytest.mark.root
 @in_a_container
 def test_the_main_job_command_on_stock_debian(box):
-    cmd = command(README, "python3 -m venv .venv")
+    cmd = command(README, "python3 -m venv .venv && .venv/bin/pip install . ")
     # what a new user meets first: Debian's python3 has no pip and refuses system installs
     assert box.run("python3 -m pip --version", check=False).returncode != 0
     r = _in_tree(box, cmd, timeout=900)
     assert r.returncode == 0, f"{cmd!r} exited {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    assert re.search(r"^FIRST FAILURE: rank 2 on ", r.stdout, re.M), r.stdout[-3000:]
+    assert re.search(r"^FIRST FAILURE of job demo-\w+: rank 2 on gpu-07$", r.stdout, re.M), r.stdout[-3000:]
     assert "firstfault demo: " in r.stderr
 
 

@@ -51,7 +51,17 @@ def test_check_config_checks_what_start_needs_and_opens_nothing(tmp_path, capsys
     assert "tls: cannot load cert/key/client_ca" in err and f"the folder {missing.parent} does not exist" in err
 
 
+def test_a_postgres_store_without_psycopg_is_a_clear_start_error(caplog, monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if the [postgres] extra were not installed
+    assert daemon.main(["--db", "postgres://ff:secret@127.0.0.1:1/ff", "--listen", "127.0.0.1:0",
+                        "--http", "127.0.0.1:0"]) == 1
+    assert re.search(r"cannot start: cannot open the store db=postgres://ff@127.0.0.1:1/ff: the PostgreSQL "
+                     r"store needs psycopg 3: pip install 'firstfault\[postgres\]'", caplog.text)
+    assert "secret" not in caplog.text
+
+
 def test_a_postgres_server_that_is_away_is_a_clear_start_error(caplog):
+    pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
