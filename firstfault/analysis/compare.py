@@ -49,7 +49,6 @@ VERDICTS = ("fixed", "not-fixed", "inconclusive")
 PLACEMENT = ("--master_port", "--master-port", "--master_addr", "--master-addr", "--rdzv_endpoint",
              "--rdzv-endpoint", "--rdzv_id", "--rdzv-id", "--world_info", "--local_rank", "--local-rank",
              "--node_rank", "--node-rank")
-CONFIG_SEEN_MARK = "resolved DeepSpeed config"  # context.missing names it when the config was not printed
 
 
 def _ctx(rep: dict) -> dict:
@@ -115,8 +114,8 @@ FIELDS: tuple[tuple[str, str, Callable[[dict], object], bool], ...] = (
 
 
 def _config_seen(rep: dict) -> bool:
-    ctx = _ctx(rep)
-    return ctx.get("zero_stage") is not None and not any(CONFIG_SEEN_MARK in m for m in ctx.get("missing") or [])
+    """Whether the run printed its resolved DeepSpeed config (it always names the ZeRO stage)."""
+    return _ctx(rep).get("zero_stage") is not None
 
 
 def show(v, known: bool = True) -> str:
@@ -302,9 +301,10 @@ def _boundary_reasons(bd: dict) -> list[dict]:
         return [_reason("failing-step-unknown", "BEFORE's logs show no step it completed, so the step where it "
                                                 "failed is unknown.")]
     if not bd["passed_failing_step"]:
-        got = "no complete step" if bd["after_last_step"] is None else f"step {bd['after_last_step']}"
-        return [_reason("stopped-early", f"AFTER stopped after {got}, before step {bd['failing_step']} where BEFORE "
-                                         "failed: the failure had no chance to come back.")]
+        got = ("completed no step" if bd["after_last_step"] is None
+               else f"stopped after step {bd['after_last_step']}")
+        return [_reason("stopped-early", f"AFTER {got}, before step {bd['failing_step']} where BEFORE failed: "
+                                         "the failure had no chance to come back.")]
     out = []
     if not bd["optimizer_step_after"]:
         out.append(_reason("no-step-after", f"AFTER completed step {bd['failing_step']} but no optimizer step after it."))

@@ -60,6 +60,8 @@ def side_paths(spec: str) -> list[str] | None:
     A side that exists on disk is one path (commas and all); else a comma-separated list
     of paths that all exist. Anything else that looks like a path is an error, not a job.
     """
+    if spec == "-":
+        raise SideError("compare reads no standard input: give each side's log files or folder")
     if _exists(spec):
         return [spec]
     parts = [p for p in spec.split(",") if p]
@@ -75,6 +77,9 @@ def _report(a: argparse.Namespace, which: str, paths: list[str] | None, jobs: Jo
     """(report, source) of one side: its log paths, or its job (``paths`` None)."""
     spec = getattr(a, which)
     if paths is None:
+        if getattr(a, f"{which}_checkpoint_dir") or getattr(a, f"{which}_kernel"):
+            print(f"firstfault: {which.upper()} is a job at the collector: --{which}-checkpoint-dir and "
+                  f"--{which}-kernel apply to sides given as logs and are left unused", file=sys.stderr)
         if jobs is None:
             raise SideError(f"{spec!r} names no file, and this firstfault can not ask a collector for jobs")
         try:

@@ -145,6 +145,8 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["compare", str(tmp_path / "empty"), a]) == 2
     assert "BEFORE: no log files found" in capsys.readouterr().err
+    assert main(["compare", "-", a]) == 2
+    assert "no standard input" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         main(["compare", a])
     assert e.value.code == 2

@@ -29,19 +29,6 @@ DECIDES = {"fixed": "one-change", "not-fixed": "came-back", "three-changes": "to
            "stopped-early": "stopped-early"}
 
 
-@pytest.fixture(scope="module")
-def retries(tmp_path_factory):
-    root = tmp_path_factory.mktemp("retries")
-    done = {}
-
-    def get(name):
-        if name not in done:
-            done[name] = run.run_scenario(name, root / name, timeout_s=300)
-        return root / name, done[name]
-
-    return get
-
-
 def compare(before, after):
     cmd = [sys.executable, "-m", "firstfault", "compare", str(before), str(after), "--format", "json",
            "--before-checkpoint-dir", str(before / "checkpoints"), "--after-checkpoint-dir", str(after / "checkpoints")]
@@ -51,10 +38,10 @@ def compare(before, after):
 
 
 @pytest.mark.parametrize("case", sorted(run.COMPARISONS))
-def test_compare_fresh_runs(retries, case):
+def test_compare_fresh_runs(jobs, case):
     before_name, after_name, verdict = run.COMPARISONS[case]
-    before, _ = retries(before_name)
-    after, doc = retries(after_name)
+    before, _ = jobs(before_name)
+    after, doc = jobs(after_name)
     assert not doc["result"].get("timed_out")
     if doc["cancel_after_step"] is not None:
         assert doc["result"]["cancelled"], "the run ended before the runner could cancel it"
