@@ -1,6 +1,8 @@
 """``firstfault COMMAND``: the one entry point, and the only module that knows every command.
 
     analyze, checkpoint            read a dead job's files offline (firstfault/offline/commands.py)
+    compare                        a failed run against its retry, from files or the collector
+                                   (firstfault/offline/compare_command.py; job ids through the collector's commands)
     jobs, report, timeline         ask a collector or read its store (firstfault/collector/commands.py)
     collector                      run the central daemon (firstfault/collector/daemon.py)
     agent                          run the node daemon (firstfault/agent/daemon.py)
@@ -29,12 +31,17 @@ OWN_PARSERS = {
 
 def parser() -> argparse.ArgumentParser:
     from firstfault.collector import commands as collector_commands
+    from firstfault.collector.query import QueryError
+    from firstfault.collector.store.base import StoreError
     from firstfault.offline import commands as offline_commands
+    from firstfault.offline import compare_command
 
     p = argparse.ArgumentParser(prog="firstfault", description="Find the first failure of a distributed training job.")
     p.add_argument("--version", action="version", version=f"firstfault {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     offline_commands.add_parsers(sub)
+    compare_command.add_parser(sub, compare_command.JobSource(
+        collector_commands.add_source_options, collector_commands.job_report, (QueryError, StoreError)))
     collector_commands.add_parsers(sub)
     for name, (_, text) in OWN_PARSERS.items():  # listed for --help; main() hands them their arguments
         sub.add_parser(name, add_help=False, help=text)

@@ -47,7 +47,8 @@ _KV = re.compile(r"(\w+)=(\S+)")
 
 # The REPORT.md context keys that come from the resolved DeepSpeed config.
 _CONFIG_KEYS = ("zero_stage", "offload_optimizer", "offload_param", "precision",
-                "gradient_accumulation_steps", "train_micro_batch_size_per_gpu")
+                "gradient_accumulation_steps", "train_micro_batch_size_per_gpu",
+                "offload_optimizer_pin_memory", "offload_param_pin_memory")
 _PRECISION = {"fp16_enabled": "fp16", "float16_config": "fp16", "bfloat16_enabled": "bf16", "bfloat16_config": "bf16"}
 # What a bug report asks for that logs alone never carry.
 _ALWAYS_MISSING = ("deepspeed.env_report output", "nvidia-smi memory before initialization")
@@ -63,6 +64,23 @@ def _value(v: str):
         return int(v)
     except ValueError:
         return v
+
+
+# "offload_param=DeepSpeedZeroOffloadParamConfig(device='nvme', nvme_path=PosixPath('/x'), ..., pin_memory=True)"
+_SECTION = re.compile(r"\w+\((?:[^()]|\([^()]*\))*\)")
+_PIN = re.compile(r"\bpin_memory=(True|False)\b")
+
+
+def _offload_section(val: str, key: str) -> tuple[str | None, bool | None]:
+    """(device, pin_memory) of one offload section of the printed zero_config; (None, None) without offload."""
+    if f"{key}=" not in val:
+        return None, None
+    rest = val.split(f"{key}=", 1)[1]
+    m = _SECTION.match(rest)
+    if not m:
+        return None, None
+    pin = _PIN.search(m.group(0))
+    return _offload(m.group(0)), None if pin is None else pin.group(1) == "True"
 
 
 def _offload(val: str) -> str | None:
@@ -123,9 +141,8 @@ class Context:
             kv = dict(_KV.findall(val))
             if "stage" in kv:
                 c["zero_stage"] = _value(kv["stage"])
-            c["offload_param"] = _offload(val.split("offload_param=", 1)[1]) if "offload_param=" in val else None
-            c["offload_optimizer"] = (
-                _offload(val.split("offload_optimizer=", 1)[1]) if "offload_optimizer=" in val else None)
+            for key in ("offload_param", "offload_optimizer"):
+                c[key], c[f"{key}_pin_memory"] = _offload_section(val, key)
         elif key == "zero_optimization_stage":
             c.setdefault("zero_stage", _value(val))
         elif key in ("gradient_accumulation_steps", "train_micro_batch_size_per_gpu", "train_batch_size"):

@@ -29,6 +29,7 @@ from firstfault.analysis.verdict import (
     confidence,
     distinct_failures,
     exit_of,
+    fingerprint,
     link_identity,
     link_kernel,
     phase_of,
@@ -165,7 +166,8 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
             "node": rank_nodes.get(r),
             "first_error": None if fe is None else {
                 "signature": fe.sig, "category": fe.category, "role": fe.role,
-                "at": iso(fe.ev.occurred_ns), "origin": fe.ev.origin, "text": _text(fe.ev)},
+                "at": iso(fe.ev.occurred_ns), "origin": fe.ev.origin, "text": _text(fe.ev),
+                "fingerprint": fingerprint(fe)},
             "last_progress": None if r not in progress else {
                 "step": facts.steps.get(r), "at": iso(progress[r].occurred_ns)},
             "exit": facts.exits.get(r),
@@ -188,7 +190,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         "distinct_failures": [
             {"signature": g.findings[0].sig, "category": g.findings[0].category, "ranks": sorted(g.ranks),
              "first_at": iso(g.findings[0].ev.occurred_ns), "count": g.count,
-             "text": _text(g.findings[0].ev)}
+             "text": _text(g.findings[0].ev), "fingerprint": g.key}
             for g in groups
         ],
         "ranks": ranks_out,
@@ -329,6 +331,7 @@ def _first(f: Finding, ranks: list[int], tied: list[Finding], phase: tuple[str, 
         "clock": ev.clock,
         "uncertainty_ms": ev.uncertainty_ns // 1_000_000,
         "signature": f.sig,
+        "fingerprint": fingerprint(f),
         "category": f.category,
         "phase": phase[0],
         "phase_from": phase[1],
@@ -362,6 +365,7 @@ def _inferred(rank, how, casc: list[Finding], progress, steps, saving: int | Non
         "clock": last.clock if last else None,
         "uncertainty_ms": None,
         "signature": HANG_ID,
+        "fingerprint": None,
         "category": "unknown",
         "phase": (dump and phase_from_frames(dump.frames)) or ("checkpoint-save" if saving is not None else "unknown"),
         "phase_from": ("stack dump" if dump and phase_from_frames(dump.frames) else

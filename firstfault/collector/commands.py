@@ -110,6 +110,20 @@ def _source(a: argparse.Namespace):
     return _Db(a.db) if a.db else _Http(a.collector or DEFAULT_URL, token)
 
 
+def job_report(a: argparse.Namespace, job: str) -> dict:
+    """The report of ``job`` from where ``add_source_options`` said (``firstfault compare`` uses it)."""
+    return _source(a).report(job)
+
+
+def add_source_options(p: argparse.ArgumentParser) -> None:
+    """--collector URL | --db PATH_OR_URL, and --token-file: where the jobs' records are."""
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--collector", metavar="URL", help=f"the collector's HTTP API (default {DEFAULT_URL})")
+    where.add_argument("--db", metavar="PATH_OR_URL",
+                       help="read the collector's store directly: its SQLite file or postgresql:// URL")
+    p.add_argument("--token-file", metavar="F", help="token for a collector API that is not on loopback")
+
+
 def cmd_jobs(a: argparse.Namespace) -> int:
     rows = _source(a).jobs()
     if a.format == "json":
@@ -158,11 +172,7 @@ def cmd_timeline(a: argparse.Namespace) -> int:
 
 def add_parsers(sub) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    where = common.add_mutually_exclusive_group()
-    where.add_argument("--collector", metavar="URL", help=f"the collector's HTTP API (default {DEFAULT_URL})")
-    where.add_argument("--db", metavar="PATH_OR_URL",
-                       help="read the collector's store directly: its SQLite file or postgresql:// URL")
-    common.add_argument("--token-file", metavar="F", help="token for a collector API that is not on loopback")
+    add_source_options(common)
 
     p = sub.add_parser("jobs", parents=[common], help="list the jobs the collector knows")
     p.add_argument("--format", choices=("text", "json"), default="text")

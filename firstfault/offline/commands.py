@@ -72,40 +72,54 @@ def _parse_time(s: str) -> int:
     return int(dt.timestamp() * 1e9)
 
 
-def _zone(s: str):
+def time_zone(s: str):
     try:
         return ZoneInfo(s)
     except (ZoneInfoNotFoundError, ValueError):
         raise argparse.ArgumentTypeError(f"unknown time zone {s!r} (e.g. UTC, Europe/Berlin)") from None
 
 
-def cmd_analyze(a: argparse.Namespace) -> int:
+def report_from_logs(paths: list[str], *, node: str | None = None, kernel: list[str] | None = None,
+                     checkpoint_dir: str | None = None, tz=None, kernel_boot_ns: int | None = None,
+                     job: str | None = None, meter: bool = False) -> tuple[dict | None, list[dict], str | None]:
+    """Read the logs under ``paths`` and build their report: (report, gaps, problem).
+
+    ``problem`` says why there is no report (no log found, none readable); the gaps
+    list every input that could not be read. ``meter``: a progress meter on a terminal's stderr.
+    """
     catalog = load_catalog()
-    sources = logfiles.discover(a.paths, node=a.node, kernel=a.kernel)
+    sources = logfiles.discover(paths, node=node, kernel=kernel)
     res = logfiles.ReadResult()
     total = sum(os.path.getsize(s.path) for s in sources if s.path != "-" and os.path.isfile(s.path))
-    progress = _Progress(total) if sys.stderr.isatty() and total >= PROGRESS_MIN_BYTES else None
-    events = logfiles.read_events(sources, Needles(needles(catalog)), res, tz=a.tz,
-                                  kernel_boot_ns=a.kernel_boot_time, progress=progress)
+    progress = _Progress(total) if meter and sys.stderr.isatty() and total >= PROGRESS_MIN_BYTES else None
+    events = logfiles.read_events(sources, Needles(needles(catalog)), res, tz=tz,
+                                  kernel_boot_ns=kernel_boot_ns, progress=progress)
     disk = None
-    if a.checkpoint_dir:
+    if checkpoint_dir:
         try:
-            disk = inspect_checkpoint_dir(a.checkpoint_dir)
+            disk = inspect_checkpoint_dir(checkpoint_dir)
         except CheckpointPathError as e:
-            res.gaps.append({"file": a.checkpoint_dir, "reason": str(e)})
+            res.gaps.append({"file": checkpoint_dir, "reason": str(e)})
     # inputs.gaps is res.gaps: reading appends to it while build_report consumes the events
-    inputs = Inputs(job=a.job, gaps=res.gaps, disk=disk, generated_ns=time.time_ns())
+    inputs = Inputs(job=job, gaps=res.gaps, disk=disk, generated_ns=time.time_ns())
     report = build_report(_tracking(events, inputs, res), catalog, inputs)
     if progress:
         progress.close()
-    for g in res.gaps:
-        print(f"firstfault: {g.get('file')}: {g.get('reason')}", file=sys.stderr)
-    unreadable = {g.get("file") for g in res.gaps if "source" not in g}
-    if sources and all(s.path in unreadable for s in sources):
-        print("firstfault: no input could be read", file=sys.stderr)
-        return 1
     if not sources:
-        print("firstfault: no log files found under the given paths", file=sys.stderr)
+        return None, res.gaps, "no log files found under the given paths"
+    unreadable = {g.get("file") for g in res.gaps if "source" not in g}
+    if all(s.path in unreadable for s in sources):
+        return None, res.gaps, "no input could be read"
+    return report, res.gaps, None
+
+
+def cmd_analyze(a: argparse.Namespace) -> int:
+    report, gaps, problem = report_from_logs(a.paths, node=a.node, kernel=a.kernel, checkpoint_dir=a.checkpoint_dir,
+                                             tz=a.tz, kernel_boot_ns=a.kernel_boot_time, job=a.job, meter=True)
+    for g in gaps:
+        print(f"firstfault: {g.get('file')}: {g.get('reason')}", file=sys.stderr)
+    if problem:
+        print(f"firstfault: {problem}", file=sys.stderr)
         return 1
     write_output(render(report, a.format), a.output)
     return 0
@@ -146,7 +160,7 @@ def add_parsers(sub) -> None:
     an.add_argument("--kernel", action="append", metavar="FILE",
                     help="kernel log: /dev/kmsg dump, dmesg, dmesg -T, journalctl -k (any -o); repeatable, NODE=FILE")
     an.add_argument("--checkpoint-dir", metavar="DIR", help="DeepSpeed checkpoint folder to check on disk")
-    an.add_argument("--tz", type=_zone, help="time zone of timestamps that carry none (default: this machine's)")
+    an.add_argument("--tz", type=time_zone, help="time zone of timestamps that carry none (default: this machine's)")
     an.add_argument("--kernel-boot-time", type=_parse_time, metavar="TIME",
                     help="boot time of the node whose dmesg/kmsg is given (default: this machine's)")
     an.add_argument("--job", help="job id to print in the report")

@@ -39,6 +39,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -69,6 +70,8 @@ class Scenario:
     save: bool = True  # pass --save-dir checkpoints
     keep_rank_logs: bool = True  # False: delete logs/ afterwards, keep launcher.log (a pasted console)
     oom_limit_bytes: int = 1 << 30
+    ds_config: dict | None = None  # written to ds_config.json and passed as --ds-config (no --zero-stage then)
+    cancel_after_step: int | None = None  # SIGTERM the whole job once rank 0 printed this step (a time limit)
     expected: dict = dataclasses.field(default_factory=dict)
     truth: str = ""
 
@@ -146,6 +149,67 @@ SCENARIOS = {
 }
 
 
+# --- retries: a failing run and four retries, for `firstfault compare` ---------------
+
+
+def retry_config(stage, micro_batch=8, bf16=False):
+    """The DeepSpeed config of the retry scenarios; each retry changes only what it names."""
+    cfg = {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": 1,
+        "steps_per_print": 1,
+        "log_level": "info",
+        "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
+        # persistence 0: ZeRO-3 partitions even this tiny model's parameters
+        "zero_optimization": {"stage": stage, "reduce_bucket_size": 5e5, "stage3_param_persistence_threshold": 0},
+    }
+    if bf16:
+        cfg["bf16"] = {"enabled": True}
+    return cfg
+
+
+def _retry(name, ds_config, expected, truth, **more):
+    # The same command every time: rank 0's forward probes fc1.weight directly at step 5.
+    return Scenario(name, "deepspeed", 2, "param-probe", 0, 5, ds_config=ds_config, expected=expected, truth=truth,
+                    **more)
+
+
+_PROBE_FAILS = _expect(0, "user-code", "forward", "code", "safe", "global_step4")
+RETRY_SCENARIOS = {
+    s.name: s
+    for s in [
+        _retry("retry-0-zero3-probe-fails", retry_config(3), _PROBE_FAILS,
+               "ZeRO stage 3: at step 5 rank 0's forward computes a diagnostic from fc1.weight directly, which "
+               "ZeRO-3 keeps partitioned (an empty tensor) outside fc1's own forward: RuntimeError on rank 0, "
+               "rank 1 loses its peer. The run the retries are compared with."),
+        _retry("retry-1-zero2-fixed", retry_config(2),
+               dict(failed=False, checkpoint_verdict="safe", checkpoint_resume_from="global_step6"),
+               "One setting changed: ZeRO stage 3 -> 2 (parameters whole). The probe works; 6 steps, saves at "
+               "2, 4, 6."),
+        _retry("retry-2-micro-batch-4-fails-again", retry_config(3, micro_batch=4), _PROBE_FAILS,
+               "One setting changed, the wrong one: micro batch 8 -> 4 under ZeRO stage 3. The same RuntimeError "
+               "at step 5 on rank 0."),
+        _retry("retry-3-three-changes", retry_config(2, micro_batch=4, bf16=True),
+               dict(failed=False, checkpoint_verdict="safe", checkpoint_resume_from="global_step6"),
+               "Three settings changed at once: ZeRO stage 3 -> 2, micro batch 8 -> 4, precision fp32 -> bf16. "
+               "It passes, but which change fixed it is unknown."),
+        _retry("retry-4-cancelled-at-step-3", retry_config(2),
+               dict(failed=None, checkpoint_verdict=None, checkpoint_resume_from=None),
+               "One setting changed (ZeRO stage 3 -> 2), but the job was cancelled as a time limit does: "
+               "SIGTERM to all its processes once rank 0 printed step 3, before step 5 where the first run "
+               "failed.", cancel_after_step=3),
+    ]
+}
+# case -> (BEFORE, AFTER, the verdict `firstfault compare` must give)
+COMPARISONS = {
+    "fixed": ("retry-0-zero3-probe-fails", "retry-1-zero2-fixed", "fixed"),
+    "not-fixed": ("retry-0-zero3-probe-fails", "retry-2-micro-batch-4-fails-again", "not-fixed"),
+    "three-changes": ("retry-0-zero3-probe-fails", "retry-3-three-changes", "inconclusive"),
+    "stopped-early": ("retry-0-zero3-probe-fails", "retry-4-cancelled-at-step-3", "inconclusive"),
+}
+ALL_SCENARIOS = {**SCENARIOS, **RETRY_SCENARIOS}
+
+
 def extensions_env(env=None):
     """The environment a rank runs with: CPU accelerator, cached torch extensions."""
     env = dict(os.environ if env is None else env)
@@ -181,8 +245,10 @@ def _bin(name):
 
 
 def train_args(sc, cgroup=None):
-    args = ["--steps", str(sc.steps), "--zero-stage", str(sc.zero_stage), "--timeout", str(sc.timeout_s),
-            "--fail", sc.fail]
+    args = ["--steps", str(sc.steps)]
+    if sc.ds_config is None:
+        args += ["--zero-stage", str(sc.zero_stage)]
+    args += ["--timeout", str(sc.timeout_s), "--fail", sc.fail]
     if sc.save:
         args += ["--save-dir", "checkpoints", "--save-every", str(sc.save_every)]
     if sc.fail_rank is not None:
@@ -191,6 +257,8 @@ def train_args(sc, cgroup=None):
         args += ["--fail-step", str(sc.fail_step)]
     if cgroup is not None:
         args += ["--oom-cgroup", str(cgroup)]
+    if sc.ds_config is not None:
+        args += ["--ds-config", "ds_config.json"]
     return args
 
 
@@ -363,15 +431,40 @@ def _now():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _rank0_log(out, launcher):
+    pattern = "logs/*/attempt_0/0/stdout.log" if launcher == "torchrun" else "logs/*_rank0.log"
+    return next(iter(sorted(out.glob(pattern))), None)
+
+
+def cancel_at_step(proc, out, sc, deadline):
+    """Once rank 0 printed step ``sc.cancel_after_step``, SIGTERM every process of the job, as a
+    scheduler's time limit or scancel does; SIGKILL what is left 30 s later. Returns what was done."""
+    mark = f"rank 0 step {sc.cancel_after_step} loss".encode()
+    while proc.poll() is None and time.monotonic() < deadline:
+        log = _rank0_log(out, sc.launcher)
+        if log is not None and mark in log.read_bytes():
+            at = _now()
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+            return {"after_step": sc.cancel_after_step, "signal": "SIGTERM", "to": "the job's process group", "at": at}
+        time.sleep(0.05)
+    return None
+
+
 def run_scenario(name, out_dir, *, timeout_s=600, env=None):
     """Run scenario `name` (or a Scenario) into `out_dir` (made; must be empty). Returns scenario.json's dict."""
-    sc = SCENARIOS[name] if isinstance(name, str) else name
+    sc = ALL_SCENARIOS[name] if isinstance(name, str) else name
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty: give run_scenario a fresh folder")
     env = extensions_env(env)
     ensure_comm_op(env)
+    if sc.ds_config is not None:
+        (out / "ds_config.json").write_text(json.dumps(sc.ds_config, indent=2) + "\n")
     cgroup = make_cgroup(sc.oom_limit_bytes) if sc.fail == "oom" else None
     window = KmsgWindow() if sc.fail == "oom" else None
     cmd = command(sc, cgroup)
@@ -382,6 +475,8 @@ def run_scenario(name, out_dir, *, timeout_s=600, env=None):
             proc = subprocess.Popen(cmd, cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             try:
+                if sc.cancel_after_step is not None:
+                    result["cancelled"] = cancel_at_step(proc, out, sc, time.monotonic() + timeout_s)
                 result["launcher_exit_code"] = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, 9)
@@ -413,8 +508,10 @@ def run_scenario(name, out_dir, *, timeout_s=600, env=None):
         "fail": {"mode": sc.fail, "rank": sc.fail_rank, "step": sc.fail_step},
         "steps": sc.steps,
         "save_every": sc.save_every if sc.save else None,
-        "zero_stage": sc.zero_stage,
+        "zero_stage": sc.ds_config["zero_optimization"]["stage"] if sc.ds_config else sc.zero_stage,
         "timeout_s": sc.timeout_s,
+        "ds_config": sc.ds_config,
+        "cancel_after_step": sc.cancel_after_step,
         "pasted": not sc.keep_rank_logs,
         "truth": sc.truth,
         "expected": sc.expected,
@@ -435,22 +532,25 @@ def main(argv=None):
     p.add_argument("out", nargs="?", help="output folder (fresh)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--all", metavar="ROOT", help="run every scenario into ROOT/<name>, one at a time")
+    p.add_argument("--retries", metavar="ROOT", help="run the retry scenarios (compare) into ROOT/<name>")
     p.add_argument("--timeout", type=float, default=600, help="seconds before the job is killed")
     a = p.parse_args(argv)
     if a.list:
-        for sc in SCENARIOS.values():
+        for sc in ALL_SCENARIOS.values():
             print(f"{sc.name:40s} {sc.truth}")
         return 0
     if a.all:
         todo = [(n, Path(a.all) / n) for n in SCENARIOS]
+    elif a.retries:
+        todo = [(n, Path(a.retries) / n) for n in RETRY_SCENARIOS]
     elif a.name and a.out:
-        if a.name not in SCENARIOS:
+        if a.name not in ALL_SCENARIOS:
             p.error(f"unknown scenario {a.name!r}; --list shows them")
         todo = [(a.name, Path(a.out))]
     else:
-        p.error("give NAME OUT, --all ROOT or --list")
+        p.error("give NAME OUT, --all ROOT, --retries ROOT or --list")
     for name, out in todo:
-        if SCENARIOS[name].needs_root and os.geteuid() != 0:
+        if ALL_SCENARIOS[name].needs_root and os.geteuid() != 0:
             print(f"{name}: skipped (needs root for the memory cgroup)", file=sys.stderr)
             continue
         doc = run_scenario(name, out, timeout_s=a.timeout)

@@ -23,12 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.realjobs import run
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
-_spec = importlib.util.spec_from_file_location("firstfault_realjobs_run", HERE / "run.py")
-run = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(run)
 
 HAVE_STACK = all(importlib.util.find_spec(m) is not None for m in ("torch", "deepspeed"))
 
@@ -48,21 +47,6 @@ def _can_oom():
 
 PLAIN = [n for n, s in run.SCENARIOS.items() if not s.needs_root]
 OOM = [n for n, s in run.SCENARIOS.items() if s.needs_root]
-
-
-@pytest.fixture(scope="session")
-def jobs(tmp_path_factory):
-    """Runs a scenario the first time a test asks for it; returns its folder and scenario.json."""
-    root = tmp_path_factory.mktemp("realjobs")
-    done = {}
-
-    def get(name):
-        if name not in done:
-            out = root / name
-            done[name] = (out, run.run_scenario(name, out, timeout_s=300))
-        return done[name]
-
-    return get
 
 
 def _skip_unless_oom_possible():

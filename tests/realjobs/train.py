@@ -31,6 +31,13 @@ Failure modes (``--fail``), on rank ``--fail-rank`` at step ``--fail-step``:
   DeepSpeed's config validation (pydantic) fails at ``deepspeed.initialize`` on every rank.
 - ``nan``: the rank's batch carries an inf at step S; the averaged loss is NaN on every
   rank, and the script stops with ``FloatingPointError`` (a user check, as scripts do).
+- ``param-probe``: the model's forward computes a diagnostic from ``fc1.weight`` directly
+  instead of calling ``fc1`` (``probe_scale``). That works while parameters are whole
+  (ZeRO stage 0-2) and fails under ZeRO stage 3, which keeps a parameter partitioned (an
+  empty tensor) outside its own module's forward: a real fault whose fix is one setting.
+
+``--ds-config FILE`` replaces the built-in DeepSpeed config with a JSON file, as jobs pass
+theirs; retries that change a setting change only that file.
 """
 
 import argparse
@@ -61,13 +68,14 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", "/var/cache/firstfault/torch_extensions")
 
 import datetime  # noqa: E402
+import json  # noqa: E402
 
 import torch  # noqa: E402
 import deepspeed  # noqa: E402
 import deepspeed.comm as dist  # noqa: E402
 from torch.optim.optimizer import register_optimizer_step_pre_hook  # noqa: E402
 
-FAIL_MODES = ("none", "exception", "oom", "kill-in-save", "hang", "bad-config", "nan")
+FAIL_MODES = ("none", "exception", "oom", "kill-in-save", "hang", "bad-config", "nan", "param-probe")
 
 
 def parse_args(argv=None):
@@ -83,6 +91,7 @@ def parse_args(argv=None):
     p.add_argument("--fail-step", type=int, default=3)
     p.add_argument("--oom-cgroup", default=None, help="cgroup v1 memory cgroup the failing rank joins (at import)")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--ds-config", default=None, help="DeepSpeed config JSON file (default: the built-in one)")
     return p.parse_args(argv)
 
 
@@ -107,6 +116,13 @@ def check_features(x, injector):
     return x
 
 
+def probe_scale(x, layer, injector):
+    """A user-side diagnostic: the layer's pre-activation scale, from its weight directly
+    rather than by calling the layer (under ZeRO-3 the weight is an empty partition here)."""
+    scale = torch.nn.functional.linear(x, layer.weight, layer.bias).std()
+    print(f"step {injector.step} fc1 pre-activation std {scale.item():.4f}", flush=True)
+
+
 class TinyMLP(torch.nn.Module):
 
     def __init__(self, injector, d_in=16, d_hidden=32, d_out=4):
@@ -117,14 +133,17 @@ class TinyMLP(torch.nn.Module):
 
     def forward(self, x):
         x = check_features(x, self.injector)
+        if self.injector.active("param-probe"):
+            probe_scale(x, self.fc1, self.injector)
         return self.fc2(torch.relu(self.fc1(x)))
 
 
 class Batches:
     """An endless synthetic data loader, different on every rank."""
 
-    def __init__(self, rank, injector, batch_size=8, d_in=16, d_out=4, seed=1234):
+    def __init__(self, rank, injector, batch_size, dtype, d_in=16, d_out=4, seed=1234):
         self.gen = torch.Generator().manual_seed(seed + rank)
+        self.dtype = dtype  # the model's: a bf16 model takes bf16 inputs
         self.injector = injector
         self.shape = (batch_size, d_in)
         self.d_out = d_out
@@ -136,7 +155,7 @@ class Batches:
         if self.injector.active("hang"):
             while True:  # a stuck read: the process lives, the step never comes
                 time.sleep(3600)
-        x = torch.randn(self.shape, generator=self.gen)
+        x = torch.randn(self.shape, generator=self.gen).to(self.dtype)
         y = torch.randint(0, self.d_out, (self.shape[0], ), generator=self.gen)
         if self.injector.active("nan"):
             x[0, 0] = float("inf")
@@ -144,6 +163,9 @@ class Batches:
 
 
 def ds_config(args):
+    if args.ds_config:
+        with open(args.ds_config) as f:
+            return json.load(f)
     zero = {"stage": args.zero_stage, "reduce_bucket_size": 5e5}
     if args.fail == "bad-config":
         zero = {"stage": args.zero_stage, "reduce_bucket_sizee": 5e5}
@@ -210,7 +232,8 @@ def main(argv=None):
     install_kill_in_save(injector)
     model = TinyMLP(injector)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config(args))
-    batches = Batches(rank, injector, seed=args.seed)
+    dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
+    batches = Batches(rank, injector, engine.train_micro_batch_size_per_gpu(), dtype, seed=args.seed)
     for step in range(1, args.steps + 1):
         injector.step = step
         loss = train_step(engine, next(batches), injector)
