@@ -24,7 +24,7 @@ def sh_commands(path: Path) -> list[str]:
             continue
         if lang != "sh":
             continue
-        line = pending + line
+        line = pending + (line.lstrip() if pending else line)
         if line.endswith("\\"):
             pending = line[:-1].rstrip() + " "
             continue

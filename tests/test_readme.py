@@ -36,6 +36,11 @@ RUN_BY = {
     ("examples/oom-kill/README.md", "firstfault analyze examples/oom-kill --kernel examples/oom-kill/kmsg.txt "
                                     "--kernel-boot-time 1796209021.7246525 --checkpoint-dir examples/oom-kill/checkpoints"):
         "tests.test_readme::test_the_offline_examples_run_as_written",
+    ("README.md", "firstfault compare tests/data/compare/retry-0-zero3-probe-fails "
+                  "tests/data/compare/retry-1-zero2-fixed --before-checkpoint-dir "
+                  "tests/data/compare/retry-0-zero3-probe-fails/checkpoints --after-checkpoint-dir "
+                  "tests/data/compare/retry-1-zero2-fixed/checkpoints"):
+        "tests.test_readme::test_the_compare_example_runs_as_written",
     **{("README.md", c): f"{DEPLOY}::test_the_operators_commands_on_stock_debian" for c in (
         "deploy/install.sh collector --start",
         "deploy/install.sh agent",
@@ -91,3 +96,12 @@ def test_the_offline_examples_run_as_written(cmd):
     assert text.returncode == 0 and "rank 1" in text.stdout
     assert first["phase"] == "optimizer-step"
     assert (rep["checkpoint"]["verdict"], rep["checkpoint"]["resume_from"]) == ("safe", "global_step4")
+
+
+def test_the_compare_example_runs_as_written():
+    """The README's compare example says FIXED (exit 0) and shows the output the README quotes."""
+    r = _run(command(README, "firstfault compare tests/data/compare/"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("FIXED: BEFORE's first failure is gone on every rank and AFTER got past it.")
+    quoted = README.read_text().split("```text\nFIXED:", 1)[1].split("…", 1)[0]
+    assert ("FIXED:" + quoted).strip() in r.stdout
