@@ -153,11 +153,15 @@ def test_the_operators_commands_on_stock_debian(box, tmp_path):
     timeline_cmd = command(README, "firstfault timeline 4242")
     box.wait_for("the Xid line in job 4242's timeline",
                  lambda: xid in _in_tree(box, timeline_cmd, timeout=60).stdout, timeout=90)
+    # a traceback leaves the agent once a second has passed with no line to add to it
+    box.wait_for("rank 2's traceback at the collector", lambda: "ValueError: feature vector has 17 columns" in box.run(
+        "firstfault timeline 4242 --rank 2", check=False).stdout, timeout=60)
     jobs = _in_tree(box, command(README, "firstfault jobs"), timeout=60)
     assert jobs.returncode == 0 and re.search(r"^4242\s", jobs.stdout, re.M), jobs.stdout + jobs.stderr
     cmd = command(README, "firstfault report 4242")
     text = _in_tree(box, cmd, timeout=60)
-    assert text.returncode == 0 and "rank 2" in text.stdout, text.stdout + text.stderr
+    whole = box.run("firstfault timeline 4242", check=False).stdout
+    assert text.returncode == 0 and "rank 2" in text.stdout, f"{text.stdout}{text.stderr}\ntimeline:\n{whole}"
     rep = json.loads(_in_tree(box, cmd + " --format json", timeout=60).stdout)
     assert rep["job"] == "4242" and rep["ranks"]["2"]["node"] == "gpu-07"
     assert "ValueError: feature vector has 17 columns" in rep["ranks"]["2"]["first_error"]["text"]
