@@ -78,6 +78,15 @@ class FRAnalysis:
     basis: str | None = None  # why the culprits: behind | mismatch | no-dump
     how: list[str] = field(default_factory=list)
 
+    def frames_of(self, rank: int) -> tuple:
+        """The frames (innermost first, as torch records them) of the last collective ``rank``
+        entered where it is a culprit: where in its code it was."""
+        for g in self.ranks.get(rank, []):
+            if g.entry is not None and g.entry.frames and (
+                    any(g.pg == s.pg for s in self.stuck) or any(g.pg == m.pg for m in self.mismatches)):
+                return g.entry.frames
+        return ()
+
     def to_report(self) -> dict:
         """The report's ``flight_recorder`` section (firstfault.report/1, additive)."""
         def at(seq, op):
