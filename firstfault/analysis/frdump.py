@@ -38,7 +38,6 @@ fit, ``entries_total`` says how many there were).
 
 from __future__ import annotations
 
-import io
 import json
 import pickle
 import pickletools
@@ -113,6 +112,22 @@ class FRDump:
     fmt: str = "pickle"  # pickle | json
 
 
+class _Reader:
+    """The file interface an Unpickler reads from, over bytes in memory."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data, self._pos = data, 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._data) if n < 0 else self._pos + n
+        out, self._pos = self._data[self._pos:end], min(end, len(self._data))
+        return out
+
+    def readline(self) -> bytes:
+        end = self._data.find(b"\n", self._pos)
+        return self.read(-1 if end < 0 else end + 1 - self._pos)
+
+
 class _Refusing(pickle.Unpickler):
     """An unpickler that can build nothing but plain containers and scalars."""
 
@@ -136,7 +151,7 @@ def load_plain_pickle(data: bytes):
                                     "dump holds plain data only")
             if op.name == "STOP":
                 break
-        obj = _Refusing(io.BytesIO(data), buffers=()).load()
+        obj = _Refusing(_Reader(data), buffers=()).load()
     except FRFormatError:
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError,

@@ -120,9 +120,8 @@ def test_persistent_id_and_out_of_band_buffers_are_refused():
 
 def test_the_second_wall_refuses_globals_too():
     from firstfault.analysis import frdump
-    import io
     with pytest.raises(FRFormatError, match="names posix.system"):
-        frdump._Refusing(io.BytesIO(pickle.dumps(os.system, protocol=2))).load()
+        frdump._Refusing(frdump._Reader(pickle.dumps(os.system, protocol=2))).load()
 
 
 def test_objects_other_than_plain_data_are_refused():
