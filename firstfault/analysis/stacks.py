@@ -101,7 +101,10 @@ class Assembler:
             elif not m or not self._threads:
                 return False
             else:
-                self._threads[-1].append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
+                # py-spy 0.4 names functions by qualified name (``Batches.__next__``,
+                # ``record.<locals>.wrap.<locals>.wrapper``); a traceback's is the last part
+                func = m.group("func").rsplit(".", 1)[-1] or m.group("func")
+                self._threads[-1].append(Frame(m.group("file"), int(m.group("line")), func))
         if len(self._lines) < MAX_LINES:
             self._lines.append(text)
         return True

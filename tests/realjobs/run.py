@@ -71,6 +71,7 @@ class Scenario:
     oom_limit_bytes: int = 1 << 30
     expected: dict = dataclasses.field(default_factory=dict)
     truth: str = ""
+    extra_args: tuple = ()  # more train.py arguments
 
     @property
     def needs_root(self):
@@ -191,7 +192,7 @@ def train_args(sc, cgroup=None):
         args += ["--fail-step", str(sc.fail_step)]
     if cgroup is not None:
         args += ["--oom-cgroup", str(cgroup)]
-    return args
+    return args + list(sc.extra_args)
 
 
 def command(sc, cgroup=None):

@@ -36,9 +36,10 @@ default it runs ``--nonblocking`` (the rank is not paused; no ``ptrace`` call, w
 the unit's system call filter denies); ``nonblocking = false`` pauses each rank for
 the ~0.1 s of the dump, and ``native = true`` (needs it) adds C/C++ frames, ~0.3-1 s.
 
-Job identity: the job of the lines (ranklog) names the ranks to dump by the procs
-source's job; when no rank has that job (a Slurm job id on the processes, a torchrun
-run id on the logs), every rank on this node is dumped.
+Job identity: the job of the lines (ranklog) names the ranks to dump: those whose
+procs job, ``TORCHELASTIC_RUN_ID`` or ``SLURM_JOB_ID`` is it (a torchrun log names the
+run id, a process under Slurm has the Slurm job id); lines of no job name the ranks
+of no job any log names. Ranks of other jobs on the node are never dumped.
 """
 
 from __future__ import annotations
@@ -175,14 +176,18 @@ class StacksSource(Source):
                 if st.armed and now - st.last_line >= self.stall_s]
 
     def _targets(self, job: str | None) -> dict:
-        """The ranks of ``job``; else the ranks of no job the logs name (identities differ)."""
+        """The live ranks of ``job``: by the procs source's job, or its torchrun run id or
+        Slurm job id (a torchrun log names the run id, the process's job may be Slurm's).
+        Lines of no job (a glob without ``{job}``, no job label): the ranks of no job the
+        logs name."""
         ranks = self.ranks()
-        mine = {pid: ident for pid, ident in ranks.items() if ident.job == job}
-        if mine:
-            return mine
+        if job is not None:
+            return {pid: i for pid, i in ranks.items() if job in (
+                i.job, i.env.get("TORCHELASTIC_RUN_ID"), i.env.get("SLURM_JOB_ID"))}
         with self._cond:
-            known = set(self._jobs)
-        return {pid: ident for pid, ident in ranks.items() if ident.job not in known}
+            known = set(self._jobs) - {None}
+        return {pid: i for pid, i in ranks.items() if not known & {
+            i.job, i.env.get("TORCHELASTIC_RUN_ID"), i.env.get("SLURM_JOB_ID")}}
 
     def capture(self, job: str | None, trigger: str, detail: str, emit: Emit) -> int:
         """Dump every rank of ``job`` on this node; the number of stacks emitted."""

@@ -98,11 +98,15 @@ def test_captures_are_rate_limited_per_job(ranks, sink):
 
 
 def test_ranks_of_another_job_are_not_dumped(ranks, sink):
-    other = {pid: i._replace(job="job-b") for pid, i in ranks.items()}
+    other = {pid: i._replace(job="4242", env={"TORCHELASTIC_RUN_ID": "run-b", "SLURM_JOB_ID": "4242"})
+             for pid, i in ranks.items()}
     src = StacksSource(ranks=lambda: dict(other))
-    src.watch(("job-b", 0, 0, {}), [b"x"], time.time_ns())
-    assert src.capture("job-a", "timeout", "x", sink) == 0  # job-b's ranks are job-b's
-    assert src.capture("job-b", "timeout", "x", sink) == 2
+    assert src.capture("job-a", "timeout", "x", sink) == 0  # job 4242's ranks are not job-a's
+    assert src.capture("run-b", "timeout", "x", sink) == 2  # a torchrun log names the run id
+    src.watch(("run-b", 0, 0, {}), [b"x"], time.time_ns())
+    assert StacksSource(ranks=lambda: dict(other)).capture(None, "timeout", "x", sink) == 2
+    src.min_interval_s = 0
+    assert src.capture(None, "timeout", "x", sink) == 0  # lines of no job: not ranks a log names
 
 
 def test_failures_become_gaps_and_never_raise(ranks, sink, tmp_path, running):
