@@ -92,7 +92,7 @@ def _stacks_event(r: Record) -> Event:
     ev = Event(text="\n".join(lines), source="agent" if r.source != "ranklog" else "ranklog", kind=KIND_STACK,
                node=r.node, rank=r.rank, local_rank=r.local_rank, pid=r.pid, job=r.job,
                occurred_ns=r.occurred_ns or r.observed_ns, observed_ns=r.observed_ns, clock="agent",
-               uncertainty_ns=AGENT_UNCERTAINTY_NS, origin=_origin(r), stream=f"{r.node}:stacks:{r.pid or r.rank}",
+               uncertainty_ns=AGENT_UNCERTAINTY_NS, origin=_origin(r), stream=f"{r.node}:stacks:{r.pid or r.rank}:{r.fields.get('trigger')}",
                seq=r.seq, fields={k: r.fields[k] for k in ("tool", "trigger") if k in r.fields})
     first = next((i for i, ln in enumerate(lines) if stacks.is_start(ln)), None)
     if first is not None:

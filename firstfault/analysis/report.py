@@ -109,11 +109,6 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     findings = read.findings
     rank_nodes = dict(inp.rank_nodes)
     pids = _identify(findings, rank_nodes, read.procs)
-    rank_dumps: dict[int, Event] = {}
-    for d in sorted(read.dumps, key=timeline.order_key):
-        r = d.rank if d.rank is not None else pids.get(d.pid or -1)
-        if r is not None:
-            rank_dumps[r] = d
     facts = _facts(findings, rank_nodes)
     for ev in read.procs:  # what the agents saw of process exits
         r = ev.rank if ev.rank is not None else pids.get(ev.pid or -1)
@@ -124,6 +119,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
 
     errors = [f for f in findings if f.role in ("root", "cascade")]
     firsts = rank_firsts(errors)
+    rank_dumps = _hang_dumps(read.dumps, pids, firsts)
     groups = distinct_failures(errors, firsts, read.counts)
     world = read.ctx.world_size or inp.world_size or max(
         (ev.fields["world_size"] for ev in read.procs if "world_size" in ev.fields), default=None)
@@ -207,6 +203,24 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         "checkpoint": ckpt,
         **({"flight_recorder": fr.to_report()} if fr else {}),  # only where dumps were given
     }
+
+
+def _hang_dumps(dumps: list[Event], pids: Mapping[int, int], firsts: Mapping[int, Finding]) -> dict[int, Event]:
+    """Each rank's stack dump at the hang: its newest from before its own first error (after
+    that the rank was already raising or dying: a dump taken then says where it died, not
+    where it waited), else its newest."""
+    out: dict[int, Event] = {}
+    for d in sorted(dumps, key=timeline.order_key):
+        r = d.rank if d.rank is not None else pids.get(d.pid or -1)
+        if r is None:
+            continue
+        first = firsts.get(r)
+        late = first is not None and d.occurred_ns is not None and first.ev.occurred_ns is not None \
+            and d.occurred_ns > first.ev.occurred_ns
+        if not late or r not in out or out[r].fields.get("late"):
+            out[r] = d
+            d.fields["late"] = late
+    return out
 
 
 def _flight(events: list[Event], world: int | None, gaps: list[dict]) -> FRAnalysis | None:

@@ -60,7 +60,8 @@ def test_stacks_of_every_rank_are_captured_before_the_job_is_killed(name, runs):
     spy = [r for r in records if r["kind"] == "rank.stacks" and r["source"] == "stacks"]
     assert {r["rank"] for r in spy} == set(range(world))
     timeout_at = min(_ns(r["at"]) for r in records if "Timed out waiting" in r["message"])
-    killed_at = min(_ns(r["at"]) for r in records if r["kind"] == "proc.exit" and r["rank"] == hung)
+    pid = next(r["pid"] for r in spy if r["rank"] == hung)  # the rank's process (compilers it ran have RANK too)
+    killed_at = min(_ns(r["at"]) for r in records if r["kind"] == "proc.exit" and r["pid"] == pid)
     before = [r for r in spy if r["rank"] == hung and _ns(r["at"]) < min(timeout_at, killed_at)]
     assert before, "no stack of the hung rank from before the timeout and the kill"
     assert before[-1]["fields"]["trigger"] == "stall" and before[-1]["pid"]
