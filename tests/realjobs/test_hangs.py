@@ -6,20 +6,17 @@ collector's report names the rank that stopped and its phase from those stacks (
 the Flight Recorder dumps the agent shipped), not from any hint line.
 """
 
+import functools
 import importlib.util
 import json
 import os
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
 from firstfault.agent.sources.stacks import find_py_spy
 
-HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("firstfault_realjobs_hangs", HERE / "hangs.py")
-hangs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(hangs)
+from tests.realjobs import hangs
 
 HAVE_STACK = all(importlib.util.find_spec(m) is not None for m in ("torch", "deepspeed"))
 pytestmark = [
@@ -35,16 +32,15 @@ HUNG_FRAME = {"agent-hang-rank1-of-2": "__next__", "agent-sleep-rank2-of-4": "ch
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    """Runs a hang scenario the first time a test asks: (hang.json, timeline records, report)."""
     root = tmp_path_factory.mktemp("hangs")
-    done = {}
 
+    @functools.cache
     def get(name):
-        if name not in done:
-            out = root / name
-            info = hangs.run_with_agent(name, out, timeout_s=300)
-            records = [json.loads(ln) for ln in (out / "timeline.jsonl").read_text().splitlines() if ln.strip()]
-            done[name] = (info, records, json.loads((out / "report.json").read_text()))
-        return done[name]
+        out = root / name
+        info = hangs.run_with_agent(name, out, timeout_s=300)
+        records = [json.loads(ln) for ln in (out / "timeline.jsonl").read_text().splitlines() if ln.strip()]
+        return info, records, json.loads((out / "report.json").read_text())
 
     return get
 
