@@ -68,12 +68,21 @@ def _firstfault(*args, **kw):
 def run_with_agent(name, out, *, timeout_s=300):
     """Run hang scenario ``name`` into the fresh folder ``out`` with a collector and an agent."""
     sc = HANGS[name]
-    out = Path(out)
+    doc = agent_around(Path(out), lambda env: run.run_scenario(sc, Path(out) / "job", timeout_s=timeout_s, env=env))
+    info = {"name": sc.name, "job": doc["job"], "world_size": sc.nproc, "expected": sc.expected, "truth": sc.truth,
+            "stall_s": STALL_S, "timeout_s": TIMEOUT_S, "run": doc["result"], "scenario": dataclasses.asdict(sc)}
+    (Path(out) / "hang.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def agent_around(out, job, *, env_more=None):
+    """A collector and an agent around ``job(env)`` (which runs a torchrun job into
+    ``out/job`` with ``--log-dir logs`` and returns a dict); then report.json and
+    timeline.jsonl of the job. Returns job's dict with ``job`` (the run id) added."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "fr").mkdir()
     env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "256", "TORCH_FR_DUMP_TEMP_FILE": str(out / "fr" / "rank_"),
-           "PYTHONUNBUFFERED": "1"}
-    run.ensure_comm_op(env)
+           "PYTHONUNBUFFERED": "1", **(env_more or {})}
     started = []
     try:
         col = Daemon("collector", ["collector", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
@@ -91,23 +100,19 @@ def run_with_agent(name, out, *, timeout_s=300):
         ], out / "agent.log", r"agent started (?P<started>node)=")
         started.append(agent)
         agent.wait_ready()
-        doc = run.run_scenario(sc, out / "job", timeout_s=timeout_s, env=env)
+        doc = job(env)
         time.sleep(3)  # the last lines, the exits and the dumps (settle 0.5 s, polls 0.5 s) reach the spool
         agent.stop()
         # the job as ranklog names it: torchrun's run id, the run folder's name (other jobs may run here)
-        job = parse_log_path(str(next((out / "job" / "logs").glob("*/attempt_0/0/stderr.log")))).run_id
-        rep = _firstfault("report", job, "--collector", f"http://{addr['http']}", "--format", "json")
-        (out / "report.json").write_text(rep.stdout)
-        tl = _firstfault("timeline", job, "--collector", f"http://{addr['http']}", "--format", "jsonl")
+        doc["job"] = parse_log_path(str(next((out / "job" / "logs").glob("*/attempt_0/0/stderr.log")))).run_id
+        url = f"http://{addr['http']}"
+        (out / "report.json").write_text(_firstfault("report", doc["job"], "--collector", url, "--format", "json").stdout)
+        tl = _firstfault("timeline", doc["job"], "--collector", url, "--format", "jsonl")
         (out / "timeline.jsonl").write_text(tl.stdout)
     finally:
         for d in reversed(started):
             d.stop()
-    info = {"name": sc.name, "job": job, "world_size": sc.nproc, "expected": sc.expected, "truth": sc.truth,
-            "stall_s": STALL_S, "timeout_s": TIMEOUT_S, "run": doc["result"],
-            "scenario": dataclasses.asdict(sc)}
-    (out / "hang.json").write_text(json.dumps(info, indent=2) + "\n")
-    return info
+    return doc
 
 
 def main(argv=None):
