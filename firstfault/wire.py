@@ -117,9 +117,10 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 SOURCE_RANKLOG, SOURCE_KMSG, SOURCE_JOURNAL = "ranklog", "kmsg", "journal"
 SOURCE_CGROUP, SOURCE_PROCS, SOURCE_NVML, SOURCE_AGENT = "cgroup", "procs", "nvml", "agent"
-SOURCE_MARKS = "marks"
+SOURCE_MARKS, SOURCE_STACKS, SOURCE_FLIGHTREC = "marks", "stacks", "flightrec"
 SOURCES = frozenset({SOURCE_RANKLOG, SOURCE_KMSG, SOURCE_JOURNAL, SOURCE_CGROUP,
-                     SOURCE_PROCS, SOURCE_NVML, SOURCE_MARKS, SOURCE_AGENT})
+                     SOURCE_PROCS, SOURCE_NVML, SOURCE_MARKS, SOURCE_AGENT,
+                     SOURCE_STACKS, SOURCE_FLIGHTREC})
 
 KIND_RANK_LINE, KIND_RANK_TRACEBACK = "rank.line", "rank.traceback"
 KIND_KERNEL_LINE, KIND_KERNEL_GAP = "kernel.line", "kernel.gap"
@@ -128,10 +129,14 @@ KIND_GPU_XID, KIND_GPU_ECC, KIND_GPU_MEMORY = "gpu.xid", "gpu.ecc", "gpu.memory"
 KIND_PROC_START, KIND_PROC_EXIT = "proc.start", "proc.exit"
 KIND_JOB_MARK = "job.mark"
 KIND_AGENT_STATUS, KIND_AGENT_GAP = "agent.status", "agent.gap"
+# A rank's stacks at one moment: message = a py-spy dump (source stacks) or a faulthandler
+# dump a rank printed (source ranklog); fields ``tool``, ``trigger``. A Flight Recorder dump
+# a rank wrote: message = its compact JSON (firstfault/analysis/frdump.py ``to_message``).
+KIND_RANK_STACKS, KIND_RANK_FLIGHT_RECORDER = "rank.stacks", "rank.flight_recorder"
 KINDS = frozenset({KIND_RANK_LINE, KIND_RANK_TRACEBACK, KIND_KERNEL_LINE, KIND_KERNEL_GAP,
                    KIND_CGROUP_MEMORY, KIND_CGROUP_OOM, KIND_GPU_XID, KIND_GPU_ECC,
                    KIND_GPU_MEMORY, KIND_PROC_START, KIND_PROC_EXIT, KIND_JOB_MARK,
-                   KIND_AGENT_STATUS, KIND_AGENT_GAP})
+                   KIND_AGENT_STATUS, KIND_AGENT_GAP, KIND_RANK_STACKS, KIND_RANK_FLIGHT_RECORDER})
 
 SEVERITY_NAMES = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
 

@@ -422,8 +422,9 @@ def test_decode_batch_wants_exactly_one_batch():
 
 def test_known_names():
     assert "rank.line" in wire.KINDS and "agent.gap" in wire.KINDS
+    assert {"rank.stacks", "rank.flight_recorder"} <= wire.KINDS
     assert wire.SOURCES == {"ranklog", "kmsg", "journal", "cgroup", "procs", "nvml", "marks",
-                            "agent"}
+                            "stacks", "flightrec", "agent"}
     assert wire.SEVERITY_NAMES[6] == "info"
     assert all(kind.count(".") == 1 for kind in wire.KINDS)
 

@@ -62,12 +62,14 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
     The daemon wires what configuration cannot say: every source gets the host
     paths and its own state dir (and the agent's, to a source that asks for
     ``agent_state_dir``); the procs source the job label; a source taking
-    ``pids`` (cgroup) follows the procs source's rank processes. ConfigError for
+    ``pids`` (cgroup) or ``ranks`` (stacks, flightrec) follows the procs source's rank
+    processes; ranklog's ``watch`` is the stacks source's trigger hook. ConfigError for
     options a source rejects, or an explicitly wanted source that cannot run."""
     paths = paths or HostPaths()
     built: dict[str, sources.Source] = {}
     skipped, problems = [], []
-    order = sorted(cfg.sources.values(), key=lambda s: s.name != "procs")  # procs first
+    # procs first (others follow its ranks), stacks before ranklog (ranklog calls its watch)
+    order = sorted(cfg.sources.values(), key=lambda s: (s.name != "procs", s.name != "stacks"))
     for sc in order:
         if not sc.wanted:
             continue
@@ -85,6 +87,10 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
             kw["job_label"] = cfg.job
         if "pids" in accepts and "procs" in built:
             kw["pids"] = built["procs"].pids
+        if "ranks" in accepts and "procs" in built:  # stacks, flightrec: pid -> rank identity
+            kw["ranks"] = built["procs"].ranks
+        if "watch" in accepts and "stacks" in built:  # ranklog tells stacks of every chunk of lines
+            kw["watch"] = built["stacks"].watch
         if "agent_state_dir" in accepts:  # the marks source: <state_dir>/marks, shared with `firstfault mark`
             kw["agent_state_dir"] = str(cfg.state_dir)
         state_dir = os.path.join(cfg.state_dir, "sources", sc.name)

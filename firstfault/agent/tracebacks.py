@@ -25,6 +25,13 @@ tests/data/real::
   followed per prefix (``prefix_of``), so the ranks of a torchrun console that
   interleave their tracebacks each get their own.
 
+- faulthandler dumps (``faulthandler.enable``, as torchelastic's ``@record`` sets it, on
+  a fatal signal; ``faulthandler.register(SIGTERM)``; ``dump_traceback_later``):
+  ``Thread 0x... (most recent call first):`` / ``Current thread 0x... (most recent call
+  first):`` blocks of ``  File "...", line N in func`` lines, blank lines between threads
+  (``DumpGrouping``; ranklog ships one as ``rank.stacks``). The ``Fatal Python error: ...``
+  or ``Timeout (...)!`` line before it stays a line of its own.
+
 A traceback ends before the first line of its prefix that does not continue it;
 that line is not part of it (``feed`` returns END). Known issues: a multi-line
 exception message (pydantic's ValidationError) keeps only its first line in the
@@ -38,6 +45,8 @@ from __future__ import annotations
 import re
 
 START_MARK = "Traceback (most recent call last)"  # in every start line: a cheap pre-check
+DUMP_MARK = "(most recent call first):"  # in every faulthandler thread header
+_DUMP_THREAD = re.compile(r"(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
 _PREFIX = re.compile(r"(?:\[[^\]\s]{1,64}\]: ?)*")
 _EXC = re.compile(r"[A-Za-z_][\w.]*(?::|$)")
 _CHAIN = ("During handling of the above exception, another exception occurred:",
@@ -59,6 +68,34 @@ def starts(text: str) -> bool:
     return (text.startswith("Traceback (most recent call last):")
             or text.lstrip(" ").startswith("+ Exception Group Traceback (most recent call last):")
             or (text.startswith("╭") and START_MARK in text))
+
+
+def starts_dump(text: str) -> bool:
+    """Whether ``text`` (a line without its prefix) opens a faulthandler dump."""
+    return text.endswith(DUMP_MARK) and _DUMP_THREAD.match(text) is not None
+
+
+class DumpGrouping:
+    """One faulthandler dump being assembled; create it on a thread header line."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, first: str) -> None:
+        self.state = _BODY
+
+    def feed(self, text: str) -> int:
+        if text.startswith("  File \"") or text == "  <no Python frame>" or text.startswith("  ..."):
+            if self.state == _BLANK:
+                return END
+            self.state = _BODY
+            return TAKEN
+        if not text:
+            self.state = _BLANK
+            return HELD
+        if starts_dump(text):  # the next thread: the blank lines before it are the dump's
+            self.state = _BODY
+            return TAKEN
+        return END
 
 
 class Grouping:

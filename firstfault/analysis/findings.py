@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from firstfault.analysis import timeline
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
 from firstfault.analysis.context import Context
-from firstfault.analysis.model import KIND_RECORD, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
+from firstfault.analysis.model import KIND_FLIGHT_RECORDER, KIND_RECORD, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
 from firstfault.analysis.timeline import NodeClock
 from firstfault.analysis.verdict import Finding, fingerprint
 
@@ -40,6 +40,7 @@ class Read:
     ctx: Context
     dropped: int
     procs: list[Event]  # process starts and exits the agents saw (pid, rank; fields["exit"]: code, signal)
+    flight: list[Event] = field(default_factory=list)  # Flight Recorder dumps (KIND_FLIGHT_RECORDER)
 
 
 def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str, NodeClock] | None = None) -> Read:
@@ -57,7 +58,11 @@ def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str
     dropped = 0
     dumps: dict[tuple, Event] = {}  # the latest stack dump of each (stream, rank, pid)
     procs: list[Event] = []
+    flight: list[Event] = []
     for ev in events:
+        if ev.kind == KIND_FLIGHT_RECORDER:
+            flight.append(ev)
+            continue
         if ev.kind == KIND_RECORD and "proc" in ev.fields:
             procs.append(ev)
             continue
@@ -85,7 +90,7 @@ def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str
     if window:
         findings = [f for f in findings if f.ev.source != "kernel" or f.ev.occurred_ns is None
                     or window[0] <= f.ev.occurred_ns <= window[1]]
-    return Read(merge_xids(findings), counts, list(dumps.values()), ctx, dropped, procs)
+    return Read(merge_xids(findings), counts, list(dumps.values()), ctx, dropped, procs, flight)
 
 
 def _pci_key(pci: str | None) -> tuple[int, ...] | None:

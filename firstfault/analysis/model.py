@@ -28,6 +28,7 @@ KIND_TRACEBACK = "traceback"  # a whole Python traceback, chained parts included
 KIND_STACK = "stack"  # a stack dump of a live process (py-spy dump, faulthandler)
 KIND_KERNEL = "kernel"  # one kernel message (continuation lines joined)
 KIND_RECORD = "record"  # a structured record (torchelastic error.json, agent samples)
+KIND_FLIGHT_RECORDER = "flight_recorder"  # one rank's Flight Recorder dump: fields["dump"] (frdump.FRDump)
 KIND_STREAM = "stream.summary"  # the last Event of a scanned stream: fields first_ns, last_ns, lines
 
 

@@ -18,6 +18,11 @@ the agent's message as its text and fields ``gpu``, ``uuid``, ``pci_bus_id``,
 ``pids``; its pid is the GPU's one compute process, if it had one.
 Job marks (``job.mark``, from a scheduler's prolog/epilog) give no Event:
 ``mark_of`` turns one into the report's ``Inputs.marks`` entry.
+A rank's stacks (``rank.stacks``: a py-spy dump the stacks source took, or a
+faulthandler dump ranklog grouped) give a KIND_STACK Event with its frames
+(firstfault/analysis/stacks.py), at the capture time (clock "agent"). A Flight Recorder
+dump (``rank.flight_recorder``) gives a KIND_FLIGHT_RECORDER Event, the parsed dump in
+``fields["dump"]`` (an unreadable one: ``fields["error"]``).
 """
 
 from __future__ import annotations
@@ -25,11 +30,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone, tzinfo
 
-from firstfault.wire import KIND_JOB_MARK, Record
+from firstfault.wire import KIND_JOB_MARK, KIND_RANK_FLIGHT_RECORDER, KIND_RANK_STACKS, Record
 
+from firstfault.analysis import stacks
 from firstfault.analysis import traceback as tb
+from firstfault.analysis.frdump import FRFormatError, from_message
 from firstfault.analysis.kernel import unescape_kmsg
-from firstfault.analysis.model import KIND_KERNEL, KIND_LINE, KIND_RECORD, KIND_TRACEBACK, Event
+from firstfault.analysis.model import (KIND_FLIGHT_RECORDER, KIND_KERNEL, KIND_LINE, KIND_RECORD, KIND_STACK,
+                                       KIND_TRACEBACK, Event)
 from firstfault.analysis.parse import Prefixes, parse_nccl_origin, parse_stamp, strip_prefixes
 
 AGENT_UNCERTAINTY_NS = 50_000_000  # receipt after writing, while tailing live (bench/tail.py)
@@ -77,6 +85,37 @@ def _rank_event(r: Record, tz: tzinfo) -> Event:
         ev.kind, ev.text, ev.frames, ev.exc_type = KIND_TRACEBACK, res.text, res.frames, res.exc_type
         ev.fields["message"] = res.message
     return ev
+
+
+def _stacks_event(r: Record) -> Event:
+    lines = [strip_prefixes(ln).text for ln in r.message.split("\n")]
+    ev = Event(text="\n".join(lines), source="agent" if r.source != "ranklog" else "ranklog", kind=KIND_STACK,
+               node=r.node, rank=r.rank, local_rank=r.local_rank, pid=r.pid, job=r.job,
+               occurred_ns=r.occurred_ns or r.observed_ns, observed_ns=r.observed_ns, clock="agent",
+               uncertainty_ns=AGENT_UNCERTAINTY_NS, origin=_origin(r), stream=f"{r.node}:stacks:{r.pid or r.rank}:{r.fields.get('trigger')}",
+               seq=r.seq, fields={k: r.fields[k] for k in ("tool", "trigger") if k in r.fields})
+    first = next((i for i, ln in enumerate(lines) if stacks.is_start(ln)), None)
+    if first is not None:
+        asm = stacks.Assembler(lines[first])
+        for ln in lines[first + 1:]:
+            if not asm.feed(ln):
+                break
+        ev.frames = asm.result().frames
+        ev.pid = ev.pid or asm.pid
+    return ev
+
+
+def _flight_recorder_event(r: Record) -> Event:
+    fields: dict = {"path": r.fields.get("path")}
+    try:
+        fields["dump"] = from_message(r.message)
+    except FRFormatError as e:
+        fields["error"] = str(e)
+    return Event(text="", source="agent", kind=KIND_FLIGHT_RECORDER, node=r.node, rank=r.rank,
+                 local_rank=r.local_rank, pid=r.pid, job=r.job, occurred_ns=r.occurred_ns or r.observed_ns,
+                 observed_ns=r.observed_ns, clock="agent" if r.occurred_ns is None else "file-mtime",
+                 uncertainty_ns=AGENT_UNCERTAINTY_NS, origin=_origin(r), stream=f"{r.node}:flightrec",
+                 seq=r.seq, fields=fields)
 
 
 def _kernel_event(r: Record) -> Event:
@@ -128,7 +167,11 @@ def events_from_records(records: Iterable[Record], *, zones: dict[str, tzinfo] |
     """Events for the analysis, in the records' order; ``zones``: node -> zone of its log stamps."""
     zones = zones or {}
     for r in records:
-        if r.source == "ranklog":
+        if r.kind == KIND_RANK_STACKS:
+            yield _stacks_event(r)
+        elif r.kind == KIND_RANK_FLIGHT_RECORDER:
+            yield _flight_recorder_event(r)
+        elif r.source == "ranklog":
             yield _rank_event(r, zones.get(r.node, timezone.utc))
         elif r.source in _KERNEL_SOURCES and r.kind == "kernel.line":
             yield _kernel_event(r)

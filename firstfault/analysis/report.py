@@ -18,8 +18,10 @@ from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.checkpoint import DiskCheckpoint, SaveMark, checkpoint_report
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
 from firstfault.analysis.findings import MAX_KEPT, PROGRESS, read_findings
+from firstfault.analysis.flight_recorder import FRAnalysis
+from firstfault.analysis.flight_recorder import analyze as analyze_flight
 from firstfault.analysis.hostlist import HostlistError, expand_hostlist
-from firstfault.analysis.model import Event
+from firstfault.analysis.model import Event, Frame
 from firstfault.analysis.phase import phase_from_frames
 from firstfault.analysis.timeline import NodeClock
 from firstfault.analysis.verdict import (
@@ -108,11 +110,6 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     findings = read.findings
     rank_nodes = dict(inp.rank_nodes)
     pids = _identify(findings, rank_nodes, read.procs)
-    rank_dumps: dict[int, Event] = {}
-    for d in sorted(read.dumps, key=timeline.order_key):
-        r = d.rank if d.rank is not None else pids.get(d.pid or -1)
-        if r is not None:
-            rank_dumps[r] = d
     facts = _facts(findings, rank_nodes)
     for ev in read.procs:  # what the agents saw of process exits
         r = ev.rank if ev.rank is not None else pids.get(ev.pid or -1)
@@ -123,11 +120,14 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
 
     errors = [f for f in findings if f.role in ("root", "cascade")]
     firsts = rank_firsts(errors)
+    rank_dumps = _hang_dumps(read.dumps, pids, firsts)
     groups = distinct_failures(errors, firsts, read.counts)
     world = read.ctx.world_size or inp.world_size or max(
         (ev.fields["world_size"] for ev in read.procs if "world_size" in ev.fields), default=None)
     known_ranks = set(rank_nodes) | (set(range(world)) if world else set())
 
+    gaps = list(inp.gaps)
+    fr = _flight(read.flight, world, gaps)
     first_f: Finding | None = None
     failure_ns = None
     casc: list[Finding] = []
@@ -155,9 +155,16 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         peers = [h for h in errors if h.role == "cascade" and h.ev.frames]
         first = _first(first_f, groups[0].ranks, tied, phase_of(first_f, saving, peers), rank_nodes)
         blame = BLAME.get(first_f.category, "unknown")
-    elif casc:
+    elif casc or (fr and fr.culprits):
         r, how = stopped_first(errors, known_ranks, progress, rank_dumps)
+        r, how, fr_decided = _with_flight_recorder(r, how, fr)
         first = _inferred(r, how, casc, progress, facts.steps, saving, rank_nodes, rank_dumps.get(r))
+        if fr_decided:
+            first["confidence"] = "medium"
+        if fr and r is not None and first["phase"] == "unknown":  # where its last collective was called
+            ph = phase_from_frames([Frame(f.file, f.line, f.func) for f in reversed(fr.frames_of(r))])
+            if ph:
+                first["phase"], first["phase_from"] = ph, "Flight Recorder frames"
 
     ranks_out = {}
     for r in sorted(known_ranks | set(firsts) | set(facts.exits)):
@@ -172,7 +179,6 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
                 "step": facts.steps.get(r), "at": iso(progress[r].occurred_ns)},
             "exit": facts.exits.get(r),
         }
-    gaps = list(inp.gaps)
     if read.dropped:
         gaps.append({"source": "analysis", "reason": (
             f"{read.dropped} findings beyond the first {MAX_KEPT} distinct ones were counted, not kept")})
@@ -197,7 +203,53 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         "nodes": nodes,
         "context": read.ctx.to_report(world_size=world, launcher=inp.launcher),
         "checkpoint": ckpt,
+        **({"flight_recorder": fr.to_report()} if fr else {}),  # only where dumps were given
     }
+
+
+def _hang_dumps(dumps: list[Event], pids: Mapping[int, int], firsts: Mapping[int, Finding]) -> dict[int, Event]:
+    """Each rank's stack dump at the hang: its newest from before its own first error (after
+    that the rank was already raising or dying: a dump taken then says where it died, not
+    where it waited), else its newest."""
+    out: dict[int, Event] = {}
+    for d in sorted(dumps, key=timeline.order_key):
+        r = d.rank if d.rank is not None else pids.get(d.pid or -1)
+        if r is None:
+            continue
+        first = firsts.get(r)
+        late = first is not None and d.occurred_ns is not None and first.ev.occurred_ns is not None \
+            and d.occurred_ns > first.ev.occurred_ns
+        if not late or r not in out or out[r].fields.get("late"):
+            out[r] = d
+            d.fields["late"] = late
+    return out
+
+
+def _flight(events: list[Event], world: int | None, gaps: list[dict]) -> FRAnalysis | None:
+    """The Flight Recorder analysis of the newest dump of each rank (None: no dumps)."""
+    dumps = {}
+    for ev in sorted(events, key=lambda e: e.occurred_ns or 0):
+        if "error" in ev.fields:
+            gaps.append({"node": ev.node, "rank": ev.rank, "source": "flight_recorder",
+                         "reason": f"dump {ev.fields.get('path') or ev.origin} unreadable: {ev.fields['error']}"})
+        elif ev.rank is not None:
+            dumps[ev.rank] = ev.fields["dump"]
+    return analyze_flight(dumps, world) if dumps else None
+
+
+def _with_flight_recorder(rank: int | None, how: list[str], fr: FRAnalysis | None) -> tuple[int | None, list[str], bool]:
+    """The hang's inferred rank with the Flight Recorder's word: it decides when the stacks
+    named no rank, or only weaker signs (progress, silence) named one; a rank a stack dump
+    named stays, with the recorder's view beside it. (rank, how, decided by the recorder)."""
+    if fr is None or not fr.how:
+        return rank, how, False
+    strong = fr.basis in ("behind", "mismatch") and len(fr.culprits) == 1
+    by_stack = bool(how) and "stack dump" in how[0]
+    if rank is not None and rank in fr.culprits:
+        return rank, how + [f"Flight Recorder: {fr.how[0]}"], strong
+    if strong and not by_stack:
+        return fr.culprits[0], [f"Flight Recorder: {x}" for x in fr.how] + how, True
+    return rank, how + [f"Flight Recorder: {x}" for x in fr.how], False
 
 
 def _nodes(rank_nodes: Mapping[int, str | None], seen: set[str], marks: list[dict], gaps: list[dict]) -> list[dict]:

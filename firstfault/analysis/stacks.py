@@ -12,12 +12,19 @@ captured in tests/data/formats::
         load_next_batch (ddp_hang.py:15)
         main (ddp_hang.py:23)
 
+    Thread 3794 (idle): "MainThread"                     (py-spy dump --native)
+        clock_nanosleep (libc.so.6)
+        time_sleep (libpython3.11.so.1.0)
+        forward (hang.py:7)
+
     Thread 0x00007f063b8786c0 (most recent call first):   (faulthandler)
       File "/w/fh_dump.py", line 5 in data_loader_worker
     Current thread 0x00007f063c5ddb80 (most recent call first):
 
 Frames are kept outermost first, as in a traceback (both tools print the
-innermost first). Fed line by line like traceback.Assembler.
+innermost first), thread after thread, the main thread (py-spy's "MainThread",
+faulthandler's "Current thread") last, so its innermost frame is the last frame.
+Native frames are text only. Fed line by line like traceback.Assembler.
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ _PYSPY_PROCESS = re.compile(r"Process (?P<pid>\d+): ")
 _PYSPY_THREAD = re.compile(r'Thread (?P<tid>\d+) \((?:idle|active|active\+gil|gil)\)(?:: "(?P<name>[^"]*)")?')
 _FH_THREAD = re.compile(r"(?P<current>Current thread|Thread) (?P<tid>0x[0-9a-f]+) \(most recent call first\):")
 _PYSPY_FRAME = re.compile(r"\s+(?P<func>\S+) \((?P<file>[^():]+):(?P<line>\d+)\)")
+# ``py-spy dump --native``: a native frame names its library, no line
+# (``    clock_nanosleep (libc.so.6)``, ``    0x7f6dfd0a3f16 (libc.so.6)``): kept in the text only
+_PYSPY_NATIVE = re.compile(r"\s{4}\S.* \([^():\s]+\)")
 _FH_FRAME = re.compile(r'\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
 # Frames that mean "waiting in a collective or for a peer".
@@ -55,7 +65,7 @@ def in_collective(frames: tuple[Frame, ...]) -> bool:
 class Assembler:
     """One dump: a py-spy process (all its threads) or a faulthandler dump (all threads)."""
 
-    __slots__ = ("_lines", "_threads", "pid", "_blank")
+    __slots__ = ("_lines", "_threads", "pid", "_blank", "_main")
 
     def __init__(self, first: str) -> None:
         self._lines = [first]
@@ -63,8 +73,11 @@ class Assembler:
         m = _PYSPY_PROCESS.match(first)
         self.pid = int(m.group("pid")) if m else None
         self._blank = False
+        self._main: int | None = None  # index of the main thread
         if not m:
             self._threads.append([])
+            if first.startswith("Current thread"):
+                self._main = 0
 
     def feed(self, text: str) -> bool:
         """Offer the next line; False means the dump ended before it."""
@@ -74,15 +87,24 @@ class Assembler:
             self._blank = True
             return True
         self._blank = False
-        if _PYSPY_THREAD.match(text) or _FH_THREAD.match(text):
+        thread = _PYSPY_THREAD.match(text) or _FH_THREAD.match(text)
+        if thread:
+            if thread.groupdict().get("name") == "MainThread" or text.startswith("Current thread"):
+                self._main = len(self._threads)
             self._threads.append([])
         elif text.startswith("Python v") and len(self._lines) == 1:
             pass
         else:
             m = _PYSPY_FRAME.fullmatch(text) or _FH_FRAME.match(text)
-            if not m or not self._threads:
+            if not m and self._threads and _PYSPY_NATIVE.fullmatch(text):
+                pass
+            elif not m or not self._threads:
                 return False
-            self._threads[-1].append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
+            else:
+                # py-spy 0.4 names functions by qualified name (``Batches.__next__``,
+                # ``record.<locals>.wrap.<locals>.wrapper``); a traceback's is the last part
+                func = m.group("func").rsplit(".", 1)[-1] or m.group("func")
+                self._threads[-1].append(Frame(m.group("file"), int(m.group("line")), func))
         if len(self._lines) < MAX_LINES:
             self._lines.append(text)
         return True
@@ -92,6 +114,9 @@ class Assembler:
         return any(self._threads)
 
     def result(self) -> Traceback:
-        frames = tuple(f for thread in self._threads for f in reversed(thread))
+        order = list(self._threads)
+        if self._main is not None:
+            order.append(order.pop(self._main))
+        frames = tuple(f for thread in order for f in reversed(thread))
         first = self._lines[0]
         return Traceback(text="\n".join(self._lines), frames=frames, exc_type=None, message=first)

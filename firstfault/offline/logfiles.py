@@ -5,7 +5,9 @@ What a path can be:
 - a file: a rank log, a launcher's console output, a pasted log where ranks
   interleave (``[rankN]:``/tee/srun prefixes tell them apart), a kernel log
   (detected from its first lines: /dev/kmsg records, dmesg, dmesg -T,
-  journalctl -k), a torchelastic ``error.json``; ``.gz`` files are read through gzip.
+  journalctl -k), a torchelastic ``error.json``, a PyTorch Flight Recorder dump
+  (``<prefix><rank>``, pickle or JSON: firstfault/offline/flight_files.py); ``.gz`` files
+  are read through gzip.
 - a folder, walked in name order: torchrun ``--log-dir`` layouts
   (``<run>/attempt_<k>/<local_rank>/{stdout,stderr}.log`` and ``error.json``),
   DeepSpeed ``--enable_each_rank_log`` files (``<timestamp>_rank<N>.log``), and
@@ -38,6 +40,7 @@ from firstfault.analysis import traceback as tb
 from firstfault.analysis.model import KIND_RECORD, KIND_TRACEBACK, Event
 from firstfault.analysis.parse import looks_srun_labelled
 from firstfault.analysis.scan import Needles, StreamInfo, scan_stream
+from firstfault.offline.flight_files import dump_rank, flight_recorder_events, looks_like_dump
 
 CHUNK = 1 << 20
 _SKIP_DIRS = re.compile(r"^(global_step\d+|\..*|__pycache__)$")
@@ -171,6 +174,9 @@ def read_events(
                 continue
             if not head:
                 res.gaps.append({"file": src.path, "reason": "empty"})
+                continue
+            if looks_like_dump(head) and dump_rank(src.path) is not None:  # a Flight Recorder dump
+                yield from flight_recorder_events(f, src.path, src.node, mtime, res)
                 continue
             if b"\0" in head:
                 res.gaps.append({"file": src.path, "reason": "binary, not a log"})

@@ -74,6 +74,7 @@ class Scenario:
     cancel_after_step: int | None = None  # SIGTERM the whole job once rank 0 printed this step (a time limit)
     expected: dict = dataclasses.field(default_factory=dict)
     truth: str = ""
+    extra_args: tuple = ()  # more train.py arguments
 
     @property
     def needs_root(self):
@@ -259,7 +260,7 @@ def train_args(sc, cgroup=None):
         args += ["--oom-cgroup", str(cgroup)]
     if sc.ds_config is not None:
         args += ["--ds-config", "ds_config.json"]
-    return args
+    return args + list(sc.extra_args)
 
 
 def command(sc, cgroup=None):

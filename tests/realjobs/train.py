@@ -27,6 +27,11 @@ Failure modes (``--fail``), on rank ``--fail-rank`` at step ``--fail-step``:
   complete.
 - ``hang``: the rank's data loader sleeps forever at step S; the survivors wait in the
   world-group loss ``all_reduce`` and time out after ``--timeout`` seconds (gloo).
+- ``sleep``: the rank sleeps inside its model's forward at step S (a stuck call in the
+  step); the others wait in the loss ``all_reduce`` and time out.
+- ``branch``: inside its forward at step S the rank takes another branch and calls
+  ``broadcast`` on the world group where the others call the loss ``all_reduce``: every
+  rank waits in a different collective until the timeout.
 - ``bad-config``: the ZeRO section carries a misspelled key (``reduce_bucket_sizee``):
   DeepSpeed's config validation (pydantic) fails at ``deepspeed.initialize`` on every rank.
 - ``nan``: the rank's batch carries an inf at step S; the averaged loss is NaN on every
@@ -41,6 +46,7 @@ theirs; retries that change a setting change only that file.
 """
 
 import argparse
+import faulthandler
 import os
 import signal
 import sys
@@ -75,7 +81,8 @@ import deepspeed  # noqa: E402
 import deepspeed.comm as dist  # noqa: E402
 from torch.optim.optimizer import register_optimizer_step_pre_hook  # noqa: E402
 
-FAIL_MODES = ("none", "exception", "oom", "kill-in-save", "hang", "bad-config", "nan", "param-probe")
+FAIL_MODES = ("none", "exception", "oom", "kill-in-save", "hang", "sleep", "branch", "bad-config", "nan",
+              "param-probe")
 
 
 def parse_args(argv=None):
@@ -92,6 +99,8 @@ def parse_args(argv=None):
     p.add_argument("--oom-cgroup", default=None, help="cgroup v1 memory cgroup the failing rank joins (at import)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--ds-config", default=None, help="DeepSpeed config JSON file (default: the built-in one)")
+    p.add_argument("--dump-on-sigterm", action="store_true",
+                   help="faulthandler dumps every thread's stack to stderr on SIGTERM (then the rank dies)")
     return p.parse_args(argv)
 
 
@@ -110,6 +119,10 @@ class Injector:
 
 def check_features(x, injector):
     """A user-side sanity check in the forward path."""
+    if injector.active("sleep"):
+        time.sleep(3600)  # a call inside the step that never returns
+    if injector.active("branch"):
+        dist.broadcast(x.sum().detach().reshape(1), 0)  # another branch, another collective
     if injector.active("exception"):
         raise ValueError(f"feature vector has {x.shape[-1] + 1} columns, expected {x.shape[-1]} "
                          f"(bad record in batch at step {injector.step})")
@@ -222,10 +235,36 @@ def train_step(engine, batch, injector):
     return avg.item()
 
 
+def install_fr_dump(rank):
+    """With ``TORCH_FR_BUFFER_SIZE`` and ``TORCH_FR_DUMP_TEMP_FILE`` set, write torch's own Flight
+    Recorder dump to ``<prefix><rank>`` when a collective raises and on SIGTERM (then die of it):
+    what NCCL's dump-on-timeout does on every rank; gloo has no dump of its own. Returns the
+    dump function, None when off."""
+    prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
+    if not prefix or not os.environ.get("TORCH_FR_BUFFER_SIZE"):
+        return None
+    from torch._C._distributed_c10d import _dump_fr_trace
+
+    def dump():
+        with open(f"{prefix}{rank}", "wb") as f:
+            f.write(_dump_fr_trace())
+
+    def on_term(signum, frame):
+        dump()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    return dump
+
+
 def main(argv=None):
     args = parse_args(argv)
     deepspeed.init_distributed(dist_backend="gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank = dist.get_rank()
+    dump_fr = install_fr_dump(rank)
+    if args.dump_on_sigterm:  # chained: the Python handler above (if any) runs after the dump
+        faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     injector = Injector(args, rank)
     torch.manual_seed(args.seed)
     install_oom(injector)
@@ -234,12 +273,17 @@ def main(argv=None):
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config(args))
     dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
     batches = Batches(rank, injector, engine.train_micro_batch_size_per_gpu(), dtype, seed=args.seed)
-    for step in range(1, args.steps + 1):
-        injector.step = step
-        loss = train_step(engine, next(batches), injector)
-        print(f"rank {rank} step {step} loss {loss:.6f}", flush=True)
-        if args.save_dir and step % args.save_every == 0:
-            engine.save_checkpoint(args.save_dir, tag=f"global_step{step}")
+    try:
+        for step in range(1, args.steps + 1):
+            injector.step = step
+            loss = train_step(engine, next(batches), injector)
+            print(f"rank {rank} step {step} loss {loss:.6f}", flush=True)
+            if args.save_dir and step % args.save_every == 0:
+                engine.save_checkpoint(args.save_dir, tag=f"global_step{step}")
+    except RuntimeError:
+        if dump_fr is not None:
+            dump_fr()
+        raise
     print(f"rank {rank} done after {args.steps} steps", flush=True)
 
 

@@ -13,6 +13,9 @@ stamp, firstfault/analysis/records.py; ``observed_ns`` when the chunk was read):
 
 - ``rank.line``: one per line; message = the line's bytes as UTF-8, invalid bytes
   as ``\\xNN``, a line over ``max_line_bytes`` cut with the tailer's marker.
+- ``rank.stacks`` (severity 4, field ``tool`` = faulthandler): a faulthandler dump's
+  thread blocks as one record, grouped and flushed like a traceback (torchelastic's
+  ``@record`` enables faulthandler: a rank that dies of SIGABRT or SIGSEGV prints one).
 - ``rank.traceback`` (severity 3): the lines of one Python traceback joined by
   ``\\n`` (firstfault/agent/tracebacks.py says which), prefixes kept, cut to
   MAX_MESSAGE_BYTES with the same marker; observed_ns of its first line. A
@@ -60,6 +63,9 @@ smaller has smaller segments) are not seen at restart: those lines are sent agai
 An OS crash may bring back an older state file (the catch-up scan then starts
 earlier) or a corrupt one (``state_reset``: lines may come twice).
 
+``watch`` (wired by the daemon to the stacks source): called with each chunk's
+identity, lines and read time, in this thread, before they are emitted.
+
 Cost: the hot path builds no object per line: a chunk is decoded at once and
 its rows zipped from columns (bench/ranklog.py, bench/RESULTS.md); only chunks
 holding "Traceback (most recent call last)", and a path's lines while one of its
@@ -79,8 +85,9 @@ from firstfault.agent.follow import FollowLoop, compile_glob
 from firstfault.common.layouts import TORCHRUN, layout_globs, parse_log_path
 from firstfault.agent.tail import (ERROR, LOST, MIN_LINE_BYTES, STATE_RESET, TRUNCATED, Event, LineBatch,
                         Position, Tailer, committed_at_ns, cut_line)
-from firstfault.agent.tracebacks import END, HELD, START_MARK, Grouping, prefix_of, starts
-from firstfault.wire import (COLUMNS, KIND_RANK_LINE, KIND_RANK_TRACEBACK, MAX_MESSAGE_BYTES,
+from firstfault.agent.tracebacks import (DUMP_MARK, END, HELD, START_MARK, DumpGrouping, Grouping, prefix_of,
+                                         starts, starts_dump)
+from firstfault.wire import (COLUMNS, KIND_RANK_LINE, KIND_RANK_STACKS, KIND_RANK_TRACEBACK, MAX_MESSAGE_BYTES,
                         MAX_NAME_BYTES, SOURCE_RANKLOG)
 
 from firstfault.agent.sources.base import Emit, Source, emit_many, printable, register
@@ -94,8 +101,11 @@ COMMIT_S = 0.25  # positions are committed at most this often while lines flow..
 COMMIT_BYTES = 1 << 20  # ...or once this many bytes of lines were read since the last
 MAX_PATHS_KNOWN = 4096  # identities cached; the cache starts over beyond (paths come and go)
 _GLOB_CHARS = set("*?[]{}")
-_START_MARK = START_MARK.encode()
-_LINE_KINDS = (KIND_RANK_LINE, KIND_RANK_TRACEBACK)
+_START_MARK, _DUMP_MARK = START_MARK.encode(), DUMP_MARK.encode()
+_LINE_KINDS = (KIND_RANK_LINE, KIND_RANK_TRACEBACK, KIND_RANK_STACKS)
+# ``watch(identity, lines, observed_ns)``: told of every chunk of lines, in the ranklog
+# thread (the stacks source's trigger: it must return at once)
+Watch = Callable[[tuple, list, int], None]
 _POSITION = ("dev", "ino", "end_offset", "fp_len", "fp")  # Tailer.advance's arguments
 _POSITION_TYPES = [int, int, int, int, str]
 
@@ -115,7 +125,7 @@ def decode_lines(data: list[bytes]) -> tuple[list[str], bool]:
     byte as ``\\xNN`` (tail.to_text), fit to the wire's message limit. A valid chunk is
     decoded in one call (its lines are at most max_line_bytes <= MAX_MESSAGE_BYTES)."""
     raw = b"\n".join(data)
-    marked = _START_MARK in raw
+    marked = _START_MARK in raw or _DUMP_MARK in raw
     try:
         return raw.decode().split("\n"), marked
     except UnicodeDecodeError:
@@ -137,10 +147,14 @@ class _Pending:
 
 
 class _Traceback:
-    __slots__ = ("grouping", "prefix", "first", "last", "held", "nbytes", "closed", "touched")
+    """An open traceback, or a faulthandler dump (``kind`` rank.stacks)."""
+
+    __slots__ = ("grouping", "prefix", "first", "last", "held", "nbytes", "closed", "touched", "kind")
 
     def __init__(self, prefix: str, text: str, index: int, now: float) -> None:
-        self.grouping, self.prefix = Grouping(text), prefix
+        dump = starts_dump(text)
+        self.grouping, self.prefix = DumpGrouping(text) if dump else Grouping(text), prefix
+        self.kind = KIND_RANK_STACKS if dump else KIND_RANK_TRACEBACK
         self.first = self.last = index  # line indexes in _Pending.lines
         self.held: list[int] = []  # blank lines after the exception line
         self.nbytes, self.closed, self.touched = 0, False, now
@@ -157,8 +171,9 @@ class RankLines:
 
     def __init__(self, tailer: Tailer, emit: Emit, *, job_label: str | None = None,
                  traceback_flush_s: float = 1.0, commit_s: float = COMMIT_S,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, watch: Watch | None = None) -> None:
         self.tailer, self.emit_rows, self.commit_s = tailer, emit_many(emit), commit_s
+        self.watch = watch
         self.job_label, self.traceback_flush_s = job_label, traceback_flush_s
         self.clock = clock or tailer.clock
         self._ident: dict[str, tuple] = {}
@@ -201,6 +216,8 @@ class RankLines:
         for b in batches:
             self._emitted_bytes += b.stop - b.start
             ident = self.identity(b.path)
+            if self.watch is not None:
+                self.watch(ident, b.data, b.observed_ns)
             p = self._pending.get(b.path)
             if p is not None and p.file != b.file:  # rotated or truncated: its tracebacks end
                 self._close_all(p)
@@ -306,7 +323,7 @@ class RankLines:
                     if t.nbytes > MAX_TRACEBACK_BYTES:
                         self._close(p, t)
                     continue
-            if starts(body):
+            if starts(body) or starts_dump(body):
                 t = p.open[prefix] = _Traceback(prefix, body, i, now)
                 t.nbytes = len(text) + 1
                 lines[i][4] = t
@@ -346,8 +363,9 @@ class RankLines:
                              job, rank, local, None, 6, fields))
             elif ln is lines[t.first]:
                 text = "\n".join(x[2] for x in lines[t.first:t.last + 1] if x[4] is t)
-                rows.append((SOURCE_RANKLOG, KIND_RANK_TRACEBACK, fit_message(text), None, ln[3],
-                             None, None, job, rank, local, None, 3, fields))
+                dump = t.kind == KIND_RANK_STACKS
+                rows.append((SOURCE_RANKLOG, t.kind, fit_message(text), None, ln[3], None, None, job, rank,
+                             local, None, 4 if dump else 3, {**fields, "tool": "faulthandler"} if dump else fields))
         commit[path] = Position(path, p.file, lines[cut - 1][1]), len(rows) - 1
         del lines[:cut]
         for t in {id(ln[4]): ln[4] for ln in lines if ln[4] is not None}.values():  # re-index
@@ -403,8 +421,10 @@ class RanklogSource(Source):
     def __init__(self, *, globs: list[str] | tuple[str, ...] = (), dirs: list[str] | tuple[str, ...] = (),
                  job_label: str | None = None, max_line_bytes: int = MAX_MESSAGE_BYTES,
                  traceback_flush_s: float = 1.0, partial_flush_s: float = 5.0,
-                 safety_poll_s: float = 5.0, read_gap_s: float = 0.025, **kw) -> None:
+                 safety_poll_s: float = 5.0, read_gap_s: float = 0.025, watch: Watch | None = None,
+                 **kw) -> None:
         super().__init__(**kw)
+        self.watch = watch
         self.globs = _option_paths("globs", globs, dirs=False)
         self.dirs = _option_paths("dirs", dirs, dirs=True)
         if job_label is not None and not isinstance(job_label, str):
@@ -448,7 +468,7 @@ class RanklogSource(Source):
                 if pos is not None:
                     tailer.advance(path, *pos)
             engine = RankLines(tailer, emit, job_label=self.job_label,
-                               traceback_flush_s=self.traceback_flush_s)
+                               traceback_flush_s=self.traceback_flush_s, watch=self.watch)
             loop = FollowLoop(tailer, self.patterns(), None, stop, on_batches=engine.batches,
                               on_events=engine.events, on_tick=engine.tick,
                               safety_poll_s=self.safety_poll_s, min_wake_s=self.read_gap_s)
