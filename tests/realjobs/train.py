@@ -83,6 +83,7 @@ def parse_args(argv=None):
     p.add_argument("--fail-step", type=int, default=3)
     p.add_argument("--oom-cgroup", default=None, help="cgroup v1 memory cgroup the failing rank joins (at import)")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--memory-breakdown", action="store_true", help='DeepSpeed "memory_breakdown": true')
     return p.parse_args(argv)
 
 
@@ -154,6 +155,7 @@ def ds_config(args):
         "log_level": "info",  # DeepSpeed 0.19.8 logs at WARNING unless told: we want its INFO lines
         "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
         "zero_optimization": zero,
+        **({"memory_breakdown": True} if args.memory_breakdown else {}),
     }
 
 
