@@ -75,6 +75,7 @@ class Mark:
     what: str  # open | close | point
     label: str
     stream: str
+    tag: str | None = None  # checkpoint-save: the tag being saved
 
 
 @dataclass(slots=True)
@@ -119,7 +120,8 @@ class MemoryWatcher:
             self.marks.append(Mark(Seen.of(ev), "init-end", "point", "DeepSpeed printed its resolved config", ev.stream))
         elif "is about to be saved!" in text:
             tag = text.partition(" is about to be saved!")[0].rpartition(" ")[2]
-            self.marks.append(Mark(Seen.of(ev), "checkpoint-save", "open", f"checkpoint {tag} save started", ev.stream))
+            self.marks.append(Mark(Seen.of(ev), "checkpoint-save", "open", f"checkpoint {tag} save started", ev.stream,
+                                   tag))
         elif (m := _STEP.search(text)) is not None:
             self.marks.append(Mark(Seen.of(ev), "step", "point", f"training to the end of step {m['step']}", ev.stream))
 
@@ -161,11 +163,12 @@ class Band:
     open_end: bool = False  # the stream ended inside it: its rank stopped in this phase
 
 
-def phase_bands(marks: list[tuple[int, int, Mark]], first_ns: int | None,
-                end_ns: int | None) -> tuple[list[Band], str | None]:
+def phase_bands(marks: list[tuple[int, int, Mark]], first_ns: int | None, end_ns: int | None,
+                saved: frozenset[str] = frozenset()) -> tuple[list[Band], str | None]:
     """The job's phase bands from one stream's placed marks (time, uncertainty, mark), and that stream.
 
-    A phase still open at the end (a rank that stopped inside it) lasts to the end."""
+    A phase still open at the end (a rank that stopped inside it) lasts to the end, except
+    a checkpoint save whose tag is known complete (``saved``): it ended, when is not logged."""
     if not marks:
         return [], None
     by_stream: dict[str, list[tuple[int, Mark]]] = defaultdict(list)
@@ -204,17 +207,20 @@ def phase_bands(marks: list[tuple[int, int, Mark]], first_ns: int | None,
         if m.what == "open":
             open_ = (t, m)
         t_prev = t
-    if open_ is not None:
+    if open_ is not None and open_[1].tag is not None and open_[1].tag in saved:
+        bands.append(Band(open_[1].phase, open_[0], open_[0], open_[1].label + " (complete; its end is not logged)"))
+    elif open_ is not None:
         bands.append(Band(open_[1].phase, open_[0], max(end, open_[0]), open_[1].label + " (still open at the end)",
                           open_end=True))
     return bands, stream
 
 
 def _phase_at(bands: list[Band], t: int | None, unc: int = 0) -> str | None:
-    """The phase of the bands (each [start, end)) over [t - unc, t + unc], when they all agree."""
+    """The phase of the bands over [t - unc, t + unc], when they all agree. A band holds
+    (start, end]: a figure printed with the line that ends a step belongs to that step."""
     if t is None:
         return None
-    hit = {b.phase for b in bands if b.start_ns <= t + unc and t - unc < b.end_ns}
+    hit = {b.phase for b in bands if b.start_ns < t + unc and t - unc <= b.end_ns}
     return hit.pop() if len(hit) == 1 else None
 
 
@@ -251,7 +257,7 @@ def _decimate(points: list[tuple[int, int]], keep: set[int]) -> list[tuple[int, 
 
 def memory_report(w: MemoryWatcher, *, clocks: Mapping[str, NodeClock] | None, pids: Mapping[int, int],
                   rank_nodes: Mapping[int, str | None], failure: dict | None, failure_ns: int | None,
-                  failure_unc_ns: int, local_is_global: bool) -> dict:
+                  failure_unc_ns: int, local_is_global: bool, saved: frozenset[str] = frozenset()) -> dict:
     """The report's ``memory`` object (REPORT.md)."""
     when = spread([m.seen for m in w.marks] + [s.seen for s in w.samples], clocks)
     placed_marks = [(p[0], p[1], m) for m, p in zip(w.marks, when) if p[0] is not None]
@@ -282,7 +288,7 @@ def memory_report(w: MemoryWatcher, *, clocks: Mapping[str, NodeClock] | None, p
         rows[rank][s.series].append((t, unc, s))
     times = [t for r in rows.values() for pts in r.values() for t, _, _ in pts] + [t for t, _, _ in placed_marks]
     end = max([failure_ns or 0, *lasts, *times], default=None) or None
-    bands, band_stream = phase_bands(placed_marks, min(firsts + times, default=None), end)
+    bands, band_stream = phase_bands(placed_marks, min(firsts + times, default=None), end, saved)
     ranks_out = {}
     notes: list[str] = []
     for rank in sorted(rows):
@@ -326,27 +332,32 @@ def _one_stream(pts: list) -> list:
 def _series(name: str, pts: list, bands: list[Band], failure_ns: int | None) -> dict:
     values = [(t, s.value) for t, _, s in pts]
     limits = [s.limit for _, _, s in pts if s.limit]
-    peak_i = max(range(len(pts)), key=lambda i: max(pts[i][2].value, pts[i][2].peak or 0))
     init_end = bands[0].end_ns if bands and bands[0].phase == "init" else None
     before = [p for p in pts if failure_ns is None or p[0] - p[1] <= failure_ns]
-    # a sample counts as init or steady only when its whole time interval lies on one side
-    init = [max(s.value, s.peak or 0) for t, u, s in before if init_end is not None and t + u <= init_end]
-    steady = [s.value for t, u, s in before if init_end is None or t - u > init_end]
+    # a sample counts as init or steady only when its whole time interval lies on one side; the
+    # kernel's figures are the kill's, not a state
+    running = [p for p in before if p[2].source != "kernel OOM report"]
+    init = [max(s.value, s.peak or 0) for t, u, s in running if init_end is not None and t + u <= init_end]
+    steady = [s.value for t, u, s in running if init_end is None or t - u > init_end]
     by_phase: dict[str, int] = {}
-    for t, u, s in pts:
-        ph = _phase_at(bands, t, u) or "unknown"
+    phases = []
+    for t, u, s in pts:  # a line's figure is where the line is; the kernel's only within its (seconds') error
+        ph = _phase_at(bands, t, u if s.source == "kernel OOM report" else 0) or "unknown"
+        phases.append(ph)
         by_phase[ph] = max(by_phase.get(ph, 0), s.value, s.peak or 0)
+    peak = max(max(s.value, s.peak or 0) for _, _, s in pts)
+    tops = [i for i, (_, _, s) in enumerate(pts) if max(s.value, s.peak or 0) == peak]
+    peak_i = next((i for i in tops if phases[i] != "unknown"), tops[0])
     last = before[-1] if before else None
     kernel = [p for p in pts if p[2].source == "kernel OOM report"]
     at = kernel[-1] if kernel else last
     keep = {peak_i, len(pts) - 1} | {i for i, p in enumerate(pts) if p[2].source == "kernel OOM report"}
-    peak = max(max(s.value, s.peak or 0) for _, _, s in pts)
     return {
         "label": _LABEL[name],
         "sources": sorted({s.source for _, _, s in pts}),
         "limit": limits[-1] if limits else None,
         "peak": peak,
-        "peak_phase": _phase_at(bands, pts[peak_i][0], pts[peak_i][1]) or "unknown",
+        "peak_phase": phases[peak_i],
         "init_peak": max(init) if init else None,
         "steady": int(median(steady)) if steady else None,
         "steady_peak": max(steady) if steady else None,

@@ -187,7 +187,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     memory = memory_report(mem, clocks=inp.clocks, pids=pids, rank_nodes=rank_nodes, failure=first,
                            failure_ns=first_f.ev.occurred_ns if first_f else failure_ns,
                            failure_unc_ns=first_f.ev.uncertainty_ns if first_f else 0,
-                           local_is_global=len({n for n in rank_nodes.values() if n}) <= 1)
+                           local_is_global=len({n for n in rank_nodes.values() if n}) <= 1, saved=frozenset(saved))
     at = memory["phase_at_failure"]  # a phase DeepSpeed's own marks (memory_breakdown) open, around the failure
     if first is not None and first["phase"] == "unknown" and not first["inferred"] and at in MARKED_PHASES:
         first["phase"], first["phase_from"] = at, f"DeepSpeed's phase marks (memory_breakdown) in {memory['phases_from']}"
