@@ -27,7 +27,7 @@ from firstfault.analysis.verdict import Finding
 
 PLAIN_PER_LANE = 24
 PROGRESS_PER_LANE = 64
-TEXT_MAX = {"plain": 300, "progress": 300}
+TEXT_MAX = {"line": 300, "progress": 300}
 FINDING_TEXT_MAX = 2000
 PROGRESS_NEEDLE = "global_step="
 SAVE_START = "deepspeed.checkpoint_save_start"
@@ -106,12 +106,15 @@ def timeline_report(w: LaneWatcher, findings: Iterable[Finding], *, clocks: Mapp
             origin: str, link: int | None, clock: str | None) -> None:
         if t is None:
             return
-        if key[1] is not None and key[0] is None:
-            key = (rank_nodes.get(key[1]), key[1])
+        if key[0] is None:
+            key = ((rank_nodes.get(key[1]) if key[1] is not None else None) or only, key[1])
         lanes.setdefault(key, -1)
         for k, v in (("key", key), ("t_ms", _ms(t)), ("unc_ms", _ms(unc)), ("kind", kind), ("sig", sig),
                      ("role", role), ("text", text), ("origin", origin), ("link", link), ("clock", clock)):
             cols[k].append(v)
+
+    known = {n for n in rank_nodes.values() if n}
+    only = next(iter(known)) if len(known) == 1 else None  # one node: what names none is that node's
 
     first_ids = {id(f.ev) for f in firsts.values()}
     kept = set()
@@ -172,7 +175,7 @@ def timeline_report(w: LaneWatcher, findings: Iterable[Finding], *, clocks: Mapp
         lanes[k] = i
         node, rank = k
         lane_list.append({"node": node, "rank": rank,
-                          "label": (f"rank {rank}" if rank is not None else f"{node or 'unknown node'}")})
+                          "label": f"rank {rank}" if rank is not None else node or "no node named"})
     cols["lane"] = [lanes[k] for k in cols.pop("key")]
     ts = [t for t in cols["t_ms"] if t is not None]
     return {

@@ -1,6 +1,6 @@
 """``firstfault analyze`` and ``firstfault checkpoint``: a dead job's files, read offline (no daemon).
 
-    firstfault analyze PATH... [--format text|md|json] [--output FILE] [--node NAME]
+    firstfault analyze PATH... [--format text|md|json|html] [--output FILE] [--node NAME]
                                [--kernel FILE] [--checkpoint-dir DIR] [--tz ZONE]
                                [--kernel-boot-time TIME] [--job ID]
     firstfault checkpoint DIR [--format text|json] [--world-size N]
@@ -27,7 +27,7 @@ from firstfault.analysis.checkpoint import checkpoint_from_disk
 from firstfault.analysis.report import Inputs, build_report, needles
 from firstfault.analysis.scan import Needles
 from firstfault.offline.checkpoint_files import CheckpointPathError, inspect_checkpoint_dir
-from firstfault.reports import render
+from firstfault.reports import FORMATS, needs_timeline, render
 
 PROGRESS_MIN_BYTES = 64 << 20
 
@@ -94,7 +94,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
         except CheckpointPathError as e:
             res.gaps.append({"file": a.checkpoint_dir, "reason": str(e)})
     # inputs.gaps is res.gaps: reading appends to it while build_report consumes the events
-    inputs = Inputs(job=a.job, gaps=res.gaps, disk=disk, generated_ns=time.time_ns())
+    inputs = Inputs(job=a.job, gaps=res.gaps, disk=disk, generated_ns=time.time_ns(), timeline=needs_timeline(a.format))
     report = build_report(_tracking(events, inputs, res), catalog, inputs)
     if progress:
         progress.close()
@@ -140,7 +140,8 @@ def add_parsers(sub) -> None:
     an = sub.add_parser("analyze", help="analyse log files offline and print the report")
     an.add_argument("paths", nargs="+", metavar="PATH",
                     help="log file, folder (torchrun --log-dir, DeepSpeed rank logs), NODE=PATH, or - for stdin")
-    an.add_argument("--format", choices=("text", "md", "json"), default="text")
+    an.add_argument("--format", choices=FORMATS, default="text",
+                    help="html: one self-contained page (swimlanes, memory by phase) that opens with no network")
     an.add_argument("--output", "-o", metavar="FILE", help="write the report here instead of stdout")
     an.add_argument("--node", metavar="NAME", help="the node these logs come from")
     an.add_argument("--kernel", action="append", metavar="FILE",
