@@ -105,7 +105,7 @@ def _iso_ns(v: str, name: str) -> int:
 class Api:
     def __init__(self, store: Store, catalog: Catalog, *, token: str | None = None,
                  metrics: Callable[[], str] | None = None,
-                 call: Callable[..., Awaitable[Any]] | None = None) -> None:
+                 call: Callable[..., Awaitable[Any]] | None = None, max_paste: int = MAX_PASTE) -> None:
         """``call(fn, *args)`` runs a store call on the store's own thread (the daemon
         passes the ingest server's, so one thread owns the SQLite connection)."""
         self.store = store
@@ -114,6 +114,7 @@ class Api:
         self.metrics = metrics
         self.call = call or asyncio.to_thread
         self.lock = asyncio.Lock()  # one store call at a time
+        self.max_paste = max_paste  # bytes of a log pasted into /paste (web.py)
 
     async def _call(self, fn, *args):
         async with self.lock:
@@ -199,8 +200,8 @@ class Api:
                             headers={"Content-Disposition": f'attachment; filename="firstfault-{safe}.tar.gz"'})
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self.auth], client_max_size=MAX_PASTE + (1 << 20))
-        app.add_routes(Web(self).routes())
+        app = web.Application(middlewares=[self.auth], client_max_size=self.max_paste + (64 << 10))
+        app.add_routes(Web(self, max_paste=self.max_paste).routes())
         app.add_routes([
             web.get("/healthz", self.healthz),
             web.get("/metrics", self.prometheus),

@@ -161,8 +161,18 @@ class Web:
                     parts.append(raw.replace(b"\r\n", b"\n") if part.name == "text" else raw)
                 elif part.name:
                     fields[part.name] = raw.decode("utf-8", "replace")[:200]
-        else:  # a raw body: curl --data-binary @log.gz -H 'Content-Encoding: gzip' /paste
-            parts.append(await request.read())
+        elif request.content_type == "application/x-www-form-urlencoded":
+            form = await request.post()
+            text = str(form.get("text", "")).replace("\r\n", "\n").encode()
+            if len(text) > self.max_paste:
+                raise web.HTTPRequestEntityTooLarge(max_size=self.max_paste, actual_size=len(text))
+            parts.append(text)
+            fields.update({k: str(form.get(k, ""))[:200] for k in ("tz", "keep")})
+        else:  # a raw body: curl --data-binary @log.gz /paste
+            raw = await request.read()
+            if len(raw) > self.max_paste:
+                raise web.HTTPRequestEntityTooLarge(max_size=self.max_paste, actual_size=len(raw))
+            parts.append(raw)
         return b"\n".join(_gunzip(p, self.max_paste) for p in parts if p), fields
 
     # --- login ------------------------------------------------------------------------------
