@@ -121,7 +121,7 @@ def timeline_report(w: LaneWatcher, findings: Iterable[Finding], *, clocks: Mapp
     spans: dict[str, dict] = {}
     for f in findings:
         ev = f.ev
-        kept.add(id(ev))
+        kept.add(ev.origin)
         on_node = ev.source == "kernel" or ev.rank is None
         key = (ev.node or rank_nodes.get(ev.rank), None) if on_node else (ev.node or rank_nodes.get(ev.rank), ev.rank)
         kind = ("first" if f is first else "kernel" if ev.source == "kernel" else
@@ -140,23 +140,23 @@ def timeline_report(w: LaneWatcher, findings: Iterable[Finding], *, clocks: Mapp
             add((ev.node, ev.rank), ev.occurred_ns, ev.uncertainty_ns, "exit", None, None,
                 f"process {ev.pid} {what} (agent)", ev.origin, None, ev.clock)
     for seen in w.ooms:
-        f = seen.ev.fields
+        f = seen.fields
         t, unc, clock = seen.placed(clocks)
         hit = [pids[int(p)] for p in str(f.get("pids") or "").split(",") if p.strip().isdigit() and int(p) in pids]
         what = ", ".join(f"{k} +{f[k]}" for k in ("delta_oom_kill", "delta_oom") if f.get(k)) or "OOM notified"
-        add((seen.ev.node, None), t, unc, "cgroup-oom", None, None,
-            f"memory cgroup {f.get('cgroup')}: {what} (agent)\n{seen.ev.text}".rstrip(), seen.ev.origin,
+        add((seen.node, None), t, unc, "cgroup-oom", None, None,
+            f"memory cgroup {f.get('cgroup')}: {what} (agent)\n{seen.text}".rstrip(), seen.origin,
             hit[0] if len(hit) == 1 else None, clock)
     progress_ns: list[int] = []
     for box, kind in ((w.progress, "progress"), (w.plain, "line")):
         for key, s in box.items():
             for seen in s.kept:
-                if id(seen.ev) in kept:
+                if seen.origin in kept:
                     continue
                 t, unc, clock = seen.placed(clocks)
                 if kind == "progress" and t is not None:
                     progress_ns.append(t)
-                add(key, t, unc, kind, None, None, _cut(seen.ev.text, TEXT_MAX[kind]), seen.ev.origin, None, clock)
+                add(key, t, unc, kind, None, None, _cut(seen.text, TEXT_MAX[kind]), seen.origin, None, clock)
     progress_ns += [int(t * 1e6) for t, k in zip(cols["t_ms"], cols["kind"]) if k == "progress"]
     progress_ns.sort()
     verdicts = {t["tag"]: t for t in checkpoint.get("tags", [])}

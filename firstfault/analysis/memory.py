@@ -32,9 +32,11 @@ object is documented in REPORT.md's memory section and built by ``memory_report`
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from bisect import bisect_left
+from collections import defaultdict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
 from statistics import median
 
 from firstfault.analysis import memlines
@@ -50,7 +52,11 @@ MAX_POINTS = 120  # samples per series in the report (peaks, the last and the ke
 # engine's "step=N, skipped=" line: a collector keeps only the latest of those (analysis/marks.py)
 # and a report from its marks must be the report from all records.
 _STEP = re.compile(r"/global_step=(?P<step>\d+), .*MemAllocated=")
-_MEMCG_TO_KILL_NS = 5_000_000_000  # a memcg OOM report's usage line and its kill line lie this close
+_MEMCG_TO_KILL_NS = 5_000_000_000
+# what every line the watcher reads holds (memlines.NEEDLES, the marks', the kernel's): a fast way past the rest
+_ANY = re.compile("|".join(map(re.escape, (*memlines.NEEDLES, "is about to be saved!", CONFIG_NEEDLE, "memory: usage ",
+                                           "Killed process ", "out of memory"))))
+MAX_BANDS = 1000  # phase bands in the report: the first and the last (a long run has thousands of steps)  # a memcg OOM report's usage line and its kill line lie this close
 _LABEL = {"rss": "host RSS", "cgroup": "memory cgroup", "gpu": "GPU memory (NVML)", "allocated": "allocator: allocated",
           "reserved": "allocator: reserved", "host_used": "node memory used"}
 
@@ -78,15 +84,81 @@ class Mark:
     tag: str | None = None  # checkpoint-save: the tag being saved
 
 
+class Bounded:
+    """At most ``head`` + ``middle`` + ``tail`` items of a long run, in order: the first, an even
+    sample of the middle (a stride that doubles when full), the last; and the one with the
+    highest ``key``, wherever it was."""
+
+    def __init__(self, head: int, tail: int, middle: int = 0) -> None:
+        self.head_n, self.tail_n, self.middle_n = head, tail, middle
+        self.head: list = []
+        self.middle: list = []
+        self.tail: deque = deque()
+        self.stride, self.passed, self.count = 1, 0, 0
+        self.top: tuple | None = None
+
+    def add(self, item, key: int | None = None) -> None:
+        self.count += 1
+        entry = (self.count, item)
+        if key is not None and (self.top is None or key > self.top[0]):
+            self.top = (key, entry)
+        if len(self.head) < self.head_n:
+            self.head.append(entry)
+            return
+        self.tail.append(entry)
+        if len(self.tail) <= self.tail_n:
+            return
+        out = self.tail.popleft()
+        if not self.middle_n:
+            return
+        self.passed += 1
+        if (self.passed - 1) % self.stride == 0:
+            self.middle.append(out)
+            if len(self.middle) >= self.middle_n:
+                self.middle, self.stride = self.middle[::2], self.stride * 2
+
+    def items(self) -> list:
+        kept = self.head + self.middle + list(self.tail)
+        if self.top is not None and self.top[1] not in kept:
+            kept.append(self.top[1])
+            kept.sort(key=lambda e: e[0])
+        return [item for _, item in kept]
+
+
+SAMPLES_KEPT = (500, 2000, 1000)  # per stream and series: first, middle (evenly), last
+MARKS_KEPT = (2000, 6000)  # per stream: first and last phase marks (pairs must stay whole)
+
+
 @dataclass(slots=True)
 class MemoryWatcher:
-    """Keeps every memory figure and phase mark of the Events it is shown (bounded by the logs'
-    own memory lines: a few per step)."""
+    """Keeps the memory figures and phase marks of the Events it is shown, bounded per stream
+    (Bounded: the start, an even sample of the middle, the end, and each series' peak)."""
 
-    samples: list[Sample] = field(default_factory=list)
-    marks: list[Mark] = field(default_factory=list)
+    _samples: dict[tuple, Bounded] = field(default_factory=dict)
+    _marks: dict[str, Bounded] = field(default_factory=dict)
     streams: list[Event] = field(default_factory=list)
     _memcg: dict[str | None, Sample] = field(default_factory=dict)
+
+    @property
+    def samples(self) -> list[Sample]:
+        return [s for b in self._samples.values() for s in b.items()]
+
+    @property
+    def marks(self) -> list[Mark]:
+        return [m for b in self._marks.values() for m in b.items()]
+
+    def _sample(self, s: Sample) -> None:
+        key = (s.stream, s.series, s.pid)
+        box = self._samples.get(key)
+        if box is None:
+            box = self._samples[key] = Bounded(*SAMPLES_KEPT)
+        box.add(s, max(s.value, s.peak or 0))
+
+    def _mark(self, m: Mark) -> None:
+        box = self._marks.get(m.stream)
+        if box is None:
+            box = self._marks[m.stream] = Bounded(*MARKS_KEPT)
+        box.add(m)
 
     def __call__(self, ev: Event) -> None:
         if ev.kind == KIND_STREAM:
@@ -96,13 +168,15 @@ class MemoryWatcher:
             self._record(ev)
             return
         text = ev.text
+        if _ANY.search(text) is None:
+            return
         if ev.kind != KIND_KERNEL:
             if "MemAllocated=" in text or "is about to be saved!" in text or CONFIG_NEEDLE in text:
                 self._progress_mark(ev)
             elif (p := memlines.point(text)) is not None:
-                self.marks.append(Mark(Seen.of(ev), p[0], p[1], p[2], ev.stream))
+                self._mark(Mark(Seen.of(ev, text=False), p[0], p[1], p[2], ev.stream))
         for fig in memlines.figures(text):
-            s = Sample(Seen.of(ev), fig.series, fig.value, fig.limit, fig.peak, ev.rank, fig.pid or ev.pid,
+            s = Sample(Seen.of(ev, text=ev.kind == KIND_KERNEL), fig.series, fig.value, fig.limit, fig.peak, ev.rank, fig.pid or ev.pid,
                        "kernel OOM report" if ev.kind == KIND_KERNEL else "log", ev.stream)
             if fig.series == "cgroup" and ev.kind == KIND_KERNEL:
                 self._memcg[ev.node] = s  # whose it is: the process the same report kills
@@ -111,19 +185,19 @@ class MemoryWatcher:
                 cg = self._memcg.pop(ev.node, None)
                 if cg is not None and _close(cg.seen, s.seen):
                     cg.pid = s.pid
-                    self.samples.append(cg)
-            self.samples.append(s)
+                    self._sample(cg)
+            self._sample(s)
 
     def _progress_mark(self, ev: Event) -> None:
         text = ev.text
         if CONFIG_NEEDLE in text:
-            self.marks.append(Mark(Seen.of(ev), "init-end", "point", "DeepSpeed printed its resolved config", ev.stream))
+            self._mark(Mark(Seen.of(ev, text=False), "init-end", "point", "DeepSpeed printed its resolved config", ev.stream))
         elif "is about to be saved!" in text:
             tag = text.partition(" is about to be saved!")[0].rpartition(" ")[2]
-            self.marks.append(Mark(Seen.of(ev), "checkpoint-save", "open", f"checkpoint {tag} save started", ev.stream,
+            self._mark(Mark(Seen.of(ev, text=False), "checkpoint-save", "open", f"checkpoint {tag} save started", ev.stream,
                                    tag))
         elif (m := _STEP.search(text)) is not None:
-            self.marks.append(Mark(Seen.of(ev), "step", "point", f"training to the end of step {m['step']}", ev.stream))
+            self._mark(Mark(Seen.of(ev, text=False), "step", "point", f"training to the end of step {m['step']}", ev.stream))
 
     def _record(self, ev: Event) -> None:
         f = ev.fields
@@ -132,20 +206,20 @@ class MemoryWatcher:
             limit = f.get("hierarchical_limit_bytes") or f.get("limit_bytes")
             for pid in str(f.get("pids") or "").split(","):
                 if pid.strip().isdigit():
-                    self.samples.append(Sample(Seen.of(ev), "cgroup", int(f["usage_bytes"]), _real_limit(limit), None,
+                    self._sample(Sample(Seen.of(ev, text=False), "cgroup", int(f["usage_bytes"]), _real_limit(limit), None,
                                                None, int(pid), kind, ev.stream))
         elif kind.startswith("proc.") and f.get("rss_bytes"):
-            self.samples.append(Sample(Seen.of(ev), "rss", int(f["rss_bytes"]), None, f.get("peak_rss_bytes"),
+            self._sample(Sample(Seen.of(ev, text=False), "rss", int(f["rss_bytes"]), None, f.get("peak_rss_bytes"),
                                        ev.rank, ev.pid, kind, ev.stream))
         elif kind == "gpu.memory" and f.get("used_bytes") is not None and ev.pid is not None:
-            self.samples.append(Sample(Seen.of(ev), "gpu", int(f["used_bytes"]), f.get("total_bytes"), None,
+            self._sample(Sample(Seen.of(ev, text=False), "gpu", int(f["used_bytes"]), f.get("total_bytes"), None,
                                        ev.rank, ev.pid, kind, ev.stream))
 
 
 def _close(a: Seen, b: Seen) -> bool:
-    if a.ev.fields.get("seq") is not None and b.ev.fields.get("seq") is not None:
-        return 0 < b.ev.fields["seq"] - a.ev.fields["seq"] < 500
-    ta, tb = a.occurred_ns or a.ev.observed_ns, b.occurred_ns or b.ev.observed_ns
+    if a.fields.get("seq") is not None and b.fields.get("seq") is not None:
+        return 0 < b.fields["seq"] - a.fields["seq"] < 500
+    ta, tb = a.occurred_ns or a.observed_ns, b.occurred_ns or b.observed_ns
     return ta is None or tb is None or abs(tb - ta) <= _MEMCG_TO_KILL_NS
 
 
@@ -175,7 +249,7 @@ def phase_bands(marks: list[tuple[int, int, Mark]], first_ns: int | None, end_ns
     for t, _, m in marks:
         by_stream[m.stream].append((t, m))
     stream, own = max(by_stream.items(), key=lambda kv: (sum(m.what != "point" for _, m in kv[1]), len(kv[1]),
-                                                         kv[1][0][1].seen.ev.source == "ranklog"))
+                                                         kv[1][0][1].seen.source == "ranklog"))
     own.sort(key=lambda tm: tm[0])
     start = min(first_ns if first_ns is not None else own[0][0], own[0][0])
     end = max(end_ns if end_ns is not None else own[-1][0], own[-1][0])
@@ -198,7 +272,10 @@ def phase_bands(marks: list[tuple[int, int, Mark]], first_ns: int | None, end_ns
                 bands.append(Band("checkpoint-save", open_[0], t, open_[1].label))
                 open_ = None
             elif open_ is None and not fine and t > t_prev:
-                bands.append(Band("train", t_prev, t, m.label))
+                if bands and bands[-1].phase == "train" and bands[-1].end_ns == t_prev:  # one band for a run of steps
+                    bands[-1] = Band("train", bands[-1].start_ns, t, m.label)
+                else:
+                    bands.append(Band("train", t_prev, t, m.label))
             t_prev = t
             continue
         if open_ is not None and (m.what == "open" or m.phase == open_[1].phase):
@@ -215,13 +292,32 @@ def phase_bands(marks: list[tuple[int, int, Mark]], first_ns: int | None, end_ns
     return bands, stream
 
 
+class Bands:
+    """Phase bands in start order, for asking which phases cover a time (bisect, not a scan)."""
+
+    def __init__(self, bands: list[Band]) -> None:
+        self.bands = sorted(bands, key=lambda b: b.start_ns)
+        self.starts = [b.start_ns for b in self.bands]
+        self.reach = list(accumulate((b.end_ns for b in self.bands), max))  # the latest end so far
+
+    def phase_at(self, t: int | None, unc: int = 0) -> str | None:
+        """The phase of the bands over [t - unc, t + unc], when they all agree. A band holds
+        (start, end]: a figure printed with the line that ends a step belongs to that step."""
+        if t is None:
+            return None
+        hit = set()
+        j = bisect_left(self.starts, t + unc) - 1  # bands that start before t + unc
+        while j >= 0 and self.reach[j] >= t - unc:
+            if self.bands[j].end_ns >= t - unc:
+                hit.add(self.bands[j].phase)
+                if len(hit) > 1:
+                    return None
+            j -= 1
+        return hit.pop() if hit else None
+
+
 def _phase_at(bands: list[Band], t: int | None, unc: int = 0) -> str | None:
-    """The phase of the bands over [t - unc, t + unc], when they all agree. A band holds
-    (start, end]: a figure printed with the line that ends a step belongs to that step."""
-    if t is None:
-        return None
-    hit = {b.phase for b in bands if b.start_ns < t + unc and t - unc <= b.end_ns}
-    return hit.pop() if len(hit) == 1 else None
+    return Bands(bands).phase_at(t, unc)
 
 
 def _failure_phase(bands: list[Band], t: int | None, unc: int) -> str | None:
@@ -259,23 +355,24 @@ def memory_report(w: MemoryWatcher, *, clocks: Mapping[str, NodeClock] | None, p
                   rank_nodes: Mapping[int, str | None], failure: dict | None, failure_ns: int | None,
                   failure_unc_ns: int, local_is_global: bool, saved: frozenset[str] = frozenset()) -> dict:
     """The report's ``memory`` object (REPORT.md)."""
-    when = spread([m.seen for m in w.marks] + [s.seen for s in w.samples], clocks)
-    placed_marks = [(p[0], p[1], m) for m, p in zip(w.marks, when) if p[0] is not None]
+    marks, samples = w.marks, w.samples
+    when = spread([m.seen for m in marks] + [s.seen for s in samples], clocks)
+    placed_marks = [(p[0], p[1], m) for m, p in zip(marks, when) if p[0] is not None]
     firsts = [e.fields["first_ns"] for e in w.streams if e.fields.get("first_ns") is not None]
     lasts = [e.fields["last_ns"] for e in w.streams if e.fields.get("last_ns") is not None]
     rows: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     kernel_seen: dict[tuple, tuple] = {}
     unplaced = 0
-    for s, (t, unc, _) in zip(w.samples, when[len(w.marks):]):
+    for s, (t, unc, _) in zip(samples, when[len(marks):]):
         rank = s.rank
         if rank is None and s.pid is not None:
             rank = pids.get(s.pid)
         if rank is None and local_is_global:
-            rank = s.seen.ev.local_rank
+            rank = s.seen.local_rank
         if rank is None or t is None:
             unplaced += 1
             continue
-        key = (s.series, s.value, s.pid, s.seen.ev.text) if s.source == "kernel OOM report" else None
+        key = (s.series, s.value, s.pid, s.seen.text) if s.source == "kernel OOM report" else None
         if key is not None:  # one kernel report read from several dumps (kmsg, dmesg, dmesg -T): once
             old = kernel_seen.get(key)
             if old is not None and old[0][1] <= unc:
@@ -306,7 +403,8 @@ def memory_report(w: MemoryWatcher, *, clocks: Mapping[str, NodeClock] | None, p
     return {
         "unit": "bytes",
         "phases": [{"phase": b.phase, "start_ms": b.start_ns // 1_000_000, "end_ms": b.end_ns // 1_000_000,
-                    "label": b.label} for b in bands],
+                    "label": b.label} for b in (bands if len(bands) <= MAX_BANDS else
+                                                bands[:MAX_BANDS // 5] + bands[-(MAX_BANDS - MAX_BANDS // 5):])],
         "phases_from": band_stream,
         "phase_at_failure": _failure_phase(bands, failure_ns, failure_unc_ns) if failure else None,
         "ranks": ranks_out,
@@ -319,7 +417,7 @@ def _one_stream(pts: list) -> list:
     """One rank's series from its best stream only: a rank's own log over a launcher's copy of it."""
     streams = defaultdict(list)
     for p in pts:
-        streams[(p[2].seen.ev.source != "ranklog", p[2].stream)].append(p)
+        streams[(p[2].seen.source != "ranklog", p[2].stream)].append(p)
     if len(streams) == 1:
         return sorted(pts, key=lambda p: p[0])
     kernel_or_agent = [p for p in pts if p[2].source != "log"]
@@ -341,8 +439,9 @@ def _series(name: str, pts: list, bands: list[Band], failure_ns: int | None) -> 
     steady = [s.value for t, u, s in running if init_end is None or t - u > init_end]
     by_phase: dict[str, int] = {}
     phases = []
+    index = Bands(bands)
     for t, u, s in pts:  # a line's figure is where the line is; the kernel's only within its (seconds') error
-        ph = _phase_at(bands, t, u if s.source == "kernel OOM report" else 0) or "unknown"
+        ph = index.phase_at(t, u if s.source == "kernel OOM report" else 0) or "unknown"
         phases.append(ph)
         by_phase[ph] = max(by_phase.get(ph, 0), s.value, s.peak or 0)
     peak = max(max(s.value, s.peak or 0) for _, _, s in pts)
@@ -364,7 +463,7 @@ def _series(name: str, pts: list, bands: list[Band], failure_ns: int | None) -> 
         "by_phase": by_phase,
         "at_failure": None if at is None or failure_ns is None else {
             "value": at[2].value, "limit": at[2].limit, "at_ms": at[0] // 1_000_000, "source": at[2].source,
-            "origin": at[2].seen.ev.origin},
+            "origin": at[2].seen.origin},
         "samples": [[t // 1_000_000, v] for t, v in _decimate(values, keep)],
         "count": len(pts),
     }

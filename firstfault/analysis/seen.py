@@ -26,23 +26,34 @@ from firstfault.analysis.timeline import NodeClock
 
 @dataclass(slots=True)
 class Seen:
-    """An Event and its time as first seen."""
+    """What a view keeps of an Event: its origin and text, and its time as first seen. Not
+    the Event itself, which may be large (a whole traceback) and is the verdict's to keep
+    or drop; ``fields`` is the Event's own dict, where the scanner writes its bounds."""
 
-    ev: Event
+    source: str
+    node: str | None
+    stream: str
+    seq: int
+    origin: str
+    rank: int | None
+    local_rank: int | None
+    observed_ns: int | None
+    fields: dict
     occurred_ns: int | None
     uncertainty_ns: int
     clock: str | None
+    text: str
 
     @classmethod
-    def of(cls, ev: Event) -> Seen:
-        return cls(ev, ev.occurred_ns, ev.uncertainty_ns, ev.clock)
+    def of(cls, ev: Event, *, text: bool = True) -> Seen:
+        return cls(ev.source, ev.node, ev.stream, ev.seq, ev.origin, ev.rank, ev.local_rank, ev.observed_ns,
+                   ev.fields, ev.occurred_ns, ev.uncertainty_ns, ev.clock, ev.text if text else "")
 
     def placed(self, clocks: Mapping[str, NodeClock] | None) -> tuple[int | None, int, str | None]:
         """(occurred_ns, uncertainty_ns, clock) as the timeline places the Event."""
-        ev = self.ev
-        copy = Event(text="", source=ev.source, node=ev.node, occurred_ns=self.occurred_ns,
-                     observed_ns=ev.observed_ns, clock=self.clock, uncertainty_ns=self.uncertainty_ns,
-                     fields={k: ev.fields[k] for k in ("after_ns", "before_ns") if k in ev.fields})
+        copy = Event(text="", source=self.source, node=self.node, occurred_ns=self.occurred_ns,
+                     observed_ns=self.observed_ns, clock=self.clock, uncertainty_ns=self.uncertainty_ns,
+                     fields={k: self.fields[k] for k in ("after_ns", "before_ns") if k in self.fields})
         timeline.place(copy, clocks)
         return copy.occurred_ns, copy.uncertainty_ns, copy.clock
 
@@ -64,16 +75,16 @@ def spread(items: list[Seen], clocks: Mapping[str, NodeClock] | None) -> list[tu
     out = [s.placed(clocks) for s in items]
     groups: dict[tuple, list[int]] = {}
     for i, s in enumerate(items):
-        lo, hi = s.ev.fields.get("after_ns"), s.ev.fields.get("before_ns")
+        lo, hi = s.fields.get("after_ns"), s.fields.get("before_ns")
         if s.occurred_ns is None and lo is not None and hi is not None and out[i][0] is not None \
                 and 0 < hi - lo <= timeline.MAX_BRACKET_NS:
-            groups.setdefault((s.ev.stream, lo, hi), []).append(i)
+            groups.setdefault((s.stream, lo, hi), []).append(i)
     for (_, lo, hi), idx in groups.items():
         if len(idx) < 2:
             continue
-        idx.sort(key=lambda i: items[i].ev.seq)
+        idx.sort(key=lambda i: items[i].seq)
         mid = out[idx[0]][0]
-        at_end = hi == items[idx[0]].ev.observed_ns
+        at_end = hi == items[idx[0]].observed_ns
         for k, i in enumerate(idx):
             t = lo + (k + 1) * 1_000_000 if at_end else lo + (hi - lo) * (k + 1) // (len(idx) + 1)
             out[i] = (mid + (t - (lo + hi) // 2), out[i][1], out[i][2])  # keep the node's clock offset

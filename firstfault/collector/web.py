@@ -46,7 +46,7 @@ def html_response(text: str, *, status: int = 200, connect: str = "'none'") -> w
     """An HTML page with the headers every page of ours carries: a policy that forbids loads."""
     return web.Response(text=text, status=status, content_type="text/html", charset="utf-8", headers={
         "Content-Security-Policy": csp(connect) + "; frame-ancestors 'none'", "X-Content-Type-Options": "nosniff",
-        "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})
+        "Referrer-Policy": "same-origin", "Cache-Control": "no-store"})  # same-origin: a form of ours sends its Origin
 
 
 def _page(title: str, body: str) -> str:

@@ -79,6 +79,6 @@ def test_the_timeline_keeps_every_lane_bounded():
     assert set(w.plain) == {("n", r) for r in range(4)}
     for s in w.plain.values():
         assert s.seen == 25_000 and w.plain_cap // 2 <= len(s.kept) < w.plain_cap
-        gaps = {b.ev.seq - a.ev.seq for a, b in zip(s.kept, s.kept[1:])}
+        gaps = {b.seq - a.seq for a, b in zip(s.kept, s.kept[1:])}
         assert len(gaps) == 1  # evenly spread over the run
     assert all(len(s.kept) < w.progress_cap for s in w.progress.values())

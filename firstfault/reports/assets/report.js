@@ -82,7 +82,7 @@
     function firstView() {
       // from the last checkpoint save before the failure (at most 30 s back) to the ranks' first errors after it
       if (!ff) return full.slice();
-      var a = ff.t_ms - 5000, b = ff.t_ms + 1000;
+      var a = ff.t_ms - 1000, b = ff.t_ms + 500;
       (tl.spans || []).forEach(function (sp) { if (sp.start_ms < ff.t_ms && sp.start_ms > ff.t_ms - 30000) a = Math.min(a, sp.start_ms); });
       for (var i = 0; i < n; i++) {
         if ((E.kind[i] === "rank-first" || E.kind[i] === "exit") && T[i] > ff.t_ms && T[i] < ff.t_ms + 60000) b = Math.max(b, T[i]);
@@ -137,7 +137,7 @@
     function mark(g, kind, x, y, key, isSel) {
       var c = COLOR[kind] || "#8c959f", m;
       if (kind === "first") {
-        g.appendChild(svg("circle", { cx: x, cy: y, r: 8, fill: "none", stroke: c, "stroke-width": 2 }));
+        g.appendChild(svg("circle", { cx: x, cy: y, r: 8, fill: "none", stroke: c, "stroke-width": 2, "class": "ring" }));
         m = svg("circle", { cx: x, cy: y, r: 5, fill: c });
       } else if (kind === "rank-first") {
         m = svg("path", { d: "M" + x + " " + (y - 6) + "l6 6l-6 6l-6-6z", fill: c });
@@ -155,12 +155,14 @@
         m = svg("circle", { cx: x, cy: y, r: 2.5, fill: c });
       }
       m.setAttribute("data-k", key);
+      m.setAttribute("data-kind", kind);
       m.setAttribute("class", "mk");
       g.appendChild(m);
       if (isSel) g.appendChild(svg("circle", { cx: x, cy: y, r: 10, "class": "sel" }));
     }
 
     function render() {
+      var started = performance.now();
       var W = width(), H = AXIS + shown.length * LANE_H + 4;
       var s = svg("svg", { width: W, height: H, role: "img", "aria-labelledby": "tl-h" });
       var bg = svg("g", {}), fg = svg("g", {}), ax = svg("g", { "class": "axis" });
@@ -205,7 +207,7 @@
         }
         for (var bb in best) {
           var j = best[bb], xx = X(T[j]), u = Math.max(X(T[j] + (U[j] || 0)) - xx, 0);
-          if (u > 2 && PRIO[E.kind[j]] >= 2) fg.appendChild(svg("rect", { x: Math.max(xx - u, LABEL), y: y - 3, width: Math.min(2 * u, W), height: 6, "class": "unc" }));
+          if (u > 2 && PRIO[E.kind[j]] >= 2) bg.appendChild(svg("rect", { x: Math.max(xx - u, LABEL), y: y - 3, width: Math.min(2 * u, W), height: 6, "class": "unc" }));
           mark(fg, E.kind[j], Math.max(xx, LABEL), y, li + ":" + bb, selected !== null && buckets[li + ":" + bb].indexOf(selected) >= 0);
           if (E.link[j] !== null && E.link[j] !== undefined) links.push(j);
         }
@@ -220,13 +222,15 @@
         line.setAttribute("data-link", String(E.link[j]));
         fg.appendChild(line);
         fg.appendChild(svg("circle", { cx: x, cy: y1, r: 4, fill: "#ffffff", stroke: COLOR.kernel, "stroke-width": 2,
-          "data-link-rank": String(E.link[j]) }));
+          "data-link-rank": String(E.link[j]), "class": "ring" }));
       });
       if (svgEl) box.replaceChild(s, svgEl); else box.appendChild(s);
       svgEl = s;
       var rng = document.getElementById("tl-range");
       if (rng) rng.textContent = iso(view[0]) + " – " + iso(view[1]) + " UTC (" + dur(view[1] - view[0]) + ")";
       state.view = view;
+      box.setAttribute("data-render-ms", (performance.now() - started).toFixed(1));
+      box.setAttribute("data-renders", String(Number(box.getAttribute("data-renders") || 0) + 1));
     }
     var pending = false;
     function schedule() {
@@ -246,7 +250,9 @@
       var panel = document.getElementById("tl-details");
       if (!panel) return;
       while (panel.childNodes.length > 1) panel.removeChild(panel.lastChild);
-      list.slice(0, 30).forEach(function (i) {
+      var lines = list.filter(function (i) { return E.kind[i] === "line"; });
+      var shownList = list.filter(function (i) { return E.kind[i] !== "line"; }).slice(0, 30).concat(lines.slice(0, 3));
+      shownList.forEach(function (i) {
         var d = html("div", "ev");
         var lane = lanes[E.lane[i]];
         var meta = html("p", "meta");
@@ -261,7 +267,9 @@
         d.appendChild(html("pre", "raw", E.text[i] || ""));
         panel.appendChild(d);
       });
-      if (list.length > 30) panel.appendChild(html("p", "muted", (list.length - 30) + " more at this spot: zoom in."));
+      if (list.length > shownList.length) {
+        panel.appendChild(html("p", "muted", (list.length - shownList.length) + " more at this spot: zoom in to tell them apart."));
+      }
     }
     function select(i, recentre) {
       selected = i;
