@@ -51,3 +51,31 @@ def test_a_rank_that_raises_is_named_with_its_traceback():
     assert first["rank"] == 2
     assert "expected 16 features per sample, got 17" in json.dumps(first["evidence"])
     assert not leftovers()
+
+
+def test_the_demo_names_the_page_of_the_failed_job_and_serves_it_until_interrupted():
+    import re
+    import signal
+    import urllib.request
+
+    p = subprocess.Popen([sys.executable, "-m", "firstfault", "demo", "--mode", "exception", "--ranks", "3",
+                          "--serve", "yes"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = None
+        for line in p.stderr:
+            m = re.search(r"the report page, rank 2 on the timeline: (http://127\.0\.0\.1:\d+/jobs/\S+)", line)
+            if m:
+                url = m[1]
+                break
+        assert url, "the demo named no page"
+        with urllib.request.urlopen(url, timeout=60) as r:
+            assert "default-src 'none'" in r.headers["Content-Security-Policy"]
+            page = r.read().decode()
+        assert "First failure: <span id='ff-who'>rank 2" in page and '"label":"rank 2"' in page
+        p.send_signal(signal.SIGINT)
+        assert p.wait(60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert not leftovers()

@@ -51,7 +51,7 @@ MAX_POINTS = 120  # samples per series in the report (peaks, the last and the ke
 # DeepSpeed's throughput line ends a step (its first steps are warm-up and print none). Not the
 # engine's "step=N, skipped=" line: a collector keeps only the latest of those (analysis/marks.py)
 # and a report from its marks must be the report from all records.
-_STEP = re.compile(r"/global_step=(?P<step>\d+), .*MemAllocated=")
+_TIMER = re.compile(r"/global_step=(?P<step>\d+), .*MemAllocated=(?P<ma>[\d.]+)GB, MaxMemAllocated=(?P<max>[\d.]+)GB")
 _MEMCG_TO_KILL_NS = 5_000_000_000
 # what every line the watcher reads holds (memlines.NEEDLES, the marks', the kernel's): a fast way past the rest
 _ANY = re.compile("|".join(map(re.escape, (*memlines.NEEDLES, "is about to be saved!", CONFIG_NEEDLE, "memory: usage ",
@@ -168,10 +168,17 @@ class MemoryWatcher:
             self._record(ev)
             return
         text = ev.text
+        if "MemAllocated=" in text and (m := _TIMER.search(text)) is not None:
+            # DeepSpeed's throughput line, once a step on a long run: the step's end and its allocator figure
+            seen = Seen.of(ev, text=False)
+            self._mark(Mark(seen, "step", "point", f"training to the end of step {m['step']}", ev.stream))
+            self._sample(Sample(seen, "allocated", int(float(m["ma"]) * memlines.GIB), None,
+                                int(float(m["max"]) * memlines.GIB), ev.rank, ev.pid, "log", ev.stream))
+            return
         if _ANY.search(text) is None:
             return
         if ev.kind != KIND_KERNEL:
-            if "MemAllocated=" in text or "is about to be saved!" in text or CONFIG_NEEDLE in text:
+            if "is about to be saved!" in text or CONFIG_NEEDLE in text:
                 self._progress_mark(ev)
             elif (p := memlines.point(text)) is not None:
                 self._mark(Mark(Seen.of(ev, text=False), p[0], p[1], p[2], ev.stream))
@@ -196,8 +203,6 @@ class MemoryWatcher:
             tag = text.partition(" is about to be saved!")[0].rpartition(" ")[2]
             self._mark(Mark(Seen.of(ev, text=False), "checkpoint-save", "open", f"checkpoint {tag} save started", ev.stream,
                                    tag))
-        elif (m := _STEP.search(text)) is not None:
-            self._mark(Mark(Seen.of(ev, text=False), "step", "point", f"training to the end of step {m['step']}", ev.stream))
 
     def _record(self, ev: Event) -> None:
         f = ev.fields

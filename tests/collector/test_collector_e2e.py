@@ -105,6 +105,8 @@ def test_jobs_timeline_and_bundle(collector, capsys, tmp_path):
     total = sum(len(p.read_text(errors="replace").splitlines()) for _, p in _rank_files(range(4)))
     assert 0 < len(everything) <= total  # tracebacks are one record each; nothing else is cut
     assert [r["at"] for r in everything] == sorted(r["at"] for r in everything)
+    code, out = _cli(capsys, "report", JOB, "--collector", url, "--format", "html")
+    assert code == 0 and "First failure: <span id='ff-who'>rank 2" in out and '"lanes":[' in out
     bundle = tmp_path / "b.tar.gz"
     assert _cli(capsys, "report", JOB, "--collector", url, "--bundle", str(bundle))[0] == 0
     with tarfile.open(bundle) as tar:
