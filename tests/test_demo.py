@@ -38,6 +38,10 @@ def test_a_rank_killed_by_the_kernel_oom_killer_is_named_from_the_agents_records
     assert first["category"] == "host-memory" and rep["blame"] == "resources"
     assert any(ev.get("linked_by", "").endswith("is rank 2") for ev in first["evidence"])
     assert rep["ranks"]["2"]["exit"]["signal"] == "SIGKILL"
+    # memory by phase over the collector: the agents' samples and the kernel's figures of the victim
+    victim = rep["memory"]["ranks"]["2"]["series"]
+    assert victim["cgroup"]["limit"] == 256 << 20 and "cgroup.memory" in victim["cgroup"]["sources"]
+    assert {"proc.start", "kernel OOM report"} <= set(victim["rss"]["sources"])
     assert "is READY" in err and "OOM-killed by the kernel" in err
     assert not leftovers()
     memcgs = [p for root in (Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup"))

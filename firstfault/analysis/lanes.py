@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from firstfault.analysis.memlines import NEEDLES as MEMORY_NEEDLES
 from firstfault.analysis.model import KIND_RECORD, KIND_STACK, KIND_STREAM, Event
-from firstfault.analysis.seen import Seen
+from firstfault.analysis.seen import Bounded, Seen
 from firstfault.analysis.timeline import NodeClock
 from firstfault.analysis.verdict import Finding
 
@@ -35,32 +35,13 @@ MAX_OOMS = 10_000
 
 
 @dataclass(slots=True)
-class _Sampler:
-    """Every stride-th item, the stride doubling whenever ``cap`` are kept."""
-
-    cap: int
-    kept: list[Seen] = field(default_factory=list)
-    stride: int = 1
-    seen: int = 0
-
-    def offer(self, ev: Event) -> None:
-        self.seen += 1
-        if (self.seen - 1) % self.stride:
-            return
-        self.kept.append(Seen.of(ev))
-        if len(self.kept) >= self.cap:
-            self.kept = self.kept[::2]
-            self.stride *= 2
-
-
-@dataclass(slots=True)
 class LaneWatcher:
     """Keeps a bounded, evenly spread sample of each lane's lines."""
 
     plain_cap: int = PLAIN_PER_LANE
     progress_cap: int = PROGRESS_PER_LANE
-    plain: dict[tuple, _Sampler] = field(default_factory=dict)
-    progress: dict[tuple, _Sampler] = field(default_factory=dict)
+    plain: dict[tuple, Bounded] = field(default_factory=dict)  # (node, rank) -> an even sample of its lines
+    progress: dict[tuple, Bounded] = field(default_factory=dict)
     ooms: list[Seen] = field(default_factory=list)  # the agents' cgroup.oom records (few: one per OOM)
     seen: int = 0
 
@@ -81,8 +62,8 @@ class LaneWatcher:
             box, cap = self.plain, self.plain_cap
         s = box.get(key)
         if s is None:
-            s = box[key] = _Sampler(cap)
-        s.offer(ev)
+            s = box[key] = Bounded(0, 0, cap)
+        s.add(Seen.of(ev))
 
 
 def _cut(text: str, n: int) -> str:
@@ -150,7 +131,7 @@ def timeline_report(w: LaneWatcher, findings: Iterable[Finding], *, clocks: Mapp
     progress_ns: list[int] = []
     for box, kind in ((w.progress, "progress"), (w.plain, "line")):
         for key, s in box.items():
-            for seen in s.kept:
+            for seen in s.items():
                 if seen.origin in kept:
                     continue
                 t, unc, clock = seen.placed(clocks)

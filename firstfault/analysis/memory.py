@@ -19,44 +19,39 @@ cgroup's usage; limit = the cgroup's), ``gpu`` (NVML: GPU memory of the process;
 and CA, torch's summary, the CUDA OOM message), ``host_used`` (DeepSpeed's "CPU
 Virtual Memory", the whole node's, as the rank printed it).
 
-Phases (``phase_bands``): DeepSpeed prints its memory points on rank 0 only, and the
-ranks train in lockstep, so the bands are the job's, from the rank whose log marks
-the most points: ``init`` from the first line to the end of initialize (DeepSpeed's
-resolved-config print, else the first forward or step), then per training step either
-the fine phases that ``"memory_breakdown": true`` marks (forward, backward,
-optimizer-step, param-gather) or one ``train`` band per step (progress lines), and
-``checkpoint-save`` from a save's start to the next step. The report's ``memory``
-object is documented in REPORT.md's memory section and built by ``memory_report``.
+Phases (analysis/bands.py): the job's lifecycle bands from the marks DeepSpeed's log
+leaves (initialize, the phases ``"memory_breakdown": true`` marks, steps, checkpoint saves).
+Memory is bounded per stream (seen.Bounded: the start, an even sample of the middle, the
+end, and each series' peak). The report's ``memory`` object (README "Memory by phase";
+to be added to REPORT.md) is built by ``memory_report``.
 """
 
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import accumulate
 from statistics import median
 
 from firstfault.analysis import memlines
 from firstfault.analysis.context import CONFIG_NEEDLE
 from firstfault.analysis.model import KIND_KERNEL, KIND_RECORD, KIND_STREAM, Event
-from firstfault.analysis.seen import Seen, spread
+from firstfault.analysis.bands import MARKED_PHASES, Band, Bands, Mark, failure_phase, phase_bands
+from firstfault.analysis.seen import Bounded, Seen, spread
 from firstfault.analysis.timeline import NodeClock
 
-MARKED_PHASES = ("forward", "backward", "optimizer-step", "param-gather")  # phases a log line opens and closes
 SERIES = ("rss", "cgroup", "gpu", "allocated", "reserved", "host_used")
 MAX_POINTS = 120  # samples per series in the report (peaks, the last and the kernel's kept)
 # DeepSpeed's throughput line ends a step (its first steps are warm-up and print none). Not the
 # engine's "step=N, skipped=" line: a collector keeps only the latest of those (analysis/marks.py)
 # and a report from its marks must be the report from all records.
 _TIMER = re.compile(r"/global_step=(?P<step>\d+), .*MemAllocated=(?P<ma>[\d.]+)GB, MaxMemAllocated=(?P<max>[\d.]+)GB")
-_MEMCG_TO_KILL_NS = 5_000_000_000
+_MEMCG_TO_KILL_NS = 5_000_000_000  # a memcg OOM report's usage line and its kill line lie this close
 # what every line the watcher reads holds (memlines.NEEDLES, the marks', the kernel's): a fast way past the rest
 _ANY = re.compile("|".join(map(re.escape, (*memlines.NEEDLES, "is about to be saved!", CONFIG_NEEDLE, "memory: usage ",
                                            "Killed process ", "out of memory"))))
-MAX_BANDS = 1000  # phase bands in the report: the first and the last (a long run has thousands of steps)  # a memcg OOM report's usage line and its kill line lie this close
+MAX_BANDS = 1000  # phase bands in the report: the first and the last (a long run has thousands of steps)
 _LABEL = {"rss": "host RSS", "cgroup": "memory cgroup", "gpu": "GPU memory (NVML)", "allocated": "allocator: allocated",
           "reserved": "allocator: reserved", "host_used": "node memory used"}
 
@@ -72,57 +67,6 @@ class Sample:
     pid: int | None
     source: str  # where it was read: a log's line shape or the agent's record kind
     stream: str
-
-
-@dataclass(slots=True)
-class Mark:
-    seen: Seen
-    phase: str  # a phase name, "step" (a step ended), "init-end"
-    what: str  # open | close | point
-    label: str
-    stream: str
-    tag: str | None = None  # checkpoint-save: the tag being saved
-
-
-class Bounded:
-    """At most ``head`` + ``middle`` + ``tail`` items of a long run, in order: the first, an even
-    sample of the middle (a stride that doubles when full), the last; and the one with the
-    highest ``key``, wherever it was."""
-
-    def __init__(self, head: int, tail: int, middle: int = 0) -> None:
-        self.head_n, self.tail_n, self.middle_n = head, tail, middle
-        self.head: list = []
-        self.middle: list = []
-        self.tail: deque = deque()
-        self.stride, self.passed, self.count = 1, 0, 0
-        self.top: tuple | None = None
-
-    def add(self, item, key: int | None = None) -> None:
-        self.count += 1
-        entry = (self.count, item)
-        if key is not None and (self.top is None or key > self.top[0]):
-            self.top = (key, entry)
-        if len(self.head) < self.head_n:
-            self.head.append(entry)
-            return
-        self.tail.append(entry)
-        if len(self.tail) <= self.tail_n:
-            return
-        out = self.tail.popleft()
-        if not self.middle_n:
-            return
-        self.passed += 1
-        if (self.passed - 1) % self.stride == 0:
-            self.middle.append(out)
-            if len(self.middle) >= self.middle_n:
-                self.middle, self.stride = self.middle[::2], self.stride * 2
-
-    def items(self) -> list:
-        kept = self.head + self.middle + list(self.tail)
-        if self.top is not None and self.top[1] not in kept:
-            kept.append(self.top[1])
-            kept.sort(key=lambda e: e[0])
-        return [item for _, item in kept]
 
 
 SAMPLES_KEPT = (500, 2000, 1000)  # per stream and series: first, middle (evenly), last
@@ -233,112 +177,6 @@ def _real_limit(limit) -> int | None:
     return None if not isinstance(limit, int) or limit >= (1 << 62) else limit
 
 
-@dataclass(frozen=True, slots=True)
-class Band:
-    phase: str
-    start_ns: int
-    end_ns: int
-    label: str
-    open_end: bool = False  # the stream ended inside it: its rank stopped in this phase
-
-
-def phase_bands(marks: list[tuple[int, int, Mark]], first_ns: int | None, end_ns: int | None,
-                saved: frozenset[str] = frozenset()) -> tuple[list[Band], str | None]:
-    """The job's phase bands from one stream's placed marks (time, uncertainty, mark), and that stream.
-
-    A phase still open at the end (a rank that stopped inside it) lasts to the end, except
-    a checkpoint save whose tag is known complete (``saved``): it ended, when is not logged."""
-    if not marks:
-        return [], None
-    by_stream: dict[str, list[tuple[int, Mark]]] = defaultdict(list)
-    for t, _, m in marks:
-        by_stream[m.stream].append((t, m))
-    stream, own = max(by_stream.items(), key=lambda kv: (sum(m.what != "point" for _, m in kv[1]), len(kv[1]),
-                                                         kv[1][0][1].seen.source == "ranklog"))
-    own.sort(key=lambda tm: tm[0])
-    start = min(first_ns if first_ns is not None else own[0][0], own[0][0])
-    end = max(end_ns if end_ns is not None else own[-1][0], own[-1][0])
-    train = [i for i, (_, m) in enumerate(own) if m.phase not in ("init", "init-end")]
-    ends = [i for i, (_, m) in enumerate(own) if m.phase == "init-end" and (not train or i < train[0])]
-    cut = ends[-1] if ends else (train[0] if train else None)
-    bands: list[Band] = []
-    init_end = own[cut][0] if cut is not None else end
-    bands.append(Band("init", start, init_end, "from the first line to the end of initialize"))
-    if cut is None:
-        return bands, stream
-    fine = any(m.what == "open" and m.phase not in ("init", "checkpoint-save") for _, m in own)
-    t_prev = init_end
-    open_: tuple[int, Mark] | None = None
-    for t, m in own[cut + (1 if ends else 0):]:
-        if m.phase in ("init", "init-end"):
-            continue
-        if m.phase == "step":
-            if open_ is not None and open_[1].phase == "checkpoint-save":
-                bands.append(Band("checkpoint-save", open_[0], t, open_[1].label))
-                open_ = None
-            elif open_ is None and not fine and t > t_prev:
-                if bands and bands[-1].phase == "train" and bands[-1].end_ns == t_prev:  # one band for a run of steps
-                    bands[-1] = Band("train", bands[-1].start_ns, t, m.label)
-                else:
-                    bands.append(Band("train", t_prev, t, m.label))
-            t_prev = t
-            continue
-        if open_ is not None and (m.what == "open" or m.phase == open_[1].phase):
-            bands.append(Band(open_[1].phase, open_[0], t, open_[1].label))
-            open_ = None
-        if m.what == "open":
-            open_ = (t, m)
-        t_prev = t
-    if open_ is not None and open_[1].tag is not None and open_[1].tag in saved:
-        bands.append(Band(open_[1].phase, open_[0], open_[0], open_[1].label + " (complete; its end is not logged)"))
-    elif open_ is not None:
-        bands.append(Band(open_[1].phase, open_[0], max(end, open_[0]), open_[1].label + " (still open at the end)",
-                          open_end=True))
-    return bands, stream
-
-
-class Bands:
-    """Phase bands in start order, for asking which phases cover a time (bisect, not a scan)."""
-
-    def __init__(self, bands: list[Band]) -> None:
-        self.bands = sorted(bands, key=lambda b: b.start_ns)
-        self.starts = [b.start_ns for b in self.bands]
-        self.reach = list(accumulate((b.end_ns for b in self.bands), max))  # the latest end so far
-
-    def phase_at(self, t: int | None, unc: int = 0) -> str | None:
-        """The phase of the bands over [t - unc, t + unc], when they all agree. A band holds
-        (start, end]: a figure printed with the line that ends a step belongs to that step."""
-        if t is None:
-            return None
-        hit = set()
-        j = bisect_left(self.starts, t + unc) - 1  # bands that start before t + unc
-        while j >= 0 and self.reach[j] >= t - unc:
-            if self.bands[j].end_ns >= t - unc:
-                hit.add(self.bands[j].phase)
-                if len(hit) > 1:
-                    return None
-            j -= 1
-        return hit.pop() if hit else None
-
-
-def _phase_at(bands: list[Band], t: int | None, unc: int = 0) -> str | None:
-    return Bands(bands).phase_at(t, unc)
-
-
-def _failure_phase(bands: list[Band], t: int | None, unc: int) -> str | None:
-    """The phase at the failure: the bands over its time interval, when they agree; else, when the
-    marking rank stopped logging inside a phase DeepSpeed marks (it printed "Engine before step" and
-    never "Engine after step") that began before the failure could have, that phase: ranks run in
-    lockstep, so it waited there, in the collective of that phase, for the rank that failed."""
-    ph = _phase_at(bands, t, unc)
-    if ph is not None or t is None or not bands:
-        return ph
-    last = bands[-1]
-    if last.open_end and last.phase in MARKED_PHASES and last.start_ns <= t + unc:
-        return last.phase
-    return None
-
-
 def _decimate(points: list[tuple[int, int]], keep: set[int]) -> list[tuple[int, int]]:
     """At most MAX_POINTS (time, value) points: each time bucket's lowest and highest, plus ``keep``."""
     if len(points) <= MAX_POINTS:
@@ -411,7 +249,7 @@ def memory_report(w: MemoryWatcher, *, clocks: Mapping[str, NodeClock] | None, p
                     "label": b.label} for b in (bands if len(bands) <= MAX_BANDS else
                                                 bands[:MAX_BANDS // 5] + bands[-(MAX_BANDS - MAX_BANDS // 5):])],
         "phases_from": band_stream,
-        "phase_at_failure": _failure_phase(bands, failure_ns, failure_unc_ns) if failure else None,
+        "phase_at_failure": failure_phase(bands, failure_ns, failure_unc_ns) if failure else None,
         "ranks": ranks_out,
         "notes": notes,
         "missing": missing,

@@ -16,6 +16,7 @@ filled after it was yielded; ``placed`` reads them when called, after the pass.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -89,3 +90,44 @@ def spread(items: list[Seen], clocks: Mapping[str, NodeClock] | None) -> list[tu
             t = lo + (k + 1) * 1_000_000 if at_end else lo + (hi - lo) * (k + 1) // (len(idx) + 1)
             out[i] = (mid + (t - (lo + hi) // 2), out[i][1], out[i][2])  # keep the node's clock offset
     return out
+
+
+class Bounded:
+    """At most ``head`` + ``middle`` + ``tail`` items of a long run, in order: the first, an even
+    sample of the middle (a stride that doubles when full), the last; and the one with the
+    highest ``key``, wherever it was."""
+
+    def __init__(self, head: int, tail: int, middle: int = 0) -> None:
+        self.head_n, self.tail_n, self.middle_n = head, tail, middle
+        self.head: list = []
+        self.middle: list = []
+        self.tail: deque = deque()
+        self.stride, self.passed, self.count = 1, 0, 0
+        self.top: tuple | None = None
+
+    def add(self, item, key: int | None = None) -> None:
+        self.count += 1
+        entry = (self.count, item)
+        if key is not None and (self.top is None or key > self.top[0]):
+            self.top = (key, entry)
+        if len(self.head) < self.head_n:
+            self.head.append(entry)
+            return
+        self.tail.append(entry)
+        if len(self.tail) <= self.tail_n:
+            return
+        out = self.tail.popleft()
+        if not self.middle_n:
+            return
+        self.passed += 1
+        if (self.passed - 1) % self.stride == 0:
+            self.middle.append(out)
+            if len(self.middle) >= self.middle_n:
+                self.middle, self.stride = self.middle[::2], self.stride * 2
+
+    def items(self) -> list:
+        kept = self.head + self.middle + list(self.tail)
+        if self.top is not None and self.top[1] not in kept:
+            kept.append(self.top[1])
+            kept.sort(key=lambda e: e[0])
+        return [item for _, item in kept]

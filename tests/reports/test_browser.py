@@ -254,6 +254,10 @@ def test_the_collectors_pages_in_the_browser(browser, tmp_path):
         page.click(f"a[href='/jobs/{JOB}']")
         _ready(page)
         assert page.inner_text("#ff-who") == "rank 2 on node-a"
+        for url in ("/", "/paste"):  # the collector's own pages: labelled, readable
+            page.goto(base + url)
+            assert page.evaluate(_CONTRAST) == []
+            assert page.eval_on_selector_all("input, textarea", "els => els.filter(e => !e.labels.length).length") == 0
         page.goto(base + "/paste")
         page.fill("#text", PASTED.read_text())
         page.click("button[type=submit]")
@@ -263,3 +267,36 @@ def test_the_collectors_pages_in_the_browser(browser, tmp_path):
     finally:
         stop()
 
+
+
+def test_a_running_jobs_page_updates_itself(browser, tmp_path):
+    from firstfault.analysis.catalog import load_catalog
+    from firstfault.collector.api import Api
+    from firstfault.collector.store import open_store
+    from firstfault.wire import Record
+
+    store = open_store(str(tmp_path / "ff.db"))
+    now = time.time_ns()
+
+    def line(seq, rank, text, t_ns):
+        return Record(node="gpu-1", stream="s1", seq=seq, source="ranklog", kind="rank.line", message=text,
+                      occurred_ns=t_ns, observed_ns=t_ns, job="live-1", rank=rank, fields={"path": f"r{rank}.log"})
+    store.insert([line(i, r, f"rank {r} step {i} loss 1.0", now - 5_000_000_000 + i) for i, r in enumerate((0, 1))])
+    base, stop = _serve_in_thread(Api(store, load_catalog()))
+    try:
+        page = open_page(browser, base + "/jobs/live-1")
+        page.goto(base + "/jobs/live-1")
+        _ready(page)
+        assert page.get_attribute("body", "data-status") == "running"
+        assert page.inner_text("#first h2") == "No failure found"
+        tb = ("Traceback (most recent call last):\n  File \"/work/train.py\", line 9, in <module>\n    main()\n"
+              "ValueError: bad batch at step 3")
+        store.insert([Record(node="gpu-1", stream="s1", seq=9, source="ranklog", kind="rank.traceback", message=tb,
+                             occurred_ns=time.time_ns(), observed_ns=time.time_ns(), job="live-1", rank=1,
+                             fields={"path": "r1.log"})])
+        wait_until(lambda: page.locator("#ff-who").count() == 1, timeout_s=20)  # the page's own poll, every 5 s
+        assert page.inner_text("#ff-who").startswith("rank 1")
+        assert page.locator("#tl-scroll [data-kind='first']").count() == 1
+        assert page.problems == []
+    finally:
+        stop()

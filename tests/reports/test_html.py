@@ -78,7 +78,8 @@ def test_the_timeline_keeps_every_lane_bounded():
             w(Event(text=f"x/global_step={i}, y", source="ranklog", node="n", rank=i % 4, seq=i, occurred_ns=i))
     assert set(w.plain) == {("n", r) for r in range(4)}
     for s in w.plain.values():
-        assert s.seen == 25_000 and w.plain_cap // 2 <= len(s.kept) < w.plain_cap
-        gaps = {b.seq - a.seq for a, b in zip(s.kept, s.kept[1:])}
+        kept = s.items()
+        assert s.count == 25_000 and w.plain_cap // 2 <= len(kept) < w.plain_cap
+        gaps = {b.seq - a.seq for a, b in zip(kept, kept[1:])}
         assert len(gaps) == 1  # evenly spread over the run
-    assert all(len(s.kept) < w.progress_cap for s in w.progress.values())
+    assert all(len(s.items()) < w.progress_cap for s in w.progress.values())

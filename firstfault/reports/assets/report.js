@@ -14,7 +14,7 @@
     progress: "progress (step)", context: "context", line: "other line" };
   var PHASE_COLOR = { init: "#8250df", forward: "#1a7f37", backward: "#0a5bb5", "optimizer-step": "#bf3989",
     "param-gather": "#9a6700", "checkpoint-save": "#cf222e", train: "#57606a" };
-  var state = { view: null, filter: "", bound: false, timer: null };
+  var state = { view: null, userView: false, filter: "", bound: false, timer: null };
 
   function svg(tag, attrs, text) {
     var n = document.createElementNS(NS, tag);
@@ -90,7 +90,8 @@
       var w = Math.max(b - a, 2000, 8 * (ff.unc_ms || 0));
       return [a - 0.08 * w, a + 1.1 * w];
     }
-    var view = state.view || firstView();
+    // a live refresh keeps the view the reader chose; one never touched follows the new data
+    var view = state.view && state.userView ? state.view : firstView();
     var shown = [], svgEl = null, buckets = {}, selected = null;
     var phases = (data.memory && data.memory.phases) || [];
 
@@ -239,12 +240,13 @@
       requestAnimationFrame(function () { pending = false; render(); });
     }
     function zoom(f, at) {
+      state.userView = true;
       var c = at === undefined ? (view[0] + view[1]) / 2 : at, w = (view[1] - view[0]) * f;
       w = Math.max(w, 0.01);
       view = [c - (c - view[0]) * f, c - (c - view[0]) * f + w];
       schedule();
     }
-    function pan(frac) { var w = view[1] - view[0]; view = [view[0] + w * frac, view[1] + w * frac]; schedule(); }
+    function pan(frac) { state.userView = true; var w = view[1] - view[0]; view = [view[0] + w * frac, view[1] + w * frac]; schedule(); }
 
     function details(list) {
       var panel = document.getElementById("tl-details");
@@ -274,6 +276,7 @@
     function select(i, recentre) {
       selected = i;
       if (recentre) {
+        state.userView = true;
         var w = Math.min(view[1] - view[0], Math.max(8 * (U[i] || 0), 4000));
         view = [T[i] - w / 2, T[i] + w / 2];
         var r = shown.indexOf(E.lane[i]);
@@ -308,6 +311,7 @@
       var dx = ev.clientX - drag.x;
       if (Math.abs(dx) > 3) { drag.moved = true; box.classList.add("dragging"); }
       if (!drag.moved) return;
+      state.userView = true;
       var per = (drag.view[1] - drag.view[0]) / (width() - LABEL - 8);
       view = [drag.view[0] - dx * per, drag.view[1] - dx * per];
       schedule();
@@ -337,13 +341,14 @@
       var k = ev.key;
       if (k === "ArrowLeft") pan(-0.2); else if (k === "ArrowRight") pan(0.2);
       else if (k === "+" || k === "=") zoom(0.5); else if (k === "-" || k === "_") zoom(2);
-      else if (k === "0") { view = full.slice(); schedule(); } else if (k === "f") { view = firstView(); schedule(); }
+      else if (k === "0") { state.userView = true; view = full.slice(); schedule(); }
+      else if (k === "f") { state.userView = false; view = firstView(); schedule(); }
       else return;
       ev.preventDefault();
     });
     function on(id, f) { var b = document.getElementById(id); if (b) b.addEventListener("click", f); }
-    on("tl-first", function () { view = firstView(); schedule(); });
-    on("tl-fit", function () { view = full.slice(); schedule(); });
+    on("tl-first", function () { state.userView = false; view = firstView(); schedule(); });
+    on("tl-fit", function () { state.userView = true; view = full.slice(); schedule(); });
     on("tl-in", function () { zoom(0.5); });
     on("tl-out", function () { zoom(2); });
     on("tl-left", function () { pan(-0.25); });
