@@ -407,9 +407,11 @@
       var lo = Infinity, hi = -Infinity, vmax = 0;
       names.forEach(function (n) {
         series[n].samples.forEach(function (p) { lo = Math.min(lo, p[0]); hi = Math.max(hi, p[0]); vmax = Math.max(vmax, p[1]); });
-        if (series[n].limit) vmax = Math.max(vmax, series[n].limit);
         if (series[n].peak) vmax = Math.max(vmax, series[n].peak);
       });
+      // a limit far above every value (a node's whole memory) would flatten the lines: it goes to the legend
+      function onChart(sr) { return sr.limit && sr.limit <= 2 * vmax; }
+      names.forEach(function (n) { if (onChart(series[n])) vmax = Math.max(vmax, series[n].limit); });
       (mem.phases || []).forEach(function (p) { lo = Math.min(lo, p.start_ms); hi = Math.max(hi, p.end_ms); });
       if (ffT !== null) { lo = Math.min(lo, ffT); hi = Math.max(hi, ffT); }
       if (!(hi > lo)) { lo -= 500; hi += 500; }
@@ -445,9 +447,9 @@
           d.appendChild(svg("title", {}, sr.label + ": " + size(p[1]) + " at " + iso(p[0])));
           s.appendChild(d);
         });
-        if (sr.limit) {
+        if (onChart(sr)) {
           s.appendChild(svg("line", { x1: L, x2: W - R, y1: y(sr.limit), y2: y(sr.limit), stroke: c, "stroke-dasharray": "6 4" }));
-          s.appendChild(svg("text", { x: W - R - 160, y: y(sr.limit) - 3 }, sr.label + " limit " + size(sr.limit)));
+          s.appendChild(svg("text", { x: L + 4, y: y(sr.limit) - 3 }, sr.label + " limit " + size(sr.limit)));
         }
       });
       while (box.firstChild) box.removeChild(box.firstChild);
@@ -457,7 +459,8 @@
         var sr = series[n], item = html("span", "item"), sw = svg("svg", { width: 18, height: 10, "aria-hidden": "true" });
         sw.appendChild(svg("rect", { x: 0, y: 2, width: 18, height: 6, fill: colors[n] || "#24292f" }));
         item.appendChild(sw);
-        item.appendChild(document.createTextNode(sr.label + " (peak " + size(sr.peak) + ", " + sr.sources.join(", ") + ")"));
+        item.appendChild(document.createTextNode(sr.label + " (peak " + size(sr.peak) +
+          (sr.limit ? ", limit " + size(sr.limit) + (onChart(sr) ? "" : ", off the chart") : "") + ", " + sr.sources.join(", ") + ")"));
         legend.appendChild(item);
       });
       box.appendChild(legend);
