@@ -300,3 +300,25 @@ def test_a_running_jobs_page_updates_itself(browser, tmp_path):
         assert page.problems == []
     finally:
         stop()
+
+
+REAL = sorted(p for p in (ROOT / "tests" / "data" / "real").iterdir() if (p / "scenario.json").exists())
+
+
+def test_every_real_capture_renders_without_errors(browser, tmp_path):
+    """The clean run (no failure), the hang (inferred), the pasted console, bad config, NaN, ..."""
+    for folder in REAL:
+        extra = ["--checkpoint-dir", str(folder / "checkpoints")] if (folder / "checkpoints").is_dir() else []
+        out = tmp_path / f"{folder.name}.html"
+        assert main(["analyze", str(folder), *extra, "--format", "html", "--output", str(out), "--tz", "UTC"]) == 0
+        page = open_page(browser, out.as_uri())
+        page.goto(out.as_uri())
+        _ready(page)
+        who = page.inner_text("#first h2")
+        truth = __import__("json").loads((folder / "scenario.json").read_text())["expected"]
+        if truth.get("failed") is False:
+            assert who == "No failure found", folder.name
+        elif truth.get("rank") is not None:
+            assert f"rank {truth['rank']}" in who, folder.name
+        assert page.problems == [], folder.name
+        page.close()
