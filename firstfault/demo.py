@@ -14,7 +14,10 @@ real:
 
 Like torchrun, the launcher stops the other ranks (SIGTERM) once one has died. The
 agent is then stopped (SIGTERM: it flushes its spool to the collector) and
-``firstfault report JOB`` asks the collector's HTTP API, which prints the report.
+``firstfault report JOB`` asks the collector's HTTP API, which prints the report. The
+demo then names the collector's page of the job (``http://127.0.0.1:PORT/jobs/JOB``:
+swimlanes, memory by phase) and, run from a terminal (or ``--serve yes``), keeps the
+collector up until Ctrl-C so it can be opened.
 Everything it started is stopped on the way out, even on errors or Ctrl-C; the
 work folder (logs, database, spool) is removed unless ``--keep``.
 """
@@ -182,7 +185,7 @@ def _notify_socket(workdir: Path) -> tuple[socket.socket, str]:
     return s, path
 
 
-def demo(workdir: Path, *, ranks: int, mode: str, fmt: str) -> int:
+def demo(workdir: Path, *, ranks: int, mode: str, fmt: str, serve: bool = False, keep: bool = False) -> int:
     job = f"demo-{uuid.uuid4().hex[:8]}"
     victim = min(2, ranks - 1)
     node = socket.gethostname()
@@ -223,7 +226,24 @@ def demo(workdir: Path, *, ranks: int, mode: str, fmt: str) -> int:
         sys.stdout.write(report.stdout)
         if report.returncode != 0:
             say(f"report failed: {report.stderr.strip()}")
-        return report.returncode
+            return report.returncode
+        url = f"http://{addr['http']}/jobs/{job}"
+        if keep:
+            subprocess.run([sys.executable, "-m", "firstfault", "report", job, "--collector", f"http://{addr['http']}",
+                            "--format", "html", "--output", str(workdir / "report.html")], check=False)
+            say(f"the report page, to open with no collector: {workdir / 'report.html'}")
+        if not serve:
+            say(f"the report page was {url} while the demo ran: `firstfault demo --serve` keeps it open")
+            return 0
+        say(f"the report page, rank {victim} on the timeline: {url}  (jobs: http://{addr['http']}/, paste a log: "
+            f"http://{addr['http']}/paste); Ctrl-C stops the demo")
+        try:
+            while col.proc.poll() is None:
+                time.sleep(0.5)
+            say("the collector stopped")
+        except KeyboardInterrupt:
+            pass
+        return 0
     finally:
         for d in reversed(started):
             d.stop()
@@ -238,7 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", choices=("auto", "oom", "exception"), default="auto",
                    help="how the victim fails; auto: oom as root, else exception")
     p.add_argument("--format", choices=("text", "md", "json"), default="text")
-    p.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (logs, database, spool)")
+    p.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (logs, database, spool, report.html)")
+    p.add_argument("--serve", choices=("auto", "yes", "no"), default="auto",
+                   help="keep the collector and its report page up until Ctrl-C (auto: when run from a terminal)")
     a = p.parse_args(argv)
     if a.ranks < 2:
         p.error("--ranks must be at least 2")
@@ -246,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="firstfault-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        return demo(workdir.resolve(), ranks=a.ranks, mode=mode, fmt=a.format)
+        serve = a.serve == "yes" or (a.serve == "auto" and sys.stdin.isatty() and sys.stderr.isatty())
+        return demo(workdir.resolve(), ranks=a.ranks, mode=mode, fmt=a.format, serve=serve, keep=bool(a.keep))
     except KeyboardInterrupt:
         return 130
     finally:

@@ -38,6 +38,10 @@ def test_a_rank_killed_by_the_kernel_oom_killer_is_named_from_the_agents_records
     assert first["category"] == "host-memory" and rep["blame"] == "resources"
     assert any(ev.get("linked_by", "").endswith("is rank 2") for ev in first["evidence"])
     assert rep["ranks"]["2"]["exit"]["signal"] == "SIGKILL"
+    # memory by phase over the collector: the agents' samples and the kernel's figures of the victim
+    victim = rep["memory"]["ranks"]["2"]["series"]
+    assert victim["cgroup"]["limit"] == 256 << 20 and "cgroup.memory" in victim["cgroup"]["sources"]
+    assert {"proc.start", "kernel OOM report"} <= set(victim["rss"]["sources"])
     assert "is READY" in err and "OOM-killed by the kernel" in err
     assert not leftovers()
     memcgs = [p for root in (Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup"))
@@ -50,4 +54,32 @@ def test_a_rank_that_raises_is_named_with_its_traceback():
     first = rep["first_failure"]
     assert first["rank"] == 2
     assert "expected 16 features per sample, got 17" in json.dumps(first["evidence"])
+    assert not leftovers()
+
+
+def test_the_demo_names_the_page_of_the_failed_job_and_serves_it_until_interrupted():
+    import re
+    import signal
+    import urllib.request
+
+    p = subprocess.Popen([sys.executable, "-m", "firstfault", "demo", "--mode", "exception", "--ranks", "3",
+                          "--serve", "yes"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = None
+        for line in p.stderr:
+            m = re.search(r"the report page, rank 2 on the timeline: (http://127\.0\.0\.1:\d+/jobs/\S+)", line)
+            if m:
+                url = m[1]
+                break
+        assert url, "the demo named no page"
+        with urllib.request.urlopen(url, timeout=60) as r:
+            assert "default-src 'none'" in r.headers["Content-Security-Policy"]
+            page = r.read().decode()
+        assert "First failure: <span id='ff-who'>rank 2" in page and '"label":"rank 2"' in page
+        p.send_signal(signal.SIGINT)
+        assert p.wait(60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
     assert not leftovers()

@@ -9,9 +9,13 @@ unless told), else the agent's receipt time (clock "agent": the agent tails
 live, so receipt follows writing by milliseconds). Kernel records carry the
 kmsg time the agent converted (clock "kmsg"); journal records the journal's.
 
-Records that are samples, not text (cgroup memory, GPU memory) give no Event.
+Records that are samples, not text (``cgroup.memory``, ``cgroup.oom``,
+``proc.memory``, ``gpu.memory``) give a KIND_RECORD Event with no text (a
+``cgroup.oom`` keeps its counters text) and fields
+``memory`` (the record's kind) plus the record's own fields (analysis/memory.py).
 A process start or exit (procs) gives a KIND_RECORD Event with its pid and rank
-(fields ``proc``: start | exit, and ``exit`` holding the exit), which teaches the
+(fields ``proc``: start | exit, and ``exit`` holding the exit; ``memory`` and
+``rss_bytes``/``peak_rss_bytes`` where the agent sampled them), which teaches the
 pid -> rank map. An Xid that NVML delivered (nvml ``gpu.xid``) is a kernel Event
 like the driver's ``NVRM: Xid`` line (clock "agent": stamped on receipt), with
 the agent's message as its text and fields ``gpu``, ``uuid``, ``pci_bus_id``,
@@ -137,6 +141,8 @@ def _proc_event(r: Record) -> Event:
         fields["world_size"] = int(ws)
     if r.kind == "proc.exit":
         fields["exit"] = {k: r.fields.get(k) for k in ("code", "signal") if k in r.fields}
+    if r.fields.get("rss_bytes"):
+        fields.update(memory=r.kind, rss_bytes=r.fields["rss_bytes"], peak_rss_bytes=r.fields.get("peak_rss_bytes"))
     return Event(
         text="", source="agent", kind=KIND_RECORD, node=r.node, rank=r.rank, local_rank=r.local_rank, pid=r.pid,
         job=r.job, occurred_ns=r.occurred_ns or r.observed_ns, observed_ns=r.observed_ns,
@@ -151,6 +157,18 @@ def _nvml_xid_event(r: Record) -> Event:
         occurred_ns=r.occurred_ns if r.occurred_ns is not None else r.observed_ns, observed_ns=r.observed_ns,
         clock="agent", uncertainty_ns=AGENT_UNCERTAINTY_NS, origin=_origin(r), stream=f"{r.node}:nvml",
         seq=r.seq, fields={k: r.fields[k] for k in ("gpu", "uuid", "pci_bus_id", "xid", "pids") if k in r.fields},
+    )
+
+
+_SAMPLE_KINDS = ("cgroup.memory", "cgroup.oom", "proc.memory", "gpu.memory")
+
+
+def _sample_event(r: Record) -> Event:
+    return Event(  # a cgroup.oom keeps its raw counters text (memory.oom_control / memory.events)
+        text=r.message if r.kind == "cgroup.oom" else "", source="agent", kind=KIND_RECORD, node=r.node, rank=r.rank, local_rank=r.local_rank, pid=r.pid,
+        job=r.job, occurred_ns=r.occurred_ns if r.occurred_ns is not None else r.observed_ns,
+        observed_ns=r.observed_ns, clock="agent", uncertainty_ns=AGENT_UNCERTAINTY_NS, origin=_origin(r),
+        stream=f"{r.node}:{r.source}", seq=r.seq, fields={**r.fields, "memory": r.kind},
     )
 
 
@@ -179,3 +197,5 @@ def events_from_records(records: Iterable[Record], *, zones: dict[str, tzinfo] |
             yield _proc_event(r)
         elif r.kind == "gpu.xid" and r.source == "nvml":
             yield _nvml_xid_event(r)
+        elif r.kind in _SAMPLE_KINDS:
+            yield _sample_event(r)

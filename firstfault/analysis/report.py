@@ -21,8 +21,12 @@ from firstfault.analysis.findings import MAX_KEPT, PROGRESS, read_findings
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.flight_recorder import analyze as analyze_flight
 from firstfault.analysis.hostlist import HostlistError, expand_hostlist
+from firstfault.analysis.lanes import LaneWatcher, timeline_report
+from firstfault.analysis.memlines import NEEDLES as MEMORY_NEEDLES
+from firstfault.analysis.memory import MARKED_PHASES, MemoryWatcher, memory_report
 from firstfault.analysis.model import Event, Frame
 from firstfault.analysis.phase import phase_from_frames
+from firstfault.analysis.seen import watch
 from firstfault.analysis.timeline import NodeClock
 from firstfault.analysis.verdict import (
     BLAME,
@@ -62,6 +66,7 @@ class Inputs:
     generated_ns: int | None = None
     marks: list[dict] = field(default_factory=list)  # job marks (records.mark_of) of this job
     nodes_seen: set[str] = field(default_factory=set)  # nodes that sent records of the job
+    timeline: bool = False  # also build the ``timeline`` object (swimlanes of the HTML report)
 
 
 def iso(ns: int | None) -> str | None:
@@ -73,7 +78,7 @@ def iso(ns: int | None) -> str | None:
 
 def needles(catalog: Catalog) -> list[str]:
     """Every literal string that makes a line worth scanning."""
-    return [n for s in catalog.signatures for n in s.needles] + list(CONTEXT_NEEDLES)
+    return [n for s in catalog.signatures for n in s.needles] + list(CONTEXT_NEEDLES) + list(MEMORY_NEEDLES)
 
 
 def _text(ev: Event) -> str:
@@ -106,7 +111,9 @@ class _Facts:
 
 def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | None = None) -> dict:
     inp = inputs or Inputs()
-    read = read_findings(events, catalog, inp.clocks)
+    mem = MemoryWatcher()
+    lanes = LaneWatcher() if inp.timeline else None
+    read = read_findings(watch(events, *filter(None, (mem, lanes))), catalog, inp.clocks)
     findings = read.findings
     rank_nodes = dict(inp.rank_nodes)
     pids = _identify(findings, rank_nodes, read.procs)
@@ -185,7 +192,14 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     if world:
         gaps += [{"rank": r, "reason": "no log of this rank was given"} for r in range(world) if r not in rank_nodes]
     nodes = _nodes(rank_nodes, inp.nodes_seen | {f.ev.node for f in findings if f.ev.node}, inp.marks, gaps)
-    return {
+    memory = memory_report(mem, clocks=inp.clocks, pids=pids, rank_nodes=rank_nodes, failure=first,
+                           failure_ns=first_f.ev.occurred_ns if first_f else failure_ns,
+                           failure_unc_ns=first_f.ev.uncertainty_ns if first_f else 0,
+                           local_is_global=len({n for n in rank_nodes.values() if n}) <= 1, saved=frozenset(saved))
+    at = memory["phase_at_failure"]  # a phase DeepSpeed's own marks (memory_breakdown) open, around the failure
+    if first is not None and first["phase"] == "unknown" and not first["inferred"] and at in MARKED_PHASES:
+        first["phase"], first["phase_from"] = at, f"DeepSpeed's phase marks (memory_breakdown) in {memory['phases_from']}"
+    out = {
         "schema": SCHEMA,
         "job": inp.job,
         "generated_at": iso(inp.generated_ns),
@@ -203,8 +217,13 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         "nodes": nodes,
         "context": read.ctx.to_report(world_size=world, launcher=inp.launcher),
         "checkpoint": ckpt,
+        "memory": memory,
         **({"flight_recorder": fr.to_report()} if fr else {}),  # only where dumps were given
     }
+    if lanes is not None:
+        out["timeline"] = timeline_report(lanes, findings, clocks=inp.clocks, rank_nodes=rank_nodes, firsts=firsts,
+                                          first=first_f, procs=read.procs, checkpoint=ckpt, pids=pids)
+    return out
 
 
 def _hang_dumps(dumps: list[Event], pids: Mapping[int, int], firsts: Mapping[int, Finding]) -> dict[int, Event]:

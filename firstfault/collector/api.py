@@ -3,7 +3,8 @@
     GET /healthz                          "ok" while the store answers
     GET /metrics                          Prometheus text (ingest counters, store latency)
     GET /api/jobs                         {"jobs": [...]} newest first
-    GET /api/jobs/{job}/report            the report; ?format=json|md|text (default json)
+    GET /api/jobs/{job}/report            the report; ?format=json|md|text|html (default json);
+                                          ?timeline=1 adds the swimlanes' timeline object to json
     GET /api/jobs/{job}/timeline          {"records": [...]}; ?rank=&node=&since=&until=&grep=&limit=
                                           &format=jsonl streams one record a line
     GET /api/jobs/{job}/bundle            the bug-report .tar.gz
@@ -11,7 +12,10 @@
 Bound to loopback by default. On any other address a token is required
 (``Authorization: Bearer <token>``), compared in constant time. Store calls run
 in a worker thread, one at a time; nothing from a record is executed or used as
-a path, and the only HTML is none: responses are JSON, text or Markdown.
+a path. The web pages (web.py: ``/``, ``/jobs/{job}``, ``/paste``, ``/login``) share this
+auth; a browser sends the token as a cookie that ``/login`` sets. A POST from another
+site's page is refused (its ``Origin``). Every HTML response carries the report's
+Content-Security-Policy (nothing loads from anywhere) and ``frame-ancestors 'none'``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import ipaddress
 import itertools
 import json
 import re
+from html import escape
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,12 +35,24 @@ from aiohttp import web
 from firstfault.common.prometheus import CONTENT_TYPE
 
 from firstfault.collector import query
+from firstfault.collector.web import COOKIE, MAX_PASTE, Web, html_response
 from firstfault.analysis.catalog import Catalog
-from firstfault.reports import render
+from firstfault.reports import FORMATS, needs_timeline, render
 from firstfault.collector.store.base import Selection, Store
 
 JSON_CT = "application/json"
 CHUNK = 2000  # records read from the store per step of a streamed timeline
+
+
+def _same_origin(request: web.Request) -> bool:
+    """No Origin (not a browser, or a same-origin GET), or this very server's."""
+    origin = request.headers.get("Origin")
+    return origin is None or origin == f"{request.scheme}://{request.host}"
+
+
+def _error_page(title: str, text: str) -> str:
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title></head>"
+            f"<body><h1>{escape(title)}</h1><p>{escape(text)}</p><p><a href='/'>Jobs</a></p></body></html>\n")
 
 
 def is_loopback(host: str) -> bool:
@@ -88,7 +105,7 @@ def _iso_ns(v: str, name: str) -> int:
 class Api:
     def __init__(self, store: Store, catalog: Catalog, *, token: str | None = None,
                  metrics: Callable[[], str] | None = None,
-                 call: Callable[..., Awaitable[Any]] | None = None) -> None:
+                 call: Callable[..., Awaitable[Any]] | None = None, max_paste: int = MAX_PASTE) -> None:
         """``call(fn, *args)`` runs a store call on the store's own thread (the daemon
         passes the ingest server's, so one thread owns the SQLite connection)."""
         self.store = store
@@ -97,22 +114,35 @@ class Api:
         self.metrics = metrics
         self.call = call or asyncio.to_thread
         self.lock = asyncio.Lock()  # one store call at a time
+        self.max_paste = max_paste  # bytes of a log pasted into /paste (web.py)
 
     async def _call(self, fn, *args):
         async with self.lock:
             return await self.call(fn, *args)
 
+    def token_ok(self, authorization: str) -> bool:
+        return self.token is None or hmac.compare_digest(authorization.encode(), f"Bearer {self.token}".encode())
+
     @web.middleware
     async def auth(self, request: web.Request, handler):
-        if self.token is not None:
-            got = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode()):
+        page = not request.path.startswith(("/api/", "/metrics", "/healthz"))
+        if request.method == "POST" and not _same_origin(request):
+            return web.Response(text="refused: a form of another site\n", status=403)
+        if self.token is not None and request.path != "/login":
+            got = request.headers.get("Authorization") or f"Bearer {request.cookies.get(COOKIE, '')}"
+            if not self.token_ok(got):
+                if page and request.method == "GET":
+                    raise web.HTTPSeeOther("/login")
                 return web.json_response({"error": "a valid token is required"}, status=401)
         try:
             return await handler(request)
         except query.QueryError as e:
+            if page:
+                return html_response(_error_page("Not found", str(e)), status=404)
             return web.json_response({"error": str(e)}, status=404)
         except ValueError as e:
+            if page:
+                return html_response(_error_page("Bad request", str(e)), status=400)
             return web.json_response({"error": str(e)}, status=400)
 
     async def healthz(self, request):
@@ -128,11 +158,15 @@ class Api:
 
     async def report(self, request):
         fmt = request.query.get("format", "json")
-        if fmt not in ("json", "md", "text"):
-            raise ValueError("format: json, md or text")
-        rep = await self._call(query.report, self.store, request.match_info["job"], self.catalog)
+        if fmt not in FORMATS:
+            raise ValueError(f"format: one of {', '.join(FORMATS)}")
+        timeline = needs_timeline(fmt) or request.query.get("timeline") == "1"
+        rep = await self._call(lambda: query.report(self.store, request.match_info["job"], self.catalog,
+                                                    timeline=timeline))
         if fmt == "json":
             return web.json_response(rep, dumps=lambda o: json.dumps(o, ensure_ascii=False))
+        if fmt == "html":
+            return html_response(render(rep, fmt))
         return web.Response(text=render(rep, fmt), content_type="text/markdown" if fmt == "md" else "text/plain")
 
     async def timeline(self, request):
@@ -166,7 +200,8 @@ class Api:
                             headers={"Content-Disposition": f'attachment; filename="firstfault-{safe}.tar.gz"'})
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self.auth])
+        app = web.Application(middlewares=[self.auth], client_max_size=self.max_paste + (64 << 10))
+        app.add_routes(Web(self, max_paste=self.max_paste).routes())
         app.add_routes([
             web.get("/healthz", self.healthz),
             web.get("/metrics", self.prometheus),

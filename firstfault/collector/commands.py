@@ -2,7 +2,7 @@
 read its store directly (the SQLite file, or the PostgreSQL database by its URL).
 
     firstfault jobs [--collector URL | --db PATH_OR_URL] [--format text|json]
-    firstfault report JOB [--format text|md|json] [--output FILE] [--bundle FILE.tar.gz]
+    firstfault report JOB [--format text|md|json|html] [--output FILE] [--bundle FILE.tar.gz]
     firstfault timeline JOB [--rank R] [--node N] [--since T] [--until T] [--grep RE]
                             [--limit N] [--format text|json|jsonl]
 
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from firstfault.collector import query
 from firstfault.common.output import write_output
 from firstfault.analysis.catalog import load_catalog
-from firstfault.reports import render
+from firstfault.reports import FORMATS, needs_timeline, render
 
 DEFAULT_URL = "http://127.0.0.1:7141"
 
@@ -56,8 +56,9 @@ class _Http:
         with self._open("/api/jobs") as r:
             return json.load(r)["jobs"]
 
-    def report(self, job: str) -> dict:
-        with self._open(f"/api/jobs/{urllib.parse.quote(job, safe='')}/report") as r:
+    def report(self, job: str, timeline: bool = False) -> dict:
+        with self._open(f"/api/jobs/{urllib.parse.quote(job, safe='')}/report",
+                        {"timeline": "1"} if timeline else None) as r:
             return json.load(r)
 
     def bundle(self, job: str) -> bytes:
@@ -88,8 +89,8 @@ class _Db:
     def jobs(self) -> list[dict]:
         return query.jobs(self.store)
 
-    def report(self, job: str) -> dict:
-        return query.report(self.store, job, self.catalog)
+    def report(self, job: str, timeline: bool = False) -> dict:
+        return query.report(self.store, job, self.catalog, timeline=timeline)
 
     def bundle(self, job: str) -> bytes:
         return query.bundle(self.store, job, self.catalog)
@@ -145,7 +146,7 @@ def cmd_report(a: argparse.Namespace) -> int:
             f.write(data)
         print(f"firstfault: wrote {a.bundle} ({len(data)} bytes)", file=sys.stderr)
         return 0
-    write_output(render(src.report(a.job), a.format), a.output)
+    write_output(render(src.report(a.job, timeline=needs_timeline(a.format)), a.format), a.output)
     return 0
 
 
@@ -180,7 +181,8 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("report", parents=[common], help="the report of a job, over all its nodes")
     p.add_argument("job", metavar="JOB")
-    p.add_argument("--format", choices=("text", "md", "json"), default="text")
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="html: one self-contained page (swimlanes, memory by phase) that opens with no network")
     p.add_argument("--output", "-o", metavar="FILE")
     p.add_argument("--bundle", metavar="FILE.tar.gz", help="write the bug-report bundle instead")
     p.set_defaults(func=cmd_report)

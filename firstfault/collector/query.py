@@ -64,13 +64,14 @@ def _noting(records: Iterator[Record], inputs: Inputs, first_ns: int) -> Iterato
         yield r
 
 
-def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = None) -> dict:
-    """The report (REPORT.md) of one job over every node that sent its records."""
+def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = None, *, timeline: bool = False) -> dict:
+    """The report (REPORT.md) of one job over every node that sent its records; ``timeline``
+    adds the swimlanes' ``timeline`` object (for HTML)."""
     info = store.job(job)
     if info is None:
         raise QueryError(f"no job {job!r} in the store (firstfault jobs lists them)")
     clocks = {n: NodeClock(c.offset_ns, c.uncertainty_ns) for n, c in store.clocks().items()}
-    inputs = Inputs(job=job, clocks=clocks, generated_ns=time.time_ns(), rank_nodes={})
+    inputs = Inputs(job=job, clocks=clocks, generated_ns=time.time_ns(), rank_nodes={}, timeline=timeline)
     sel = sel or Selection(job=job)
     # only the records the report reads (analysis/marks.py), where the store kept marks
     needed = needed_records(store, sel, ReportMarker(catalog).name)
@@ -85,17 +86,21 @@ def timeline(store: Store, sel: Selection) -> Iterator[dict]:
 
 
 def bundle(store: Store, job: str, catalog: Catalog) -> bytes:
-    """A .tar.gz for a bug report: report.md, report.json, timeline.jsonl, config.txt, README.txt."""
-    rep = report(store, job, catalog)
+    """A .tar.gz for a bug report: report.md, report.json, report.html, timeline.jsonl, config.txt, README.txt."""
+    rep = report(store, job, catalog, timeline=True)
+    page = render(rep, "html")
+    rep = {k: v for k, v in rep.items() if k != "timeline"}
     lines = [json.dumps(d, ensure_ascii=False) for d in timeline(store, Selection(job=job))]
     config = [d["message"] for d in map(json.loads, lines) if CONFIG_NEEDLE in d["message"]]
     files = {
         "report.md": render(rep, "md"),
         "report.json": render(rep, "json"),
+        "report.html": page,
         "timeline.jsonl": "\n".join(lines) + "\n",
         "config.txt": "\n".join(config) + ("\n" if config else "(DeepSpeed printed no resolved config)\n"),
         "README.txt": (f"firstfault bundle of job {job}, made {iso(time.time_ns())}.\n"
-                       "report.md pastes into an issue; report.json is firstfault.report/1; timeline.jsonl holds "
+                       "report.md pastes into an issue; report.json is firstfault.report/1; report.html opens in a "
+                       "browser with no network (swimlanes, memory by phase); timeline.jsonl holds "
                        "every record of the job and of its nodes' kernel around it, one JSON object a line, in time "
                        "order; config.txt is the resolved DeepSpeed config as printed at initialize.\n"),
     }

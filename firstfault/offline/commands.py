@@ -1,6 +1,6 @@
 """``firstfault analyze`` and ``firstfault checkpoint``: a dead job's files, read offline (no daemon).
 
-    firstfault analyze PATH... [--format text|md|json] [--output FILE] [--node NAME]
+    firstfault analyze PATH... [--format text|md|json|html] [--output FILE] [--node NAME]
                                [--kernel FILE] [--checkpoint-dir DIR] [--tz ZONE]
                                [--kernel-boot-time TIME] [--job ID]
     firstfault checkpoint DIR [--format text|json] [--world-size N]
@@ -27,7 +27,7 @@ from firstfault.analysis.checkpoint import checkpoint_from_disk
 from firstfault.analysis.report import Inputs, build_report, needles
 from firstfault.analysis.scan import Needles
 from firstfault.offline.checkpoint_files import CheckpointPathError, inspect_checkpoint_dir
-from firstfault.reports import render
+from firstfault.reports import FORMATS, needs_timeline, render
 
 PROGRESS_MIN_BYTES = 64 << 20
 
@@ -81,11 +81,13 @@ def time_zone(s: str):
 
 def report_from_logs(paths: list[str], *, node: str | None = None, kernel: list[str] | None = None,
                      checkpoint_dir: str | None = None, tz=None, kernel_boot_ns: int | None = None,
-                     job: str | None = None, meter: bool = False) -> tuple[dict | None, list[dict], str | None]:
+                     job: str | None = None, meter: bool = False, timeline: bool = False
+                     ) -> tuple[dict | None, list[dict], str | None]:
     """Read the logs under ``paths`` and build their report: (report, gaps, problem).
 
     ``problem`` says why there is no report (no log found, none readable); the gaps
-    list every input that could not be read. ``meter``: a progress meter on a terminal's stderr.
+    list every input that could not be read. ``meter``: a progress meter on a terminal's stderr; ``timeline``: add the timeline object
+    the HTML report draws.
     """
     catalog = load_catalog()
     sources = logfiles.discover(paths, node=node, kernel=kernel)
@@ -101,7 +103,7 @@ def report_from_logs(paths: list[str], *, node: str | None = None, kernel: list[
         except CheckpointPathError as e:
             res.gaps.append({"file": checkpoint_dir, "reason": str(e)})
     # inputs.gaps is res.gaps: reading appends to it while build_report consumes the events
-    inputs = Inputs(job=job, gaps=res.gaps, disk=disk, generated_ns=time.time_ns())
+    inputs = Inputs(job=job, gaps=res.gaps, disk=disk, generated_ns=time.time_ns(), timeline=timeline)
     report = build_report(_tracking(events, inputs, res), catalog, inputs)
     if progress:
         progress.close()
@@ -115,7 +117,8 @@ def report_from_logs(paths: list[str], *, node: str | None = None, kernel: list[
 
 def cmd_analyze(a: argparse.Namespace) -> int:
     report, gaps, problem = report_from_logs(a.paths, node=a.node, kernel=a.kernel, checkpoint_dir=a.checkpoint_dir,
-                                             tz=a.tz, kernel_boot_ns=a.kernel_boot_time, job=a.job, meter=True)
+                                             tz=a.tz, kernel_boot_ns=a.kernel_boot_time, job=a.job, meter=True,
+                                             timeline=needs_timeline(a.format))
     for g in gaps:
         print(f"firstfault: {g.get('file')}: {g.get('reason')}", file=sys.stderr)
     if problem:
@@ -154,7 +157,8 @@ def add_parsers(sub) -> None:
     an = sub.add_parser("analyze", help="analyse log files offline and print the report")
     an.add_argument("paths", nargs="+", metavar="PATH",
                     help="log file, folder (torchrun --log-dir, DeepSpeed rank logs), NODE=PATH, or - for stdin")
-    an.add_argument("--format", choices=("text", "md", "json"), default="text")
+    an.add_argument("--format", choices=FORMATS, default="text",
+                    help="html: one self-contained page (swimlanes, memory by phase) that opens with no network")
     an.add_argument("--output", "-o", metavar="FILE", help="write the report here instead of stdout")
     an.add_argument("--node", metavar="NAME", help="the node these logs come from")
     an.add_argument("--kernel", action="append", metavar="FILE",

@@ -47,7 +47,8 @@ _SKIP_DIRS = re.compile(r"^(global_step\d+|\..*|__pycache__)$")
 # Not logs: checkpoints and other binary data, and the sources and configs that often sit
 # beside logs (a training script's own "raise ValueError" is no failure).
 _SKIP_EXT = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".pkl", ".npy", ".zip", ".tar", ".json.lock",
-             ".py", ".sh", ".json", ".yaml", ".yml", ".toml", ".cfg", ".ini")
+             ".py", ".sh", ".json", ".yaml", ".yml", ".toml", ".cfg", ".ini",
+             ".md", ".html", ".htm", ".png", ".svg", ".jpg")  # a folder's README and reports are no logs
 
 
 @dataclass(slots=True)

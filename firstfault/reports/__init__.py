@@ -1,13 +1,21 @@
-"""Render a report (REPORT.md's dict) as text, Markdown or JSON. Render only: no analysis here."""
+"""Render a report (REPORT.md's dict) as text, Markdown, JSON or HTML. Render only: no analysis here.
+
+HTML draws the report's ``timeline`` object, which the analysis builds only when asked
+(``Inputs.timeline``): ask for it when the format is ``html`` (``needs_timeline``)."""
 
 from __future__ import annotations
 
 import json
 
+from firstfault.reports.html import render_html
 from firstfault.reports.markdown import render_markdown
 from firstfault.reports.text import render_text
 
-FORMATS = ("text", "md", "json")
+FORMATS = ("text", "md", "json", "html")
+
+
+def needs_timeline(fmt: str) -> bool:
+    return fmt == "html"
 
 
 def render(report: dict, fmt: str) -> str:
@@ -17,4 +25,6 @@ def render(report: dict, fmt: str) -> str:
         return render_markdown(report)
     if fmt == "text":
         return render_text(report)
+    if fmt == "html":
+        return render_html(report)
     raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from firstfault.reports.memtable import HEADER, memory_rows
 from firstfault.reports.text import nodes_line
 
 
@@ -71,6 +72,13 @@ def render_markdown(rep: dict) -> str:
     if rep.get("nodes"):
         out.append("")
         out.append(f"**Nodes ({len(rep['nodes'])}):** {_cell(nodes_line(rep['nodes']))}")
+    rows, more = memory_rows(rep)
+    if rows:
+        out += ["", "### Memory by phase", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
+        if more:
+            out.append(f"\n{more} more in the JSON report (`memory`).")
+        out += [f"- {_cell(n)}" for n in (rep.get("memory") or {}).get("notes", [])[:6]]
     ck = rep.get("checkpoint") or {}
     out.append("")
     out.append("### Checkpoint")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from firstfault.reports.memtable import HEADER, memory_rows
+
 
 def _rank_line(r: str, info: dict) -> str:
     fe = info.get("first_error")
@@ -23,6 +25,20 @@ def nodes_line(nodes: list[dict]) -> str:
         what = f"ranks {', '.join(map(str, n['ranks']))}" if n.get("ranks") else "sent nothing" if n.get("note") else ""
         return n["node"] + (f" ({what})" if what else "")
     return ", ".join(map(one, nodes))
+
+
+def _memory(rep: dict) -> list[str]:
+    rows, more = memory_rows(rep)
+    mem = rep.get("memory") or {}
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
+    out = ["", "Memory by phase:"]
+    out += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [HEADER, *rows]]
+    if more:
+        out.append(f"  ... {more} more (--format json: memory)")
+    out += [f"  - {n}" for n in mem.get("notes", [])[:6]]
+    return out
 
 
 def render_text(rep: dict) -> str:
@@ -70,6 +86,7 @@ def render_text(rep: dict) -> str:
     if rep.get("nodes"):
         out.append("")
         out.append(f"Nodes ({len(rep['nodes'])}): {nodes_line(rep['nodes'])}")
+    out += _memory(rep)
     ck = rep.get("checkpoint") or {}
     out.append("")
     resume = f"; resume from {ck['resume_from']}" if ck.get("resume_from") else ""

@@ -105,11 +105,17 @@ def test_jobs_timeline_and_bundle(collector, capsys, tmp_path):
     total = sum(len(p.read_text(errors="replace").splitlines()) for _, p in _rank_files(range(4)))
     assert 0 < len(everything) <= total  # tracebacks are one record each; nothing else is cut
     assert [r["at"] for r in everything] == sorted(r["at"] for r in everything)
+    code, out = _cli(capsys, "report", JOB, "--collector", url, "--format", "html")
+    assert code == 0 and "First failure: <span id='ff-who'>rank 2" in out and '"lanes":[' in out
     bundle = tmp_path / "b.tar.gz"
     assert _cli(capsys, "report", JOB, "--collector", url, "--bundle", str(bundle))[0] == 0
     with tarfile.open(bundle) as tar:
-        names = {Path(n).name for n in tar.getnames()}
-    assert names == {"report.md", "report.json", "timeline.jsonl", "config.txt", "README.txt"}
+        names = {Path(n).name: n for n in tar.getnames()}
+        page = tar.extractfile(names["report.html"]).read().decode()
+        rep = json.loads(tar.extractfile(names["report.json"]).read())
+    assert set(names) == {"report.md", "report.json", "report.html", "timeline.jsonl", "config.txt", "README.txt"}
+    assert "timeline" not in rep  # the swimlanes' data goes to the page only
+    assert "First failure: <span id='ff-who'>rank 2" in page and "Content-Security-Policy" in page
 
 
 def test_metrics_over_http(collector):

@@ -72,6 +72,7 @@ class Scenario:
     oom_limit_bytes: int = 1 << 30
     ds_config: dict | None = None  # written to ds_config.json and passed as --ds-config (no --zero-stage then)
     cancel_after_step: int | None = None  # SIGTERM the whole job once rank 0 printed this step (a time limit)
+    memory_breakdown: bool = False  # DeepSpeed's "memory_breakdown": see_memory_usage around each step's parts
     expected: dict = dataclasses.field(default_factory=dict)
     truth: str = ""
     extra_args: tuple = ()  # more train.py arguments
@@ -119,6 +120,13 @@ SCENARIOS = {
             expected=_expect(1, "host-memory", "optimizer-step", "resources", "safe", "global_step4",
                              signal="SIGKILL", phase_witness="survivor-stacks"),
             truth="As torchrun-oom-rank1-of-2, under the deepspeed launcher."),
+        Scenario(
+            "torchrun-oom-memory-rank1-of-2", "torchrun", 2, "oom", 1, 5, memory_breakdown=True,
+            expected=_expect(1, "host-memory", "optimizer-step", "resources", "safe", "global_step4",
+                             signal="SIGKILL", phase_witness="survivor-stacks"),
+            truth="As torchrun-oom-rank1-of-2 with DeepSpeed's memory_breakdown on: rank 0 prints "
+            "see_memory_usage (MA/Max_MA/CA/Max_CA, CPU virtual memory) before and after each "
+            "forward, backward and step (memory by phase)."),
         Scenario(
             "torchrun-kill-in-save-rank1-of-2", "torchrun", 2, "kill-in-save", 1, 4,
             # A SIGKILL with no kernel OOM record: nothing says who sent it.
@@ -260,6 +268,8 @@ def train_args(sc, cgroup=None):
         args += ["--oom-cgroup", str(cgroup)]
     if sc.ds_config is not None:
         args += ["--ds-config", "ds_config.json"]
+    if sc.memory_breakdown:
+        args += ["--memory-breakdown"]
     return args + list(sc.extra_args)
 
 

@@ -101,6 +101,7 @@ def parse_args(argv=None):
     p.add_argument("--ds-config", default=None, help="DeepSpeed config JSON file (default: the built-in one)")
     p.add_argument("--dump-on-sigterm", action="store_true",
                    help="faulthandler dumps every thread's stack to stderr on SIGTERM (then the rank dies)")
+    p.add_argument("--memory-breakdown", action="store_true", help='DeepSpeed "memory_breakdown": true')
     return p.parse_args(argv)
 
 
@@ -189,6 +190,7 @@ def ds_config(args):
         "log_level": "info",  # DeepSpeed 0.19.8 logs at WARNING unless told: we want its INFO lines
         "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
         "zero_optimization": zero,
+        **({"memory_breakdown": True} if args.memory_breakdown else {}),
     }
 
 
