@@ -94,8 +94,7 @@ def build(args: list[str], *, thin: bool = True) -> tuple[dict, float]:
     from firstfault.analysis import report as report_mod
     from firstfault.analysis.catalog import load_catalog
     from firstfault.analysis.lanes import LaneWatcher
-    from firstfault.analysis.report import Inputs, build_report, needles
-    from firstfault.analysis.scan import Needles
+    from firstfault.analysis.report import Inputs, build_report, scan_needles
     from firstfault.offline import logfiles
 
     saved = report_mod.LaneWatcher
@@ -105,7 +104,7 @@ def build(args: list[str], *, thin: bool = True) -> tuple[dict, float]:
         t = time.perf_counter()
         cat = load_catalog()
         res = logfiles.ReadResult()
-        events = logfiles.read_events(logfiles.discover(args), Needles(needles(cat)), res, tz=None)
+        events = logfiles.read_events(logfiles.discover(args), scan_needles(cat), res, tz=None)
         inputs = Inputs(gaps=res.gaps, timeline=True, generated_ns=time.time_ns())
         rep = build_report(_tracking(events, inputs, res), cat, inputs)
         return rep, time.perf_counter() - t

@@ -74,15 +74,7 @@ def _offline_examples() -> list[str]:
             *(c for path, c in sorted(all_commands()) if path == "examples/oom-kill/README.md")]
 
 
-# Known wrong (issue 15, the checkpoint known only from logs): without the checkpoint folder the
-# save of global_step4 is not proven finished from the logs, so the phase comes out
-# checkpoint-save and the checkpoint unsafe. strict: this turns into a failure once it is right.
-_LOGS_ONLY = "the logs alone do not yet prove the global_step4 save finished (issue 15)"
-
-
-@pytest.mark.parametrize("cmd", [
-    pytest.param(c, marks=[] if "--checkpoint-dir" in c else [pytest.mark.xfail(strict=True, reason=_LOGS_ONLY)])
-    for c in _offline_examples()])
+@pytest.mark.parametrize("cmd", _offline_examples())
 def test_the_offline_examples_run_as_written(cmd):
     """The OOM-kill example names rank 1, killed by the kernel in its optimizer step, whichever README
     gives the command; global_step4 is safe to resume from."""

@@ -11,14 +11,26 @@ Log lines seen (DeepSpeed 0.19.8, rank 0 only, no completion line at INFO)::
 Rules:
 
 - A save of tag T starts at t, the earliest time of its start/file marks.
-- It finished on rank r when r logged a "done" mark for T, or logged progress after
-  t, or exited cleanly (a rank exits after its saves return). It is complete in the
-  logs only when it finished on every rank of the world size, by evidence dated at
-  or before ``failure_at_ns``.
-- It did not finish in the logs when the job failed, and some rank whose last
-  progress is known logged none after t, no done mark and no clean exit. Anything
-  else (a rank's progress unknown, no failure time, no world size) is unknown:
-  saves seen only on rank 0 prove nothing about the other ranks. The world size is
+- It finished on rank r when r logged a "done" mark for T (at or before
+  ``failure_at_ns``), or reached a later step than T's (``global_stepN``: the save is
+  called after step N; a progress line of step M > N, or an error whose frames are in
+  a training step after r's step-N line in r's own log), or showed life outside a save
+  after t whenever it showed it (an error or a stack dump whose frames are not in a
+  save, by the lower bound of its time: a line placed by its neighbours in a console
+  where ranks interleave proves nothing within its uncertainty), or exited cleanly (a
+  rank exits after its saves return). It is complete in the logs when it finished on
+  every rank of the world size, or when one rank went on past it and the save was
+  DeepSpeed's synchronous Torch engine's: ``save_checkpoint`` ends in a
+  ``dist.barrier()`` after every rank's writes (DeepSpeed 0.9.0 to 0.19.8), so one
+  rank past it shows every rank wrote its files. Not for the asynchronous (Nebula,
+  decoupled) engines, whose writes go on after it.
+- It did not finish in the logs when the job failed while a rank was still inside
+  it (the stack of its error or its dump in the save, after t and before the next
+  save began) and no rank went on past it. A rank that logged nothing after t may
+  have finished the save all the same (the job may have failed in the next step
+  before any progress line): that is unknown, never "did not finish". Anything else
+  (a rank's progress unknown, no failure time, no world size) is unknown: saves
+  seen only on rank 0 prove nothing about the other ranks. The world size is
   the one given (from the logs), else the disk's; never guessed from which ranks
   logged, since the logs of rank 0 alone would make a world of one.
 - ``latest`` alone is never proof: rank 0 writes it without waiting for the others.
@@ -94,6 +106,7 @@ class SaveMark:
     what: str  # start | file | done
     at_ns: int | None = None
     path: str | None = None
+    engine: str | None = None  # the checkpoint engine the line names (Torch, Nebula), where it does
 
     def __post_init__(self) -> None:
         if self.what not in WHATS:
@@ -104,30 +117,39 @@ def _ranks(ranks: Sequence[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
-def _log_status(tag, start_ns, marks, world, progress, clean, failure_ns) -> tuple[str, str]:
-    """(complete | incomplete | unknown, what the logs show) for one tag."""
-    if world is None:
-        return "unknown", "the world size is unknown"
+def _log_status(tag, start_ns, marks, world, progress, clean, failure_ns, steps=None,
+                in_save=None, next_ns=None) -> tuple[str, str]:
+    """(complete | incomplete | unknown, what the logs show) for one tag; ``next_ns``: when the
+    next save started (a rank seen inside a save after it was in that one)."""
 
     def before_failure(at: int | None) -> bool:
         return at is not None and (failure_ns is None or at <= failure_ns)
 
+    step = int(m[1]) if (m := STEP_TAG.fullmatch(tag)) else None
+    steps = steps or {}
     done = {m.rank for m in marks if m.what == "done" and (m.at_ns is None or before_failure(m.at_ns))}
-    unfinished, unknown = [], []
-    for rank in range(world):
+    engines = {m.engine for m in marks if m.engine}
+
+    def went_on(rank: int) -> bool:  # the rank returned from the save (whenever it showed it)
         last = progress.get(rank)
-        if rank in done or rank in clean or (start_ns is not None and before_failure(last) and last > start_ns):
-            continue
-        if failure_ns is not None and start_ns is not None and last is not None and last <= start_ns:
-            unfinished.append(rank)
-        else:
-            unknown.append(rank)
-    if unfinished:
-        return "incomplete", (f"no progress of {_ranks(unfinished)} after the save of {tag} started shows it "
-                              "finished before the failure")
-    if unknown:
-        return "unknown", f"the logs do not show whether the save of {tag} finished on {_ranks(unknown)}"
-    return "complete", f"the save of {tag} finished on all {world} ranks"
+        return (rank in clean or (step is not None and steps.get(rank, -1) > step)
+                or (start_ns is not None and last is not None and last > start_ns))
+
+    past = [r for r in sorted(set(progress) | set(steps) | set(clean)) if went_on(r)]
+    if world is not None and all(r in done or went_on(r) for r in range(world)):
+        return "complete", f"the save of {tag} finished on all {world} ranks"
+    if past and engines == {"Torch"}:
+        return "complete", (f"{_ranks(past[:3])} went on past the save of {tag}, whose closing barrier every rank "
+                            "enters only after writing its files")
+    stuck = sorted(r for r, at in (in_save or {}).items()
+                   if start_ns is not None and at >= start_ns and (next_ns is None or at < next_ns))
+    if stuck and failure_ns is not None and not past:
+        return "incomplete", (f"{_ranks(stuck)} {'was' if len(stuck) == 1 else 'were'} still inside the save of "
+                              f"{tag} when the job failed")
+    if world is None:
+        return "unknown", "the world size is unknown"
+    unknown = [r for r in range(world) if r not in done and not went_on(r)]
+    return "unknown", f"the logs do not show whether the save of {tag} finished on {_ranks(unknown)}"
 
 
 def _disk_problems(dtag: DiskTag, disk: DiskCheckpoint, world_size: int | None) -> list[str]:
@@ -151,20 +173,30 @@ def checkpoint_report(
     ranks_progress: Mapping[int, int | None],
     clean_exit_ranks: set[int],
     disk: DiskCheckpoint | None,
+    ranks_steps: Mapping[int, int] | None = None,
+    ranks_in_save: Mapping[int, int] | None = None,
 ) -> dict:
-    """The report's ``checkpoint`` object from log marks and the disk (either may be empty)."""
+    """The report's ``checkpoint`` object from log marks and the disk (either may be empty).
+
+    ``ranks_progress``: each rank's last sign of life outside a save (ns); ``ranks_steps``:
+    the last training step each rank reached; ``ranks_in_save``: when each rank was last seen
+    inside a save (its stack at an error or in a dump)."""
     by_tag: dict[str, list[SaveMark]] = {}
     for m in marks:
         by_tag.setdefault(m.tag, []).append(m)
     on_disk = {t.tag: t for t in disk.tags} if disk else {}
     world = world_size or (disk.world_size if disk else None)
     rows = []
+    begun = {t: min((m.at_ns for m in ms if m.what != "done" and m.at_ns is not None), default=None)
+             for t, ms in by_tag.items()}
     for tag in dict.fromkeys([*on_disk, *by_tag]):
         tmarks = by_tag.get(tag, [])
-        starts = [m.at_ns for m in tmarks if m.what != "done" and m.at_ns is not None]
-        start_ns = min(starts, default=None)
+        start_ns = begun.get(tag)
+        next_ns = min((b for b in begun.values() if b is not None and start_ns is not None and b > start_ns),
+                      default=None)
         log, log_says = (
-            _log_status(tag, start_ns, tmarks, world, ranks_progress, clean_exit_ranks, failure_at_ns)
+            _log_status(tag, start_ns, tmarks, world, ranks_progress, clean_exit_ranks, failure_at_ns, ranks_steps,
+                        ranks_in_save, next_ns)
             if tmarks
             else (None, "")
         )

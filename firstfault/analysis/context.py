@@ -32,6 +32,8 @@ NEEDLES = (
     "torch/distributed/elastic/",
     "torch version ",
     "deepspeed install path",
+    "ProcessGroupNCCL initialization options: ",
+    " nranks ",
 )
 
 # "  {key} {dots} {value}" with 29 - len(key) dots: none (two spaces) for long keys
@@ -44,6 +46,10 @@ _PY_VERSION = re.compile(r"/python(?P<v>3\.\d+)/")
 _SPAWN = re.compile(r"spawned with command: (?P<cmd>\[.*\])")
 _RUNNER_CMD = re.compile(r"\] cmd = (?P<cmd>.+)$")
 _KV = re.compile(r"(\w+)=(\S+)")
+# The world size as PyTorch and NCCL print it: ProcessGroupNCCL's options (torch 2.x, every process
+# group: the largest is the world) and NCCL's init line ("comm 0x.. rank 3 nranks 8 cudaDev 3 ...").
+_PG_SIZE = re.compile(r"ProcessGroupNCCL initialization options: (?:NCCL version: [^,]+, )?size: (?P<n>\d+)")
+_NRANKS = re.compile(r"\bcomm 0x[0-9a-f]+ rank \d+ nranks (?P<n>\d+) ")
 
 # The REPORT.md context keys that come from the resolved DeepSpeed config.
 _CONFIG_KEYS = ("zero_stage", "offload_optimizer", "offload_param", "precision",
@@ -98,7 +104,8 @@ class Context:
         "deepspeed": None, "torch": None, "cuda": None, "nccl": None, "python": None})
     launcher: str | None = None
     launch_command: str | None = None
-    world_size: int | None = None
+    world_size: int | None = None  # DeepSpeed's resolved config says
+    seen_size: int | None = None  # the largest process group PyTorch or NCCL reported
     config: dict = field(default_factory=dict)
 
     def feed_paths(self, text: str) -> None:
@@ -134,6 +141,9 @@ class Context:
             return
         if "torch/distributed/elastic/" in text and self.launcher is None:
             self.launcher = "torchrun"
+        m = _PG_SIZE.search(text) or _NRANKS.search(text)
+        if m:
+            self.seen_size = max(self.seen_size or 0, int(m.group("n")))
 
     def _attr(self, key: str, val: str) -> None:
         c = self.config
@@ -170,7 +180,7 @@ class Context:
             "versions": dict(self.versions),
             "launcher": self.launcher or launcher,
             "launch_command": self.launch_command,
-            "world_size": self.world_size or world_size,
+            "world_size": self.world_size or world_size or self.seen_size,
         }
         for key in _CONFIG_KEYS:
             out[key] = c.get(key)

@@ -23,7 +23,7 @@ from firstfault.analysis.model import KIND_FLIGHT_RECORDER, KIND_RECORD, KIND_ST
 from firstfault.analysis.timeline import NodeClock
 from firstfault.analysis.verdict import Finding, fingerprint
 
-PROGRESS = "deepspeed.progress"
+PROGRESS = frozenset({"deepspeed.progress", "training.step_progress"})  # a rank's training went on
 KERNEL_WINDOW_NS = 10 * 60 * 1_000_000_000  # kernel events this far outside the job's logs are not its
 KERNEL_XID, NVML_XID = "nvidia.xid", "nvidia.xid_nvml"
 XID_SAME_NS = 2_000_000_000  # the kernel's and NVML's report of one Xid lie this close (plus uncertainties)
@@ -40,6 +40,7 @@ class Read:
     ctx: Context
     dropped: int
     procs: list[Event]  # process starts and exits the agents saw (pid, rank; fields["exit"]: code, signal)
+    kernel_span: dict[str | None, tuple[int, int]]  # per node: the times its kernel log covers
     flight: list[Event] = field(default_factory=list)  # Flight Recorder dumps (KIND_FLIGHT_RECORDER)
 
 
@@ -56,13 +57,17 @@ def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str
     kept: dict[tuple, Finding] = {}
     counts: dict[str, int] = defaultdict(int)
     dropped = 0
-    dumps: dict[tuple, Event] = {}  # the latest stack dump of each (stream, rank, pid)
+    dumps: dict[tuple, Event] = {}  # the latest stack dump of each (stream, rank, local rank, pid)
     procs: list[Event] = []
     flight: list[Event] = []
+    span: dict[str | None, tuple[int, int]] = {}
     for ev in events:
         if ev.kind == KIND_FLIGHT_RECORDER:
             flight.append(ev)
             continue
+        if ev.source == "kernel" and ev.occurred_ns is not None:
+            lo, hi = span.get(ev.node, (ev.occurred_ns, ev.occurred_ns))
+            span[ev.node] = (min(lo, ev.occurred_ns), max(hi, ev.occurred_ns))
         if ev.kind == KIND_RECORD and "proc" in ev.fields:
             procs.append(ev)
             continue
@@ -70,7 +75,7 @@ def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str
             summaries.append(ev)
             continue
         if ev.kind == KIND_STACK:
-            dumps[(ev.stream, ev.rank, ev.pid)] = timeline.place(ev, clocks)
+            dumps[(ev.stream, ev.rank, ev.local_rank, ev.pid)] = timeline.place(ev, clocks)
             continue
         if any(n in ev.text for n in CONTEXT_NEEDLES):
             ctx.feed(ev.text)
@@ -90,7 +95,7 @@ def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str
     if window:
         findings = [f for f in findings if f.ev.source != "kernel" or f.ev.occurred_ns is None
                     or window[0] <= f.ev.occurred_ns <= window[1]]
-    return Read(merge_xids(findings), counts, list(dumps.values()), ctx, dropped, procs, flight)
+    return Read(merge_xids(findings), counts, list(dumps.values()), ctx, dropped, procs, span, flight)
 
 
 def _pci_key(pci: str | None) -> tuple[int, ...] | None:
@@ -142,7 +147,7 @@ def merge_xids(findings: list[Finding]) -> list[Finding]:
 def _keep(f: Finding, latest: dict, kept: dict, counts: dict, clocks: Mapping[str, NodeClock] | None) -> int:
     """Keep what the verdict needs of one finding, in bounded memory; 1 when it had to be dropped."""
     ev = f.ev
-    if f.sig == PROGRESS:
+    if f.sig in PROGRESS:
         timeline.place(ev, clocks)
         key = (ev.stream, ev.rank)
         old = latest.get(key)

@@ -3,7 +3,8 @@
 A report (report.py over records.py's Events) looks at a record only when it is
 not a plain rank line, or when its text holds a needle of the catalog, of the
 context or of a traceback (scan.Needles' words); of the progress lines
-(findings.PROGRESS) it keeps only the latest of each (stream, rank). So at
+(findings.PROGRESS, DeepSpeed's and the training loop's own) it keeps only the latest of
+each (stream, rank). So at
 insert the store asks ``ReportMarker.mark`` which records of a block (one agent
 stream and one job, in (time, seq) order: firstfault/collector/store/blocks.py) to keep
 aside; ``firstfault report`` then reads only those (store.base.needed_records).
@@ -43,10 +44,9 @@ from typing import Any
 import ahocorasick_rs
 
 from firstfault.analysis.catalog import Catalog
-from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
 from firstfault.analysis.findings import PROGRESS
 from firstfault.analysis.records import rank_text
-from firstfault.analysis.report import needles
+from firstfault.analysis.report import needles, progress_needles
 from firstfault.analysis.scan import Needles
 
 MARKS_VERSION = 2  # bump when the rules above change
@@ -58,11 +58,9 @@ class ReportMarker:
 
     def __init__(self, catalog: Catalog) -> None:
         words = Needles(needles(catalog)).words
-        prog = catalog.get(PROGRESS)
-        others = {n for s in catalog.signatures if s.id != PROGRESS for n in s.needles}
+        progs = [s for s in catalog.signatures if s.id in PROGRESS]
         own = set(words) - {n for s in catalog.signatures for n in s.needles}
-        self._latest = tuple(n for n in (prog.needles if prog else ())
-                             if n not in others and n not in own and n not in CONTEXT_NEEDLES)
+        self._latest = tuple(n for n in progress_needles(catalog) if n not in own)
         rare = [w for w in words if w not in self._latest]
         if any(_SEP in w for w in words):
             raise ValueError("a needle holds NUL: the marker can not scan joined messages")
@@ -70,8 +68,7 @@ class ReportMarker:
             [w.encode() for w in rare], implementation=ahocorasick_rs.Implementation.DFA
         ) if rare else None
         self._catalog = catalog
-        spec = [MARKS_VERSION, rare, self._latest,
-                [p.pattern for p in prog.patterns] if prog else []]
+        spec = [MARKS_VERSION, rare, self._latest, [p.pattern for s in progs for p in s.patterns]]
         self.name = "report-" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
 
     def mark(self, *, source: Sequence[str], kind: Sequence[str], message: Sequence[str],
@@ -127,7 +124,7 @@ class ReportMarker:
             if m is None:
                 continue  # holds the needle, is no progress line: nothing to a report
             need.add(i)
-            if m.signature.id == PROGRESS:
+            if m.signature.id in PROGRESS:
                 done.add(key)
                 if len(done) == len(keys):
                     break

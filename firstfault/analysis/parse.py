@@ -9,7 +9,8 @@ each seen in real runs (tests/data/real, tests/data/formats):
 - srun ``--label``: ``12: <text>`` (only when the caller says the stream is labelled,
   since ``12: ...`` is ambiguous on its own)
 - DeepSpeed logger: ``[2026-12-02 10:11:59,782] [INFO] [logging.py:123:log_dist] [Rank 0] msg``
-- glog (torchelastic agent, c10): ``E1202 10:12:00.462000 4242 torch/.../api.py:1002] msg``
+- glog (torchelastic agent, c10): ``E1202 10:12:00.462000 4242 torch/.../api.py:1002] msg``, and
+  c10's bracketed form (ProcessGroupNCCL, TCPStore): ``[E1203 09:20:10.220000 4000 ProcessGroupNCCL.cpp:632] msg``
 - HF transformers logging: ``[INFO|trainer.py:2345] 2026-12-02 10:00:00,123 >> msg``
 - ISO-8601 at line start (Python logging's default asctime, many tools):
   ``2026-12-02 10:00:00,123 - INFO - msg`` / ``2026-12-02T10:00:00.123Z ...``
@@ -35,6 +36,11 @@ _DS = re.compile(
 )
 _GLOG = re.compile(
     r"(?P<level>[IWEF])(?P<mo>\d\d)(?P<dd>\d\d) (?P<t>\d\d:\d\d:\d\d)\.(?P<f>\d{1,9}) +(?P<pid>\d+) [^\]\s]+:\d+\] "
+)
+# c10's own log lines (PyTorch C++: ProcessGroupNCCL, TCPStore), bracketed, the thread id only in some versions:
+# "[E1203 09:20:10.220000 4000 ProcessGroupNCCL.cpp:632] " or "[W1202 11:25:07.464507372 TCPStore.cpp:138] "
+_C10 = re.compile(
+    r"\[(?P<level>[IWEF])(?P<mo>\d\d)(?P<dd>\d\d) (?P<t>\d\d:\d\d:\d\d)\.(?P<f>\d{1,9})(?: +(?P<pid>\d+))? [^\]\s]+:\d+\] "
 )
 _HF = re.compile(
     r"\[(?P<level>[A-Z]+)\|[^\]]+\] (?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:[,.](?P<f>\d{1,9}))? >> "
@@ -134,6 +140,11 @@ def parse_stamp(text: str, *, year: int, tz: tzinfo = timezone.utc) -> Stamp | N
             d = m.group("d")
             r = _to_ns(int(d[:4]), int(d[5:7]), int(d[8:10]), m.group("t"), m.group("f"), tz)
             return Stamp(r[0], r[1], m.group("level")) if r else None
+        m = _C10.match(text)
+        if m:
+            r = _to_ns(year, int(m.group("mo")), int(m.group("dd")), m.group("t"), m.group("f"), tz)
+            if r:
+                return Stamp(r[0], r[1], _LEVELS[m.group("level")], int(m.group("pid")) if m.group("pid") else None)
         return None
     if c in "IWEF":
         m = _GLOG.match(text)

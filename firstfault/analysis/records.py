@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone, tzinfo
 
-from firstfault.wire import KIND_JOB_MARK, KIND_RANK_FLIGHT_RECORDER, KIND_RANK_STACKS, Record
+from firstfault.wire import KIND_JOB_MARK, KIND_RANK_FLIGHT_RECORDER, KIND_RANK_STACKS, KIND_RANK_TRACEBACK, Record
 
 from firstfault.analysis import stacks
 from firstfault.analysis import traceback as tb
@@ -79,13 +79,9 @@ def _rank_event(r: Record, tz: tzinfo) -> Event:
     nccl = parse_nccl_origin(pre.text)
     if nccl and ev.pid is None:
         ev.pid = nccl.pid
-    lines = [strip_prefixes(ln).text for ln in ev.text.split("\n")]
-    if tb.is_start(lines[0]):
-        asm = tb.Assembler(lines[0])
-        for ln in lines[1:]:
-            if not asm.feed(ln):
-                break
-        res = asm.result()
+    res = tb.assemble([tb.split_prefix(ln)[1] for ln in r.message.split("\n")]) if (
+        r.kind == KIND_RANK_TRACEBACK or tb.is_start(pre.text)) else None
+    if res is not None:  # a traceback as the agent grouped it (its first line may be glued to other output)
         ev.kind, ev.text, ev.frames, ev.exc_type = KIND_TRACEBACK, res.text, res.frames, res.exc_type
         ev.fields["message"] = res.message
     return ev

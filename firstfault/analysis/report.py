@@ -9,23 +9,26 @@ gaps) and optionally a checkpoint directory's inspection.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 
 from firstfault.analysis import timeline
 from firstfault.analysis.catalog import Catalog
-from firstfault.analysis.checkpoint import DiskCheckpoint, SaveMark, checkpoint_report
+from firstfault.analysis.checkpoint import DiskCheckpoint, checkpoint_report
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
+from firstfault.analysis.facts import Facts, collect, identify, nccl_work, rank_dumps, saving_since
 from firstfault.analysis.findings import MAX_KEPT, PROGRESS, read_findings
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.flight_recorder import analyze as analyze_flight
+from firstfault.analysis.hang import Inference, ranges, stopped_first
 from firstfault.analysis.hostlist import HostlistError, expand_hostlist
 from firstfault.analysis.lanes import LaneWatcher, timeline_report
 from firstfault.analysis.memlines import NEEDLES as MEMORY_NEEDLES
 from firstfault.analysis.memory import MARKED_PHASES, MemoryWatcher, memory_report
 from firstfault.analysis.model import Event, Frame
 from firstfault.analysis.phase import phase_from_frames
+from firstfault.analysis.scan import Needles
 from firstfault.analysis.seen import watch
 from firstfault.analysis.timeline import NodeClock
 from firstfault.analysis.verdict import (
@@ -34,22 +37,17 @@ from firstfault.analysis.verdict import (
     Finding,
     confidence,
     distinct_failures,
-    exit_of,
     fingerprint,
-    link_identity,
-    link_kernel,
+    judge_signals,
     phase_of,
     rank_firsts,
-    stopped_first,
 )
 
 SCHEMA = "firstfault.report/1"
-# Context signatures of the catalog the analysis reads facts from.
-FAILURE_RANK = "torchelastic.failure_rank"
-FAILURE_HOST = "torchelastic.failure_host"
-SAVE_MARKS = {"deepspeed.checkpoint_save_start": "start", "deepspeed.checkpoint_saving_file": "file",
-              "deepspeed.checkpoint_saved": "done"}
+AGENT_SIGNAL = "torchelastic.agent_signal"
 TEXT_MAX = 2000
+UNTIMED = ("no timestamped line comes near it: when it happened is unknown (only the order of lines "
+           "within each log is known)")
 
 
 @dataclass(slots=True)
@@ -81,6 +79,18 @@ def needles(catalog: Catalog) -> list[str]:
     return [n for s in catalog.signatures for n in s.needles] + list(CONTEXT_NEEDLES) + list(MEMORY_NEEDLES)
 
 
+def progress_needles(catalog: Catalog) -> list[str]:
+    """The needles only progress lines hold (no other signature's, no context's)."""
+    others = {n for s in catalog.signatures if s.id not in PROGRESS for n in s.needles} | set(CONTEXT_NEEDLES)
+    return sorted({n for s in catalog.signatures if s.id in PROGRESS for n in s.needles} - others)
+
+
+def scan_needles(catalog: Catalog) -> Needles:
+    """The scanner's needles for ``catalog``, progress lines told apart (scan.Needles)."""
+    return Needles(needles(catalog), progress_needles(catalog),
+                   [p.pattern for s in catalog.signatures if s.id in PROGRESS for p in s.patterns])
+
+
 def _text(ev: Event) -> str:
     t = ev.fields.get("message") if ev.kind == "traceback" else None
     t = t or ev.text
@@ -99,16 +109,6 @@ def _evidence(f: Finding) -> dict:
     return out
 
 
-@dataclass(slots=True)
-class _Facts:
-    """Per-rank facts the verdict and the checkpoint rules read."""
-
-    progress: dict[int, Event] = field(default_factory=dict)
-    steps: dict[int, int] = field(default_factory=dict)
-    marks: list[SaveMark] = field(default_factory=list)
-    exits: dict[int, dict] = field(default_factory=dict)
-
-
 def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | None = None) -> dict:
     inp = inputs or Inputs()
     mem = MemoryWatcher()
@@ -116,22 +116,26 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     read = read_findings(watch(events, *filter(None, (mem, lanes))), catalog, inp.clocks)
     findings = read.findings
     rank_nodes = dict(inp.rank_nodes)
-    pids = _identify(findings, rank_nodes, read.procs)
-    facts = _facts(findings, rank_nodes)
+    pids, single = identify(findings, rank_nodes, read.procs)
+    facts = collect(findings, rank_nodes, pids, rank_dumps(read.dumps, pids, single))
     for ev in read.procs:  # what the agents saw of process exits
         r = ev.rank if ev.rank is not None else pids.get(ev.pid or -1)
         if r is not None and ev.fields.get("exit"):
             facts.exits.setdefault(r, ev.fields["exit"])
             rank_nodes.setdefault(r, ev.node)
+    judge_signals(findings, read.kernel_span, rank_nodes)
     progress = facts.progress
 
     errors = [f for f in findings if f.role in ("root", "cascade")]
     firsts = rank_firsts(errors)
-    rank_dumps = _hang_dumps(read.dumps, pids, firsts)
+    dumps = rank_dumps(read.dumps, pids, single, firsts)  # each rank's stack at the hang
     groups = distinct_failures(errors, firsts, read.counts)
     world = read.ctx.world_size or inp.world_size or max(
-        (ev.fields["world_size"] for ev in read.procs if "world_size" in ev.fields), default=None)
+        (ev.fields["world_size"] for ev in read.procs if "world_size" in ev.fields), default=None) or read.ctx.seen_size
     known_ranks = set(rank_nodes) | (set(range(world)) if world else set())
+    if not world and known_ranks:  # ranks exist up to the highest one seen (no more is known)
+        known_ranks |= set(range(max(known_ranks) + 1))
+    outside = [f for f in findings if f.sig == AGENT_SIGNAL]  # the launcher was signalled from outside
 
     gaps = list(inp.gaps)
     fr = _flight(read.flight, world, gaps)
@@ -141,17 +145,17 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     if groups:
         first_f = groups[0].findings[0]
         failure_ns = first_f.ev.occurred_ns
-    elif any(ff.role == "cascade" for ff in errors):
-        casc = sorted(firsts.values(), key=lambda ff: ff.ev.occurred_ns or 0)
-        failure_ns = casc[0].ev.occurred_ns if casc else None
+    elif any(ff.role == "cascade" for ff in errors) or dumps:
+        casc = sorted(firsts.values(), key=lambda ff: ff.ev.occurred_ns or 0) or outside
+        failure_ns = min((c.ev.occurred_ns for c in casc if c.ev.occurred_ns is not None), default=None)
 
     clean = {r for r, ex in facts.exits.items() if ex.get("code") == 0}
     ckpt = checkpoint_report(
-        facts.marks, failure_at_ns=failure_ns, world_size=world,
-        ranks_progress={r: ev.occurred_ns for r, ev in progress.items()},
-        clean_exit_ranks=clean, disk=inp.disk)
+        facts.marks, failure_at_ns=failure_ns, world_size=world, ranks_progress=facts.alive,
+        clean_exit_ranks=clean, disk=inp.disk, ranks_in_save=facts.in_save,
+        ranks_steps={r: max(facts.steps.get(r, 0), facts.reached.get(r, 0)) for r in {*facts.steps, *facts.reached}})
     saved = {t["tag"] for t in ckpt["tags"] if t["verdict"] == "safe"}
-    saving = _saving_since(facts.marks, progress, saved)
+    saving = saving_since(facts.marks, facts.alive, saved)
 
     first = None
     blame = "unknown"
@@ -162,14 +166,14 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         peers = [h for h in errors if h.role == "cascade" and h.ev.frames]
         first = _first(first_f, groups[0].ranks, tied, phase_of(first_f, saving, peers), rank_nodes)
         blame = BLAME.get(first_f.category, "unknown")
-    elif casc or (fr and fr.culprits):
-        r, how = stopped_first(errors, known_ranks, progress, rank_dumps)
-        r, how, fr_decided = _with_flight_recorder(r, how, fr)
-        first = _inferred(r, how, casc, progress, facts.steps, saving, rank_nodes, rank_dumps.get(r))
+    elif casc or dumps or (fr and fr.culprits):
+        inf, fr_decided = _with_flight_recorder(
+            stopped_first(errors, known_ranks, progress, dumps, nccl_work(findings)), fr)
+        first = _inferred(inf, casc, facts, saving, rank_nodes, dumps.get(inf.rank), outside)
         if fr_decided:
             first["confidence"] = "medium"
-        if fr and r is not None and first["phase"] == "unknown":  # where its last collective was called
-            ph = phase_from_frames([Frame(f.file, f.line, f.func) for f in reversed(fr.frames_of(r))])
+        if fr and inf.rank is not None and first["phase"] == "unknown":  # where its last collective was called
+            ph = phase_from_frames([Frame(f.file, f.line, f.func) for f in reversed(fr.frames_of(inf.rank))])
             if ph:
                 first["phase"], first["phase_from"] = ph, "Flight Recorder frames"
 
@@ -226,24 +230,6 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     return out
 
 
-def _hang_dumps(dumps: list[Event], pids: Mapping[int, int], firsts: Mapping[int, Finding]) -> dict[int, Event]:
-    """Each rank's stack dump at the hang: its newest from before its own first error (after
-    that the rank was already raising or dying: a dump taken then says where it died, not
-    where it waited), else its newest."""
-    out: dict[int, Event] = {}
-    for d in sorted(dumps, key=timeline.order_key):
-        r = d.rank if d.rank is not None else pids.get(d.pid or -1)
-        if r is None:
-            continue
-        first = firsts.get(r)
-        late = first is not None and d.occurred_ns is not None and first.ev.occurred_ns is not None \
-            and d.occurred_ns > first.ev.occurred_ns
-        if not late or r not in out or out[r].fields.get("late"):
-            out[r] = d
-            d.fields["late"] = late
-    return out
-
-
 def _flight(events: list[Event], world: int | None, gaps: list[dict]) -> FRAnalysis | None:
     """The Flight Recorder analysis of the newest dump of each rank (None: no dumps)."""
     dumps = {}
@@ -256,19 +242,19 @@ def _flight(events: list[Event], world: int | None, gaps: list[dict]) -> FRAnaly
     return analyze_flight(dumps, world) if dumps else None
 
 
-def _with_flight_recorder(rank: int | None, how: list[str], fr: FRAnalysis | None) -> tuple[int | None, list[str], bool]:
-    """The hang's inferred rank with the Flight Recorder's word: it decides when the stacks
-    named no rank, or only weaker signs (progress, silence) named one; a rank a stack dump
-    named stays, with the recorder's view beside it. (rank, how, decided by the recorder)."""
+def _with_flight_recorder(inf: Inference, fr: FRAnalysis | None) -> tuple[Inference, bool]:
+    """The hang's inference with the Flight Recorder's word: it decides when the stacks
+    named no rank, or only weaker signs (progress, silence, lagging work) named one; a rank a
+    stack dump named stays, with the recorder's view beside it. (inference, decided by the recorder)."""
     if fr is None or not fr.how:
-        return rank, how, False
+        return inf, False
     strong = fr.basis in ("behind", "mismatch") and len(fr.culprits) == 1
-    by_stack = bool(how) and "stack dump" in how[0]
-    if rank is not None and rank in fr.culprits:
-        return rank, how + [f"Flight Recorder: {fr.how[0]}"], strong
-    if strong and not by_stack:
-        return fr.culprits[0], [f"Flight Recorder: {x}" for x in fr.how] + how, True
-    return rank, how + [f"Flight Recorder: {x}" for x in fr.how], False
+    said = [f"Flight Recorder: {x}" for x in fr.how]
+    if inf.rank is not None and inf.rank in fr.culprits:
+        return replace(inf, how=inf.how + said[:1]), strong
+    if strong and inf.where is None:  # no stack decided
+        return replace(inf, rank=fr.culprits[0], how=said + inf.how, suspects=list(fr.culprits)), True
+    return replace(inf, how=inf.how + said), False
 
 
 def _nodes(rank_nodes: Mapping[int, str | None], seen: set[str], marks: list[dict], gaps: list[dict]) -> list[dict]:
@@ -303,90 +289,6 @@ def _nodes(rank_nodes: Mapping[int, str | None], seen: set[str], marks: list[dic
 
 
 
-def _identify(findings: list[Finding], rank_nodes: dict[int, str | None], procs: Iterable[Event] = ()) -> dict[int, int]:
-    """Ranks and nodes for findings that lack them (in place); the pid -> rank map, from the
-    findings and from the agents' process records (``procs``)."""
-    nodes = {n for n in rank_nodes.values() if n} | {f.ev.node for f in findings if f.ev.node}
-    # local ranks name global ranks only on one node: not when a global rank exceeds every local rank seen
-    ranks_seen = {f.ev.rank for f in findings if f.ev.rank is not None} | set(rank_nodes)
-    locals_seen = {f.ev.local_rank for f in findings if f.ev.local_rank is not None}
-    locals_seen |= {int(v) for f in findings if (v := f.match.groups.get("local_rank")) and v.isdigit()}
-    single_node = len(nodes) <= 1 and not (ranks_seen and locals_seen and max(ranks_seen) > max(locals_seen))
-    _failure_summary(findings, rank_nodes)
-    pids = link_identity(findings, single_node=single_node)
-    started: dict[str | None, int] = {}
-    for ev in procs:
-        if ev.pid and ev.rank is not None:
-            pids.setdefault(ev.pid, ev.rank)
-        if ev.fields.get("proc") == "start" and ev.occurred_ns is not None:
-            started[ev.node] = min(started.get(ev.node, ev.occurred_ns), ev.occurred_ns)
-    for f in findings:
-        if f.ev.rank is not None and f.ev.source != "kernel":
-            if f.ev.node:
-                rank_nodes[f.ev.rank] = rank_nodes.get(f.ev.rank) or f.ev.node
-            else:
-                rank_nodes.setdefault(f.ev.rank, None)
-    link_kernel(findings, pids, rank_nodes, started)
-    return pids
-
-
-def _facts(findings: list[Finding], rank_nodes: Mapping[int, str | None]) -> _Facts:
-    """Progress, checkpoint saves and exits of each rank."""
-    facts = _Facts()
-    for f in findings:
-        ev, sig = f.ev, f.sig
-        if sig == PROGRESS:
-            # DeepSpeed logs progress on rank 0 only; an unlabelled line is rank 0's on one node
-            r = ev.rank if ev.rank is not None else (0 if len(rank_nodes) <= 1 else None)
-            if r is not None:
-                facts.progress[r] = ev
-                if f.match.groups.get("step") is not None:
-                    facts.steps[r] = int(f.match.groups["step"])
-        elif sig in SAVE_MARKS and f.match.groups.get("tag"):
-            facts.marks.append(SaveMark(ev.rank, f.match.groups["tag"], SAVE_MARKS[sig], ev.occurred_ns,
-                                        f.match.groups.get("path")))
-        ex = exit_of(f)
-        if ex and ev.rank is not None and ev.source != "kernel":
-            facts.exits.setdefault(ev.rank, ex)
-    for f in findings:  # the kernel OOM killer ends a process with SIGKILL
-        if f.ev.source == "kernel" and f.category == "host-memory" and f.role == "root" and f.ev.rank is not None:
-            facts.exits.setdefault(f.ev.rank, {"code": -9, "signal": "SIGKILL", "by": "kernel OOM killer"})
-    return facts
-
-
-def _failure_summary(findings: list[Finding], rank_nodes: dict[int, str | None]) -> None:
-    """torchrun's failure summary, line by line: "host : H", "rank : N (local_rank: M)",
-    "exitcode : X (pid: P)". The rank line names the rank of the exit below it and the
-    host line above it names that rank's node."""
-    at = {(f.ev.stream, f.ev.seq): f for f in findings if f.sig in (FAILURE_RANK, FAILURE_HOST)}
-    for f in findings:
-        above = at.get((f.ev.stream, f.ev.seq - 1))
-        if above is None or above.sig != FAILURE_RANK:
-            continue
-        rank = int(above.match.groups["rank"])
-        if f.ev.rank is None:
-            f.ev.rank = rank
-        host = at.get((f.ev.stream, f.ev.seq - 2))
-        if host is not None and host.sig == FAILURE_HOST and not rank_nodes.get(rank):
-            rank_nodes[rank] = host.match.groups["host"]
-
-
-def _saving_since(marks: list[SaveMark], progress: Mapping[int, Event], saved: set[str]) -> int | None:
-    """Start of a checkpoint save that training had not left, or None.
-
-    All ranks save together, so a start logged by rank 0 counts for all. A save
-    is over when any rank logged progress after it or its tag is whole on disk.
-    """
-    starts = [(m.at_ns, m.tag) for m in marks if m.what == "start" and m.at_ns is not None]
-    if not starts:
-        return None
-    s, tag = max(starts)
-    if tag in saved:
-        return None
-    after = [ev.occurred_ns for ev in progress.values() if ev.occurred_ns is not None and ev.occurred_ns > s]
-    return None if after else s
-
-
 def _first(f: Finding, ranks: list[int], tied: list[Finding], phase: tuple[str, str], rank_nodes) -> dict:
     ev = f.ev
     summary = f.match.summary
@@ -415,15 +317,26 @@ def _first(f: Finding, ranks: list[int], tied: list[Finding], phase: tuple[str, 
         "within_clock_uncertainty": bool(tied),
         "tied_with": sorted({h.ev.rank for h in tied if h.ev.rank is not None}),
         "inferred": False,
+        "time_note": None if ev.occurred_ns is not None else UNTIMED,
     }
 
 
-def _inferred(rank, how, casc: list[Finding], progress, steps, saving: int | None, rank_nodes,
-              dump: Event | None) -> dict:
-    last = progress.get(rank) if rank is not None else None
-    where = "" if last is None else f" after step {steps.get(rank)}" if steps.get(rank) is not None else ""
-    if rank is None:
-        summary = "The job hung: every rank that reported an error was waiting for a peer, and no rank stands out."
+def _inferred(inf: Inference, casc: list[Finding], facts: Facts, saving: int | None, rank_nodes,
+              dump: Event | None, outside: list[Finding]) -> dict:
+    rank = inf.rank
+    last = facts.progress.get(rank) if rank is not None else None
+    where = "" if last is None else f" after step {facts.steps.get(rank)}" if facts.steps.get(rank) is not None else ""
+    dump_phase = dump and phase_from_frames(dump.frames)
+    if outside:
+        sig = outside[0].match.groups.get("death_signal") or "a signal"
+        killed = f"The job was stopped from outside (its launcher received {sig}: a cancel, a time limit, an operator)"
+        summary = (f"{killed}; no rank had failed. Rank {rank} was where the job stood still: "
+                   f"the others waited for it (inferred)." if rank is not None else
+                   f"{killed}; no rank had failed and no rank stands out"
+                   + (f" (suspects: rank(s) {ranges(inf.suspects)})." if inf.suspects else "."))
+    elif rank is None:
+        summary = ("The job hung: every rank that reported an error was waiting for a peer, and no one rank stands "
+                   "out" + (f"; the suspects are rank(s) {ranges(inf.suspects)}." if inf.suspects else "."))
     else:
         summary = (f"Rank {rank} stopped first{where} and the other ranks timed out waiting for it "
                    "(inferred: no rank reported a failure of its own).")
@@ -438,20 +351,24 @@ def _inferred(rank, how, casc: list[Finding], progress, steps, saving: int | Non
         "signature": HANG_ID,
         "fingerprint": None,
         "category": "unknown",
-        "phase": (dump and phase_from_frames(dump.frames)) or ("checkpoint-save" if saving is not None else "unknown"),
-        "phase_from": ("stack dump" if dump and phase_from_frames(dump.frames) else
+        "phase": dump_phase or ("checkpoint-save" if saving is not None else "unknown"),
+        "phase_from": ("stack dump" if dump_phase else
                        "checkpoint save under way" if saving is not None else "no evidence"),
         "summary": summary,
         "first_action": ("Dump the stacks of every rank while it hangs (py-spy dump --pid, or "
-                         "TORCH_DISTRIBUTED_DEBUG=DETAIL and faulthandler) and look at what rank "
-                         f"{rank if rank is not None else '?'} was doing instead of the collective."),
+                         "TORCH_DISTRIBUTED_DEBUG=DETAIL and faulthandler) and look at what "
+                         + (f"rank {rank}" if rank is not None else f"rank(s) {ranges(inf.suspects)}" if inf.suspects
+                            else "the rank that stopped")
+                         + (" were" if rank is None and len(inf.suspects) > 1 else " was") + " doing instead of the collective."),
         "reference": None,
         "evidence": [_evidence(c) for c in casc[:5]],
         "ranks_sharing": [rank] if rank is not None else [],
-        "confidence": "medium" if rank is not None and how and ("no error of its own" in how[0]
-                                                                 or "stack dump" in how[0]) else "low",
+        "suspects": inf.suspects,
+        "confidence": inf.confidence,
         "within_clock_uncertainty": False,
         "tied_with": [],
         "inferred": True,
-        "inferred_from": how,
+        "inferred_from": inf.how,
+        "killed_from_outside": bool(outside),
+        "time_note": None if last else UNTIMED,
     }

@@ -32,12 +32,15 @@ from firstfault.analysis.parse import Stamp, parse_nccl_origin, parse_stamp, str
 
 MAX_LINE_BYTES = 64 * 1024
 _WINDOW = 16 * 1024  # how far back/forward to look for a neighbouring timestamp
-_OWN_NEEDLES = ("Traceback (most recent call last)", "╭",  # tracebacks
+MAX_PREFIXES = 64  # launcher prefixes whose last progress line is kept in a stretch of a mixed stream
+# a line that starts with a launcher prefix: ranks interleave in the stream (a launcher's console)
+_PREFIXED = re.compile(rb"(?m)^(?: {0,5}\d{1,5}: )?\[(?:rank\d+|[A-Za-z_][\w.-]{0,62}?\d+)\]:")
+_OWN_NEEDLES = ("Traceback (most recent call last)", "╭", 'File "', "│",  # tracebacks and fragments
                 "Process ", " (most recent call first):", " (idle)", " (active)", " (active+gil)")  # stack dumps
 
 _STAMPED = re.compile(
     rb"(?m)^(?:\s*\d+: )?(?:\[[A-Za-z_][\w.-]*?\d+\]:[ ]?)*"
-    rb"(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ |\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d|\[[A-Z]+\|[^\]]+\] \d{4}-)"
+    rb"(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ |\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d|\[[A-Z]+\|[^\]]+\] \d{4}-)"
 )
 
 
@@ -58,16 +61,24 @@ class StreamInfo:
     fields: dict = field(default_factory=dict)
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
-_GLUED_START = re.compile(r"(?:\[[A-Za-z_][\w.-]*?\d+\]:[ ]?)*Traceback \(most recent call last\):$")
 
 
 class Needles:
-    """The literal strings that make a line worth a look, as one automaton."""
+    """The literal strings that make a line worth a look, as one automaton.
 
-    def __init__(self, needles: Sequence[str]) -> None:
-        words = sorted(set(needles) | set(_OWN_NEEDLES))
-        self.words = tuple(words)
+    Progress needles (``progress``: the ones only progress lines hold) are not in the automaton:
+    progress comes on nearly every step, often on every rank, and only the last progress line
+    before each other hit says something (the latest progress of a rank, the step a rank had
+    reached when it failed). ``last_progress`` finds those with a few backward searches.
+    """
+
+    def __init__(self, needles: Sequence[str], progress: Sequence[str] = (),
+                 progress_patterns: Sequence[str] = ()) -> None:
+        prog = set(progress) - set(_OWN_NEEDLES)
+        words = sorted((set(needles) | set(_OWN_NEEDLES)) - prog)
+        self.words = tuple(sorted(set(words) | prog))
+        self.progress = tuple(w.encode() for w in sorted(prog))
+        self._progress_rx = tuple(re.compile(p) for p in progress_patterns)
         # A DFA: the fastest of the library's automata on lines that hold no needle,
         # which are nearly all lines (bench/analyze.py).
         self._ac = ahocorasick_rs.BytesAhoCorasick(
@@ -77,16 +88,43 @@ class Needles:
     def positions(self, data: bytes) -> list[int]:
         return [start for _, start, _ in self._ac.find_matches_as_indexes(data)]
 
+    def holds_progress(self, data: bytes) -> bool:
+        return any(w in data for w in self.progress)
+
+    def last_progress(self, data: bytes, lo: int, hi: int, mixed: bool) -> list[int]:
+        """Line starts of the last progress line that begins in data[lo:hi]; when ``mixed`` (ranks
+        interleave in the stream), the last of each launcher prefix (at most MAX_PREFIXES)."""
+        out: list[int] = []
+        seen: set[str] = set()
+        end = hi
+        while end > lo:
+            p = max(data.rfind(w, lo, end) for w in self.progress)
+            if p < 0:
+                break
+            start = data.rfind(b"\n", 0, p) + 1
+            if start < lo:
+                break
+            stop = data.find(b"\n", p)
+            prefix, text = tb.split_prefix(data[start:stop if stop >= 0 else len(data)].decode("utf-8", "replace"))
+            if prefix not in seen and any(rx.search(text) for rx in self._progress_rx):
+                seen.add(prefix)
+                out.append(start)
+                if not mixed or len(seen) >= MAX_PREFIXES:
+                    break
+            end = start
+        return out
+
 
 class _Scanner:
     def __init__(self, info: StreamInfo, needles: Needles) -> None:
         self.info = info
         self.needles = needles
-        self.open: dict[int | None, tuple[tb.Assembler | stacks.Assembler, Event]] = {}
+        self.open: dict[str, tuple[tb.Assembler | stacks.Assembler, Event]] = {}  # by launcher prefix
         self.last_stamp: Stamp | None = None  # the last timestamp seen before the current position
         self.lineno = 0  # lines before the start of the current body
         self.pending: list[Event] = []  # events waiting for a later timestamp (before_ns)
         self.first_ns: int | None = None  # the stream's first timestamp
+        self.mixed: bool | None = None  # ranks interleave in this stream (decided on its first lines)
 
     # -- time ---------------------------------------------------------------
     def _stamp_of(self, text: str) -> Stamp | None:
@@ -159,7 +197,7 @@ class _Scanner:
             ev.node = ev.node or nccl.host
         return ev
 
-    def _finish(self, key: int | None) -> Event:
+    def _finish(self, key: str) -> Event:
         asm, ev = self.open.pop(key)
         res = asm.result()
         ev.text, ev.frames, ev.exc_type = res.text, res.frames, res.exc_type
@@ -170,26 +208,18 @@ class _Scanner:
         """Handle one line: a needle hit, or any line while a traceback is open."""
         if len(raw) > MAX_LINE_BYTES:
             raw = raw[:MAX_LINE_BYTES] + b" [line cut by firstfault]"
-        line = raw.decode("utf-8", "replace").rstrip("\r")
-        if "\r" in line:  # a progress bar redrawn with carriage returns: the terminal shows the last part
-            line = line.rsplit("\r", 1)[1]
-        if "\x1b" in line:  # colours and cursor moves (rich, tqdm): what a reader sees is the text
-            line = _ANSI.sub("", line)
-        pre = strip_prefixes(line, srun_labels=self.info.srun_labels)
-        if not tb.is_start(pre.text) and "Traceback (most recent" in line:
-            # a traceback glued to the end of other output (a progress bar without a newline)
-            m = _GLUED_START.search(line)
-            if m and line[: m.start()].strip(" |+-"):  # not the indented parts of an exception group
-                pre = strip_prefixes(line[m.start() :])
-        key = pre.rank
+        line = tb.visible(raw.decode("utf-8", "replace"))  # what a reader sees: no \r redraws, no colours
+        key, body = tb.split_prefix(line)  # tracebacks are followed per launcher prefix, as the agent does
         if key in self.open:
-            if self.open[key][0].feed(pre.text):
+            if self.open[key][0].feed(body):
                 return
             yield self._finish(key)
-        if tb.is_start(pre.text):
-            ev = self._event(pre, pre.text, lineno)
+        pre = strip_prefixes(line, srun_labels=self.info.srun_labels)
+        at = tb.opening(body)
+        if at is not None:
+            ev = self._event(pre, body[at:], lineno)
             ev.kind = KIND_TRACEBACK
-            self.open[key] = (tb.Assembler(pre.text), ev)
+            self.open[key] = (tb.Assembler(body[at:]), ev)
             return
         if stacks.is_start(pre.text):
             ev = self._event(pre, pre.text, lineno)
@@ -198,7 +228,7 @@ class _Scanner:
             ev.pid = asm.pid or ev.pid
             self.open[key] = (asm, ev)
             return
-        if hit or self.needles.positions(raw):
+        if hit or self.needles.positions(raw) or self.needles.holds_progress(raw):
             yield self._event(pre, pre.text, lineno)
             return
         st = self._stamp_of(pre.text)
@@ -213,6 +243,13 @@ class _Scanner:
             st = self._stamp_at(body, m.start()) if m else None
             self.first_ns = st.ns if st else None
         hits = self.needles.positions(body)
+        if self.needles.progress:
+            if self.mixed is None:
+                self.mixed = self.info.srun_labels or _PREFIXED.search(body, 0, 4 * _WINDOW) is not None
+            bounds = [0, *hits, len(body)]
+            picks = [p for a, b in zip(bounds, bounds[1:]) for p in self.needles.last_progress(body, a, b, self.mixed)]
+            if picks:
+                hits = sorted(hits + picks)
         n = len(body)
         pos = 0  # everything before pos has been handled
         lineno = self.lineno  # lines before pos
@@ -245,10 +282,10 @@ class _Scanner:
     def end(self) -> Iterator[Event]:
         for key in list(self.open):
             yield self._finish(key)
-        for ev in self.pending:
-            if self.info.observed_ns is not None:
+        for ev in self.pending:  # after the stream's last stamp: the file's last write bounds them too
+            if self.info.observed_ns is not None and ev.fields.get("after_ns") is not None:
                 ev.fields.setdefault("before_ns", self.info.observed_ns)
-        self.pending.clear()
+        self.pending.clear()  # with no stamp at all they get no occurred time: an mtime alone says nothing
         info = self.info
         yield Event(
             text="", source=info.source, kind=KIND_STREAM, node=info.node, rank=info.rank,

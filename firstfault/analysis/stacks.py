@@ -22,9 +22,9 @@ captured in tests/data/formats::
     Current thread 0x00007f063c5ddb80 (most recent call first):
 
 Frames are kept outermost first, as in a traceback (both tools print the
-innermost first), thread after thread, the main thread (py-spy's "MainThread",
-faulthandler's "Current thread") last, so its innermost frame is the last frame.
-Native frames are text only. Fed line by line like traceback.Assembler.
+innermost first), thread after thread, the main thread's last (faulthandler's
+``Current thread``, py-spy's ``"MainThread"``): where the process is, for the
+phase, is read from the end. Fed line by line like traceback.Assembler.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 
 from firstfault.analysis.model import Frame
-from firstfault.analysis.traceback import MAX_LINES, Traceback
+from firstfault.analysis.traceback import END, HELD, MAX_LINES, TAKEN, Traceback
 
 _PYSPY_PROCESS = re.compile(r"Process (?P<pid>\d+): ")
 _PYSPY_THREAD = re.compile(r'Thread (?P<tid>\d+) \((?:idle|active|active\+gil|gil)\)(?:: "(?P<name>[^"]*)")?')
@@ -50,6 +50,41 @@ COLLECTIVE_FUNCS = frozenset({
     "send", "recv", "isend", "irecv", "wait", "synchronize", "_all_gather_base", "allreduce_bucket",
 })
 COLLECTIVE_FILES = ("distributed_c10d.py", "deepspeed/comm/", "torch/distributed/distributed_c10d")
+
+
+DUMP_MARK = "(most recent call first):"  # in every faulthandler thread header: the agent's cheap pre-check
+_DUMP_THREAD = re.compile(r"(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
+
+
+def starts_dump(text: str) -> bool:
+    """Whether ``text`` (a line without its prefix) opens a faulthandler dump (``faulthandler.enable``,
+    as torchelastic's ``@record`` sets it, on a fatal signal; ``register(SIGTERM)``; ``dump_traceback_later``).
+    The ``Fatal Python error: ...`` or ``Timeout (...)!`` line before it stays a line of its own."""
+    return text.endswith(DUMP_MARK) and _DUMP_THREAD.match(text) is not None
+
+
+class DumpGrouping:
+    """Where one faulthandler dump in a rank log ends (the agent ships it as one ``rank.stacks``
+    record): thread headers and their ``  File "...", line N in func`` lines, blank lines between
+    threads; like traceback.Grammar, feed() says TAKEN, HELD or END. Create it on a thread header."""
+
+    __slots__ = ("blank",)
+
+    def __init__(self, first: str) -> None:
+        self.blank = False
+
+    def feed(self, text: str) -> int:
+        if text.startswith("  File \"") or text == "  <no Python frame>" or text.startswith("  ..."):
+            if self.blank:
+                return END
+            return TAKEN
+        if not text:
+            self.blank = True
+            return HELD
+        if starts_dump(text):  # the next thread: the blank lines before it are the dump's
+            self.blank = False
+            return TAKEN
+        return END
 
 
 def is_start(text: str) -> bool:
@@ -70,14 +105,17 @@ class Assembler:
     def __init__(self, first: str) -> None:
         self._lines = [first]
         self._threads: list[list[Frame]] = []
+        self._main: int | None = None  # index of the main thread's frames
         m = _PYSPY_PROCESS.match(first)
         self.pid = int(m.group("pid")) if m else None
         self._blank = False
-        self._main: int | None = None  # index of the main thread
         if not m:
-            self._threads.append([])
-            if first.startswith("Current thread"):
-                self._main = 0
+            self._thread(first)
+
+    def _thread(self, header: str) -> None:
+        self._threads.append([])
+        if header.startswith("Current thread") or '"MainThread"' in header:
+            self._main = len(self._threads) - 1
 
     def feed(self, text: str) -> bool:
         """Offer the next line; False means the dump ended before it."""
@@ -87,11 +125,8 @@ class Assembler:
             self._blank = True
             return True
         self._blank = False
-        thread = _PYSPY_THREAD.match(text) or _FH_THREAD.match(text)
-        if thread:
-            if thread.groupdict().get("name") == "MainThread" or text.startswith("Current thread"):
-                self._main = len(self._threads)
-            self._threads.append([])
+        if _PYSPY_THREAD.match(text) or _FH_THREAD.match(text):
+            self._thread(text)
         elif text.startswith("Python v") and len(self._lines) == 1:
             pass
         else:
@@ -114,9 +149,9 @@ class Assembler:
         return any(self._threads)
 
     def result(self) -> Traceback:
-        order = list(self._threads)
+        order = [t for i, t in enumerate(self._threads) if i != self._main]
         if self._main is not None:
-            order.append(order.pop(self._main))
+            order.append(self._threads[self._main])
         frames = tuple(f for thread in order for f in reversed(thread))
         first = self._lines[0]
         return Traceback(text="\n".join(self._lines), frames=frames, exc_type=None, message=first)

@@ -5,9 +5,10 @@ node's clock offset where one is known (the collector estimates offsets from
 ping/pong exchanges; offline there are none). An Event without a timestamp of
 its own sits between the nearest timestamped lines of its stream
 (``fields["after_ns"]``, ``fields["before_ns"]``): it is placed at the middle of
-that interval with half its width as uncertainty. An Event with no time at all
-gets its observed time (file mtime, agent receipt) as an upper bound, with the
-clock saying so.
+that interval with half its width as uncertainty. An Event with no timestamped
+line around it has no occurred time: its observed time (a file's mtime, when a
+pasted log was read) says when someone saw it, never when it happened, and the
+two never mix. Such Events keep their order within their stream.
 
 Ordering is by placed time, then stream order; two Events are "within clock
 uncertainty" of each other when their intervals overlap.
@@ -50,10 +51,6 @@ def place(ev: Event, clocks: Mapping[str, NodeClock] | None = None) -> Event:
             ev.occurred_ns = hi
             ev.uncertainty_ns = max(ev.uncertainty_ns, 1_000_000_000)
             ev.clock = "line"
-        elif ev.observed_ns is not None:
-            ev.occurred_ns = ev.observed_ns
-            ev.clock = "file-mtime" if ev.source in ("ranklog", "launcher") else "agent"
-            ev.uncertainty_ns = max(ev.uncertainty_ns, 1_000_000_000)
     if clocks and ev.node in clocks and ev.occurred_ns is not None:
         c = clocks[ev.node]
         ev.occurred_ns += c.offset_ns

@@ -1,22 +1,40 @@
-"""Assemble multi-line Python tracebacks into one piece of text with its frames.
+"""Python tracebacks in log text: the one grammar of where they start and end, and their frames.
 
-Fed one line at a time (launcher prefixes already stripped), for one stream and
-one rank. Shapes handled, all captured in tests/data/formats:
+Both readers use it: the agent's ranklog source (which lines it ships as one
+``rank.traceback`` record) and the analysis (scan.py on files, records.py on what
+the agent shipped), so a traceback is the same lines wherever it is read. Fed one
+line at a time per launcher prefix (``split_prefix``), with the prefix removed and
+the line ``visible`` (what a terminal shows: after the last ``\\r``, no ANSI codes).
+Shapes, all in tests/data/formats, tests/data/real and tests/data/fragments::
 
-- plain: ``Traceback (most recent call last):``, ``  File "x.py", line 3, in f``,
-  source lines, 3.11 caret lines (``~~~^^^``), then ``ValueError: boom``; an
-  exception message may go on over further lines (pydantic's ValidationError).
-- chained: a blank line, ``During handling of the above exception, another
-  exception occurred:`` or ``The above exception was the direct cause of the
-  following exception:``, a blank line, the next ``Traceback ...``.
-- exception groups: ``  + Exception Group Traceback (most recent call last):``
-  with ``  | `` indented parts.
-- rich: a box from ``╭─── Traceback (most recent call last) ───╮`` to ``╰───╯``
-  with ``│ /path/x.py:10 in func`` frame lines, then the exception line.
+    [rank1]: Traceback (most recent call last):
+    [rank1]:   File "/work/main/tests/realjobs/train.py", line 226, in <module>
+    [rank1]:     record(main)()
+    [rank1]: ValueError: feature vector has 17 columns, expected 16 (bad record in batch at step 5)
 
-``feed`` says whether it consumed the line; a line it did not consume ends the
-traceback and belongs to the caller. Bounded: at most MAX_LINES lines are kept
-(the middle is dropped with a marker), so a runaway recursion can not grow memory.
+- plain: ``Traceback (most recent call last):``, indented frame and source lines
+  (3.11 ``~~~^^^`` lines too), the exception line (``ValueError: ...``,
+  ``KeyboardInterrupt``, ``torch.OutOfMemoryError: ...``), then the rest of a
+  multi-line message (pydantic's ValidationError, torchrun's ChildFailedError
+  table, ZeRO-3's ``Parameter containing:`` / ``tensor(...)``) up to a blank line,
+  a line that starts a log record or another traceback, or MAX_MESSAGE_LINES.
+- chained: after the message, blank lines, then ``During handling of the above
+  exception, another exception occurred:`` or ``The above exception was the direct
+  cause of the following exception:`` continue the same traceback.
+- exception groups (``  + Exception Group Traceback ...``): every indented line,
+  up to the first line that is not indented.
+- rich panels (``╭─── Traceback (most recent call last) ───╮``, ``│`` lines,
+  ``╰───╯``), then the exception line.
+- a fragment: what people paste from the middle of a traceback, without its
+  header. Any frame line (``File "x.py", line 3, in f`` indented or not, or a rich
+  ``│ /x.py:3 in f`` line) opens one; it goes on as a traceback does.
+- a header glued to the end of other output (a progress bar with no newline):
+  ``opening`` says where in the line the traceback begins.
+
+A traceback ends before the first line of its prefix that does not continue it
+(``Grammar.feed`` returns END); that line is not part of it. Blank lines after the
+message are HELD: part of it only if a chain separator follows. Bounded: the
+Assembler keeps at most MAX_LINES lines (the middle dropped with a marker).
 """
 
 from __future__ import annotations
@@ -28,24 +46,118 @@ from firstfault.analysis.model import Frame
 
 MAX_LINES = 400
 MAX_MESSAGE_LINES = 30
+HEADER = "Traceback (most recent call last)"
+# What feed() says about a line.
+TAKEN, HELD, END = 0, 1, 2  # part of it; maybe part of it (blank after the message); not part of it
+_BODY, _MESSAGE, _BLANK = 0, 1, 2
 
-_FRAME = re.compile(r'\s*(?:\| )*\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
-_RICH_FRAME = re.compile(r"│ (?P<file>[^\s│]+?):(?P<line>\d+) in (?P<func>[^\s│]+)")
-_EXC = re.compile(r"(?:\s*\|\s)?(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault|Group)|[A-Za-z_][\w]*\.[\w.]*[A-Za-z_]\w*|[A-Z]\w+)(?::\s|:$|$)")
-_CHAIN = (
-    "During handling of the above exception, another exception occurred:",
-    "The above exception was the direct cause of the following exception:",
-)
-_STARTS = ("Traceback (most recent call last):",)
+# Launcher prefixes: an srun --label task number, then tee / PyTorch brackets ([default0]:[rank0]:),
+# as parse.py reads them (a bracket holds a name ending in a number: not torchrun's "[2]:" table rows).
+# PyTorch's "[rank0]: " carries a space, torchrun's tee "[default0]:" none (what follows it is the worker's).
+_PREFIX = re.compile(r"(?: {0,5}\d{1,5}: )?(?:\[rank\d+\]: ?|\[[A-Za-z_][\w.-]{0,62}?\d+\]:)*")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+FRAME = re.compile(r'\s*(?:\| )*\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+RICH_FRAME = re.compile(r"│ (?P<file>[^\s│]+?):(?P<line>\d+) in (?P<func>[^\s│]+)")
+_EXC = re.compile(
+    r"(?:\s*\|\s)?(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault|Group)"
+    r"|[A-Za-z_]\w*\.[\w.]*[A-Za-z_]\w*|[A-Z]\w+)(?::\s|:$|$)")
+_CHAIN = ("During handling of the above exception, another exception occurred:",
+          "The above exception was the direct cause of the following exception:")
+# A line that starts a new log record (a logger header, glog and c10 lines, NCCL debug lines, a
+# dying process's own words) rather than continuing an exception message.
+_RECORD = re.compile(
+    r"\[\d{4}-\d\d-\d\d[ T]|\[?[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d[ T]\d\d:|\[[A-Z]+\|"
+    r"|[\w.-]+:\d+:\d+ \[\d+\] |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"
+    r"|Fatal Python error: |terminate called |(?:Current thread|Thread) 0x|srun: |slurmstepd: ")
+_GLUED = re.compile(r"(?:\[[A-Za-z_][\w.-]*?\d+\]:[ ]?)*Traceback \(most recent call last\):$")
+# Bytes in a chunk that say a traceback may open in it (the agent's cheap pre-check).
+MARKS = (HEADER.encode(), b'File "', "│".encode())
+
+
+def split_prefix(line: str) -> tuple[str, str]:
+    """(the launcher prefixes at the start of ``line``, the rest): ``[rank1]: `` etc., "" if none."""
+    n = _PREFIX.match(line).end()
+    return line[:n], line[n:]
+
+
+def visible(line: str) -> str:
+    """What a terminal shows of a line: the part after the last carriage return, no ANSI codes."""
+    if "\r" in line:
+        line = line.rstrip("\r").rsplit("\r", 1)[-1]
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    return line
+
+
+def may_open(data: bytes) -> bool:
+    """Whether a traceback can open anywhere in ``data`` (exact: no opening without one of MARKS)."""
+    return any(m in data for m in MARKS)
 
 
 def is_start(text: str) -> bool:
-    """True when a line opens a traceback (plain, exception group or rich)."""
-    return (
-        text.startswith("Traceback (most recent call last)")
-        or text.lstrip().startswith("+ Exception Group Traceback (most recent call last)")
-        or (text.startswith("╭") and "Traceback" in text)
-    )
+    """True when a line (prefix removed) is a traceback header (plain, exception group or rich)."""
+    return (text.startswith(HEADER)
+            or text.lstrip(" ").startswith("+ Exception Group Traceback (most recent call last)")
+            or (text.startswith("╭") and HEADER in text))
+
+
+def is_frame(text: str) -> bool:
+    """True when a line (prefix removed) is a frame line: ``File "x.py", line 3, in f`` or rich's."""
+    return FRAME.match(text) is not None or (text.startswith("│") and RICH_FRAME.match(text) is not None)
+
+
+def opening(text: str) -> int | None:
+    """Where a traceback opens in a line (prefix removed): 0 for a header or a frame line, the
+    offset of a header glued after other output, None when none opens here."""
+    if is_start(text) or is_frame(text):
+        return 0
+    if HEADER in text:
+        m = _GLUED.search(text)
+        if m and text[:m.start()].strip(" |+-"):  # not the indented parts of an exception group
+            return m.start()
+    return None
+
+
+class Grammar:
+    """Where one traceback ends; create it on its opening line (prefix removed)."""
+
+    __slots__ = ("state", "group", "after_frame", "message_lines")
+
+    def __init__(self, first: str) -> None:
+        self.state = _BODY
+        self.group = first.lstrip(" ").startswith("+ Exception Group")
+        self.after_frame = is_frame(first)
+        self.message_lines = 0
+
+    def feed(self, text: str) -> int:
+        """TAKEN, HELD or END for the next line of this prefix (prefix removed, visible)."""
+        state = self.state
+        if self.group:
+            return TAKEN if not text or text[0] in " \t" else END
+        if state == _BODY:
+            after, self.after_frame = self.after_frame, False
+            if not text or text[0] in " \t│╭╰" or text.startswith(HEADER):
+                self.after_frame = text.startswith(" ") and FRAME.match(text) is not None
+                return TAKEN
+            if FRAME.match(text):  # a pasted fragment that lost its indentation
+                self.after_frame = True
+                return TAKEN
+            if _EXC.match(text):
+                self.state, self.message_lines = _MESSAGE, 1
+                return TAKEN
+            return TAKEN if after else END  # the source line of an unindented frame line
+        if not text:
+            self.state = _BLANK
+            return HELD
+        if state == _BLANK:
+            if text in _CHAIN:
+                self.state = _BODY
+                return TAKEN
+            return END
+        if (self.message_lines >= MAX_MESSAGE_LINES or _RECORD.match(text) or opening(text) is not None):
+            return END
+        self.message_lines += 1
+        return TAKEN
 
 
 @dataclass(slots=True)
@@ -54,23 +166,24 @@ class Traceback:
     frames: tuple[Frame, ...]
     exc_type: str | None
     message: str  # the final exception line(s), e.g. "ValueError: boom"
+    fragment: bool = False  # it had no header: pasted from the middle of a traceback
 
 
 class Assembler:
-    """State machine for one traceback; create it on a start line."""
+    """One traceback's text, frames and exception; create it on its opening line."""
 
-    __slots__ = ("_lines", "_dropped", "_frames", "_state", "_exc", "_msg_lines", "_group")
+    __slots__ = ("_lines", "_held", "_dropped", "_frames", "_exc", "_msg_lines", "_grammar", "_fragment")
 
     def __init__(self, first: str) -> None:
+        self._grammar = Grammar(first)
         self._lines: list[str] = [first]
+        self._held: list[str] = []
         self._dropped = 0
         self._frames: list[Frame] = []
         self._exc: str | None = None
         self._msg_lines: list[str] = []
-        self._group = first.lstrip().startswith("+ Exception Group")
-        # body: inside frames; message: after the exception line; blank: a blank
-        # line after the message (a chain separator may follow)
-        self._state = "body"
+        self._fragment = not is_start(first)
+        self._frame(first)
 
     def _keep(self, text: str) -> None:
         if len(self._lines) < MAX_LINES:
@@ -79,62 +192,37 @@ class Assembler:
             self._dropped += 1
 
     def _frame(self, text: str) -> None:
-        m = _FRAME.match(text) or _RICH_FRAME.match(text)
+        m = FRAME.match(text) or RICH_FRAME.match(text)
         if m and len(self._frames) < MAX_LINES:
             self._frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
 
     def feed(self, text: str) -> bool:
-        """Offer the next line; False means the traceback ended before it."""
-        if self._group:
-            if text.startswith((" ", "\t")) or not text:
-                self._frame(text)
-                if self._exc is None:
-                    m = re.match(r"\s*\| (?P<type>[A-Za-z_][\w.]*): ", text)
-                    if m:
-                        self._exc = m.group("type")
-                        self._msg_lines = [text.strip(" |")]
-                self._keep(text)
-                return True
+        """Offer the next line of this prefix; False means the traceback ended before it."""
+        g = self._grammar
+        before = g.state
+        verdict = g.feed(text)
+        if verdict == END:
             return False
-        state = self._state
-        if state == "body":
-            if not text:
-                self._keep(text)
-                return True
-            c = text[0]
-            if c in " \t│╭╰":
-                self._frame(text)
-                self._keep(text)
-                return True
-            if text.startswith(_STARTS):
-                self._keep(text)
-                return True
-            m = _EXC.match(text)
-            if m:
-                self._exc = m.group("type")
-                self._msg_lines = [text]
-                self._keep(text)
-                self._state = "message"
-                return True
-            return False
-        if state == "message":
-            if not text:
-                self._state = "blank"
-                return True
-            if is_start(text) or _looks_like_record(text) or len(self._msg_lines) >= MAX_MESSAGE_LINES:
-                return False
+        if verdict == HELD:
+            self._held.append(text)
+            return True
+        for h in self._held:
+            self._keep(h)
+        self._held.clear()
+        self._keep(text)
+        if g.group:
+            self._frame(text)
+            if self._exc is None:
+                m = re.match(r"\s*\| (?P<type>[A-Za-z_][\w.]*): ", text)
+                if m:
+                    self._exc, self._msg_lines = m.group("type"), [text.strip(" |")]
+        elif g.state == _MESSAGE and before == _BODY:
+            self._exc, self._msg_lines = _EXC.match(text).group("type"), [text]
+        elif g.state == _MESSAGE:
             self._msg_lines.append(text)
-            self._keep(text)
-            return True
-        # state == "blank": only a chain separator (or another blank) continues
-        if not text:
-            return True
-        if text in _CHAIN:
-            self._keep("")
-            self._keep(text)
-            self._state = "body"
-            return True
-        return False
+        else:
+            self._frame(text)
+        return True
 
     @property
     def complete(self) -> bool:
@@ -146,17 +234,19 @@ class Assembler:
         if self._dropped:
             half = MAX_LINES // 2
             lines = lines[:half] + [f"... [{self._dropped} more traceback lines not kept] ..."] + lines[half:]
-        return Traceback(
-            text="\n".join(lines),
-            frames=tuple(self._frames),
-            exc_type=self._exc,
-            message="\n".join(self._msg_lines),
-        )
+        return Traceback(text="\n".join(lines), frames=tuple(self._frames), exc_type=self._exc,
+                         message="\n".join(self._msg_lines), fragment=self._fragment)
 
 
-_RECORD_START = re.compile(r"\[\d{4}-\d\d-\d\d |[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d[ T]\d\d:|\[[A-Z]+\|")
-
-
-def _looks_like_record(text: str) -> bool:
-    """A line that starts a new log record (a logger header) rather than continuing a message."""
-    return _RECORD_START.match(text) is not None
+def assemble(lines: list[str]) -> Traceback | None:
+    """The traceback that opens on the first of ``lines`` (prefixes removed), or None."""
+    if not lines:
+        return None
+    at = opening(visible(lines[0]))
+    if at is None:
+        return None
+    asm = Assembler(visible(lines[0])[at:])
+    for ln in lines[1:]:
+        if not asm.feed(visible(ln)):
+            break
+    return asm.result()

@@ -14,10 +14,14 @@ matched). Rules, in order:
 3. Root findings are grouped by fingerprint (signature + message with numbers
    blanked); the first distinct failure is the earliest finding of the earliest
    group. Another candidate within clock uncertainty is reported as a tie.
-4. No root at all but cascades (or a kill from outside): the job hung. The
-   rank that stopped first is inferred: the rank that shows no error of its own
-   while the others timed out waiting, else the rank whose progress stopped
-   earliest. The answer says it is inferred and how.
+4. Signals (``judge_signals``): a worker killed by SIGKILL with no kernel OOM
+   record tied to it is host-memory at low confidence when no kernel log of its
+   node covers the kill (the OOM killer is the usual sender; the dmesg command
+   confirms it), and stays unknown when one does and shows no OOM kill. A SIGABRT
+   (exit -6, "Fatal Python error: Aborted") after or with a collective timeout is
+   how PyTorch's NCCL watchdog takes a rank down: a cascade.
+5. No root at all but cascades (or a kill from outside): the job hung; the rank
+   that stopped first is inferred (firstfault/analysis/hang.py).
 """
 
 from __future__ import annotations
@@ -31,8 +35,6 @@ from dataclasses import dataclass, field, replace
 from firstfault.analysis.catalog import Match
 from firstfault.analysis.model import Event
 from firstfault.analysis.phase import phase_from_frames
-from firstfault.analysis.stacks import in_collective
-from firstfault.analysis.timeline import overlap
 
 BLAME = {
     "user-code": "code",
@@ -46,8 +48,6 @@ BLAME = {
     "storage": "infrastructure",
 }
 GENERIC = {"python.exception"}
-# match groups of lines in which a launcher reports an exit or sends a signal
-LAUNCHER_GROUPS = frozenset({"exitcode", "signal", "sent_signal", "death_signal"})
 HANG_ID = "hang.stopped_first"
 
 
@@ -56,6 +56,7 @@ class Finding:
     ev: Event
     match: Match
     links: list[str] = field(default_factory=list)  # how identity was linked, for the evidence
+    cap: str | None = None  # the most confidence the evidence allows (judge_signals), None: no cap
 
     @property
     def sig(self) -> str:
@@ -130,7 +131,8 @@ def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Ma
     process records). A kernel line naming a pid that is none of the job's ranks (an
     OOM kill, an Xid), from before that, was another job's (back-to-back jobs share a
     node's kernel log): it becomes context, never the job's failure. One that names
-    no pid (a GPU fallen off the bus) may still be why the job failed: it stays."""
+    no pid (a GPU fallen off the bus) may still be why the job failed: it stays. So is one
+    naming a pid that is none of the ranks' when the launcher named every rank's pid."""
     killed: dict[str | None, set[int]] = defaultdict(set)
     for f in findings:
         ex = exit_of(f)
@@ -150,6 +152,11 @@ def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Ma
             f.match = replace(f.match, role="context")
             f.links.append(f"pid {pid} is no rank of this job, and this came before its processes "
                            f"started on {ev.node}: another job's")
+            continue
+        if pid is not None and pid not in pids and rank_nodes and set(rank_nodes) <= set(pids.values()):
+            f.match = replace(f.match, role="context")  # every rank's pid is known, and this is none of them
+            f.links.append(f"pid {pid} is none of the job's ranks (the launcher named every rank's pid): "
+                           "another process's")
             continue
         if pid in pids:
             ev.rank = pids[pid]
@@ -244,68 +251,63 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding]) -> tupl
 
 
 def confidence(f: Finding, tied: bool) -> str:
+    """high when a specific signature names the rank and nothing ties or caps it."""
+    got = "high"
     if tied or f.sig in GENERIC or f.ev.rank is None or any("only rank" in x for x in f.links):
-        return "medium"
-    return "high"
+        got = "medium"
+    return min(got, f.cap or "high", key=_LEVELS.index)
 
 
-def _launcher_act(f: Finding) -> bool:
-    """A line where a launcher reports or sends a signal or exit (not the rank's own words)."""
-    return not LAUNCHER_GROUPS.isdisjoint(f.match.groups)
+_LEVELS = ("low", "medium", "high")
 
 
-def stopped_first(
-    errors: Iterable[Finding], known_ranks: Iterable[int], progress: Mapping[int, Event],
-    dumps: Mapping[int, Event] | None = None,
-) -> tuple[int | None, list[str]]:
-    """Infer the rank that stopped first when only cascades exist.
-
-    A rank is waiting when it reported a cascade of its own (a timeout, a lost
-    peer) or its stack dump shows it in a collective; being sent SIGTERM by the
-    launcher afterwards is no sign of waiting. Evidence in order: the one rank
-    whose stack dump is elsewhere than in a collective; the one rank not seen
-    waiting; the rank whose progress stopped earliest.
-    """
-    errors = list(errors)
-    dumps = dumps or {}
-    known = sorted(set(known_ranks) | {f.ev.rank for f in errors if f.ev.rank is not None} | set(dumps))
-    waiting = {f.ev.rank for f in errors if f.role == "cascade" and not _launcher_act(f) and f.ev.rank is not None}
-    waiting |= {r for r, d in dumps.items() if in_collective(d.frames)}
-    elsewhere = [r for r, d in dumps.items() if not in_collective(d.frames) and r not in waiting]
-    if waiting and len(elsewhere) == 1:
-        r = elsewhere[0]
-        fr = dumps[r].frames[-1] if dumps[r].frames else None
-        at = f" in {fr.func} ({fr.file}:{fr.line})" if fr else ""
-        return r, [f"the stack dump of rank {r} shows it{at}, not in a collective, while rank(s) "
-                   f"{_ranges(sorted(waiting))} waited in one"]
-    silent = [r for r in known if r not in waiting]
-    how: list[str] = []
-    if waiting and len(silent) == 1:
-        r = silent[0]
-        how.append(
-            f"rank {r} reported no error of its own while rank(s) {_ranges(sorted(waiting))} "
-            "timed out or lost their peer waiting in a collective"
-        )
-        return r, how
-    pool = silent or known
-    timed = sorted(
-        (progress[r].occurred_ns, r) for r in pool if r in progress and progress[r].occurred_ns is not None
-    )
-    if timed and (len(timed) == 1 or not overlap(progress[timed[0][1]], progress[timed[1][1]])):
-        r = timed[0][1]
-        how.append(f"rank {r} logged progress for the last time earliest of the ranks that logged progress")
-        return r, how
-    if len(pool) == 1:
-        return pool[0], [f"rank {pool[0]} is the only rank not seen waiting in a collective"]
-    return None, ["no rank stands out: every rank reported a timeout or none logged progress"]
+# Signatures of a collective that timed out (the watchdog's abort follows them) and of a rank's
+# own words as it is aborted.
+TIMEOUTS = frozenset({"nccl.watchdog_timeout", "gloo.timeout", "nccl.async_abort", "nccl.work_status"})
+KERNEL_OOM = frozenset({"kernel.memcg_oom_kill", "kernel.oom_kill", "slurm.oom_kill"})
+DMESG = "dmesg -T | grep -i -E 'killed process|out of memory'"
 
 
-def _ranges(ranks: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5' (sorted input)."""
-    spans: list[list[int]] = []
-    for r in ranks:
-        if spans and r == spans[-1][1] + 1:
-            spans[-1][1] = r
-        else:
-            spans.append([r, r])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+def _aborted(f: Finding) -> bool:
+    ex = exit_of(f)
+    return (ex is not None and ex["signal"] == "SIGABRT") or (
+        f.sig == "python.fatal_error" and f.match.groups.get("reason", "").startswith("Aborted"))
+
+
+def judge_signals(findings: list[Finding], kernel_span: Mapping[str | None, tuple[int, int]],
+                  rank_nodes: Mapping[int, str | None]) -> None:
+    """What a rank's death by signal says, in place (rule 4 of the module)."""
+    oom_ranks = {f.ev.rank for f in findings if f.sig in KERNEL_OOM and f.ev.rank is not None}
+    timeouts = [f for f in findings if f.sig in TIMEOUTS or (f.role == "cascade" and f.sig.startswith("nccl."))]
+    for f in findings:
+        if f.role != "root" or f.ev.source == "kernel":
+            continue
+        ex = exit_of(f)
+        if ex and ex["signal"] == "SIGKILL" and f.ev.rank not in oom_ranks:
+            node = f.ev.node or rank_nodes.get(f.ev.rank)
+            span = kernel_span.get(node) or (kernel_span.get(None) if node is None or len(kernel_span) == 1 else None)
+            at = f.ev.occurred_ns
+            where = f" of {node}" if node else ""
+            if span and at is not None and span[0] <= at <= span[1] + 60 * 1_000_000_000:
+                f.match = replace(f.match, category="unknown", summary=(
+                    f"A worker (pid {f.match.groups.get('pid', '?')}) was killed with SIGKILL; the kernel log{where} "
+                    "covers that time and shows no OOM kill, so something else sent it (the scheduler, an "
+                    "operator, a health check, the process itself)."))
+                f.cap = "medium"
+                f.links.append(f"the kernel log{where} covers the kill and holds no OOM kill")
+            else:
+                f.match = replace(f.match, category="host-memory")
+                f.cap = "low"
+                f.links.append(f"no kernel log{where} covers the kill: the kernel OOM killer is the usual sender "
+                               f"of SIGKILL; confirm with {DMESG} on that node")
+        elif _aborted(f):
+            mine = [t for t in timeouts if t.ev.rank == f.ev.rank and f.ev.rank is not None]
+            before = [t for t in timeouts if t.ev.occurred_ns is not None and f.ev.occurred_ns is not None
+                      and t.ev.occurred_ns <= f.ev.occurred_ns + f.ev.uncertainty_ns + t.ev.uncertainty_ns]
+            if mine or before:
+                t = (mine or before)[0]
+                f.match = replace(f.match, role="cascade", category="cascade")
+                f.links.append(f"SIGABRT after a collective timeout ({t.sig} on rank {t.ev.rank}): how PyTorch "
+                               "takes a rank down once a collective failed, not a cause")
+            else:  # an abort alone says little of why (a process can abort at teardown, FACTS.md)
+                f.cap = "medium"

@@ -32,8 +32,8 @@ from firstfault.wire import Record
 from firstfault.analysis import traceback as tb
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.parse import looks_srun_labelled, strip_prefixes
-from firstfault.analysis.report import Inputs, build_report, needles, iso
-from firstfault.analysis.scan import Needles, StreamInfo, scan_stream
+from firstfault.analysis.report import Inputs, build_report, iso, scan_needles
+from firstfault.analysis.scan import StreamInfo, scan_stream
 from firstfault.collector import query
 from firstfault.reports.html import CSS, csp, e, render_html
 
@@ -221,7 +221,7 @@ def analyze_paste(data: bytes, catalog: Catalog, tz, *, name: str = "pasted log"
     head = data[:65536].decode("utf-8", "replace").splitlines()[:200]
     info = StreamInfo(stream=name, source="launcher", year=datetime.now(timezone.utc).year, tz=tz,
                       srun_labels=looks_srun_labelled(head), observed_ns=time.time_ns())
-    events = scan_stream([data], info, Needles(needles(catalog)))
+    events = scan_stream([data], info, scan_needles(catalog))
     return build_report(events, catalog, Inputs(timeline=True, generated_ns=time.time_ns()))
 
 

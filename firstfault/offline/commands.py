@@ -24,8 +24,7 @@ from firstfault.common.output import write_output
 from firstfault.offline import logfiles
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.checkpoint import checkpoint_from_disk
-from firstfault.analysis.report import Inputs, build_report, needles
-from firstfault.analysis.scan import Needles
+from firstfault.analysis.report import Inputs, build_report, scan_needles
 from firstfault.offline.checkpoint_files import CheckpointPathError, inspect_checkpoint_dir
 from firstfault.reports import FORMATS, needs_timeline, render
 
@@ -94,7 +93,7 @@ def report_from_logs(paths: list[str], *, node: str | None = None, kernel: list[
     res = logfiles.ReadResult()
     total = sum(os.path.getsize(s.path) for s in sources if s.path != "-" and os.path.isfile(s.path))
     progress = _Progress(total) if meter and sys.stderr.isatty() and total >= PROGRESS_MIN_BYTES else None
-    events = logfiles.read_events(sources, Needles(needles(catalog)), res, tz=tz,
+    events = logfiles.read_events(sources, scan_needles(catalog), res, tz=tz,
                                   kernel_boot_ns=kernel_boot_ns, progress=progress)
     disk = None
     if checkpoint_dir:

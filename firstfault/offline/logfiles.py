@@ -166,8 +166,7 @@ def read_events(
                 mtime = os.fstat(f.fileno()).st_mtime_ns if src.path != "-" and not src.path.endswith(".gz") else None
             except (OSError, io.UnsupportedOperation):
                 mtime = None
-            if src.path == "-":
-                mtime = time.time_ns()
+            # stdin: no mtime; when it was read is no time of the job's (the year of its stamps is this one)
             try:
                 head = f.peek(8192)[:8192] if hasattr(f, "peek") else b""
             except OSError as e:
@@ -284,13 +283,8 @@ def _error_json(f, src: Source, rank: int | None, mtime: int | None, res: ReadRe
         local_rank=src.local_rank, occurred_ns=occurred, observed_ns=mtime, clock="line" if occurred else None,
         uncertainty_ns=1_000_000_000 if occurred else 0, origin=src.path, stream=src.path,
     )
-    lines = ev.text.splitlines()
-    if lines and tb.is_start(lines[0]):
-        asm = tb.Assembler(lines[0])
-        for ln in lines[1:]:
-            if not asm.feed(ln):
-                break
-        r = asm.result()
+    r = tb.assemble(ev.text.splitlines())
+    if r is not None:
         ev.kind, ev.frames, ev.exc_type = KIND_TRACEBACK, r.frames, r.exc_type
         ev.fields["message"] = r.message
     yield ev

@@ -35,7 +35,8 @@ def render_markdown(rep: dict) -> str:
         out.append("| | |")
         out.append("|---|---|")
         for k, v in (("signature", f"`{ff['signature']}`"), ("category", ff["category"]), ("blame", rep["blame"]),
-                     ("phase", ff["phase"]), ("occurred", ff.get("occurred_at")), ("clock", ff.get("clock")),
+                     ("phase", ff["phase"]), ("occurred", ff.get("occurred_at") or f"unknown: {ff.get('time_note') or 'no timestamp'}"),
+                     ("clock", ff.get("clock")),
                      ("confidence", ff["confidence"]),
                      ("within clock uncertainty", "yes" if ff.get("within_clock_uncertainty") else "no"),
                      ("ranks sharing it", ", ".join(map(str, ff.get("ranks_sharing") or [])))):

@@ -56,7 +56,8 @@ def render_text(rep: dict) -> str:
         out.append(f"  category    {ff['category']}    blame: {rep['blame']}    phase: {ff['phase']}")
         when = ff.get("occurred_at") or "unknown"
         unc = f" ±{ff['uncertainty_ms']} ms" if ff.get("uncertainty_ms") else ""
-        out.append(f"  occurred    {when}{unc} (clock: {ff.get('clock') or 'none'})")
+        out.append(f"  occurred    {when}{unc} (clock: {ff.get('clock') or 'none'})" if ff.get("occurred_at")
+                   else f"  occurred    unknown: {ff.get('time_note') or 'no timestamp'}")
         tie = ""
         if ff.get("within_clock_uncertainty"):
             with_ = ", ".join(map(str, ff.get("tied_with") or []))

@@ -5,22 +5,29 @@ from pathlib import Path
 
 from firstfault.analysis import traceback as tb
 from firstfault.analysis.kernel import parse_kernel_log
-from firstfault.analysis.parse import strip_prefixes
 from firstfault.wire import Record
 
 
 def ship_file(path: Path, node: str, rank: int | None, seq0: int) -> list[Record]:
-    """One record per line, one per traceback (what the agent's ranklog source sends)."""
+    """One record per line, one per traceback (what the agent's ranklog source sends: its
+    tracebacks by the grammar of firstfault/analysis/traceback.py, one prefix at a time)."""
     out: list[Record] = []
     lines = path.read_text(errors="replace").splitlines()
     mtime = path.stat().st_mtime_ns
     i = 0
     while i < len(lines):
         text = lines[i]
-        if tb.is_start(strip_prefixes(text).text):
-            asm, j = tb.Assembler(strip_prefixes(text).text), i + 1
-            while j < len(lines) and asm.feed(strip_prefixes(lines[j]).text):
+        prefix, body = tb.split_prefix(text)
+        at = tb.opening(tb.visible(body))
+        if at is not None:
+            g, j = tb.Grammar(tb.visible(body)[at:]), i + 1
+            while j < len(lines):
+                p, b = tb.split_prefix(lines[j])
+                if p != prefix or g.feed(tb.visible(b)) == tb.END:
+                    break
                 j += 1
+            while j - 1 > i and not tb.split_prefix(lines[j - 1])[1].strip():  # held blank lines
+                j -= 1
             text, kind, i = "\n".join(lines[i:j]), "rank.traceback", j
         else:
             kind, i = "rank.line", i + 1

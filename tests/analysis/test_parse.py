@@ -65,3 +65,13 @@ def test_nccl_origin():
     o = parse_nccl_origin("gpu-07:24215:24290 [1] NCCL INFO Channel 00/02 :    0   1")
     assert (o.host, o.pid, o.device) == ("gpu-07", 24215, 1)
     assert parse_nccl_origin("NCCL INFO x") is None
+
+
+def test_c10_bracketed_stamp_with_and_without_thread_id():
+    """PyTorch's C++ log lines (ProcessGroupNCCL, TCPStore) as they follow [rankN]: (tests/data/formats,
+    torch/csrc c10 logging): the year comes from the caller, the thread id is there in some versions."""
+    a = parse_stamp("[E1203 09:20:10.220000 4000 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank 0] x",
+                    year=2026)
+    b = parse_stamp("[W1202 11:25:07.464507372 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed", year=2026)
+    assert a.level == "ERROR" and a.pid == 4000 and a.ns == int(datetime(2026, 12, 3, 9, 20, 10, 220000, timezone.utc).timestamp() * 1e9)
+    assert b.level == "WARNING" and b.pid is None and b.uncertainty_ns == 1

@@ -2,6 +2,7 @@
 
 import random
 
+from firstfault.analysis import timeline
 from firstfault.analysis.model import KIND_STREAM
 from firstfault.analysis.scan import Needles, StreamInfo, scan_stream
 
@@ -84,3 +85,29 @@ def test_end_of_stream_closes_open_traceback_with_mtime_bound():
     evs, _ = _events(b"[2026-12-02 10:12:00,000] [INFO] x\nTraceback (most recent call last):\n  File \"a.py\", line 1, in f\n",
                      observed_ns=5)
     assert evs[0].kind == "traceback" and evs[0].exc_type is None and evs[0].fields["before_ns"] == 5
+
+
+def test_a_log_without_any_stamp_gives_no_occurred_time_and_keeps_its_order():
+    data = (b"step 4\nTraceback (most recent call last):\n  File \"a.py\", line 1, in f\n"
+            b"ValueError: boom\ngpu-07:24215:24301 [0] misc/socket.cc:50 NCCL WARN late\n")
+    evs, _ = _events(data, observed_ns=1_796_000_000 * 10**9)
+    placed = timeline.build(list(evs))
+    assert [e.kind for e in placed[:2]] == ["traceback", "line"]  # stream order kept
+    assert all(e.occurred_ns is None and e.clock is None for e in placed)
+    assert all("before_ns" not in e.fields and "after_ns" not in e.fields for e in placed)
+
+
+def test_only_the_last_progress_line_before_each_other_hit_becomes_an_event():
+    """Progress comes every step; only the last before another hit says something (scan.Needles)."""
+    needles = Needles(["Connection closed by peer", "step "], progress=["step "],
+                      progress_patterns=[r"\bstep (?P<step>\d+) loss \d"])
+    lines = [f"step {i} loss 1.{i}" for i in range(1, 6)] + ["RuntimeError: Connection closed by peer [x]:1"]
+    lines += [f"step {i} loss 1.{i}" for i in range(6, 9)] + ["Skipping step 9", "plain"]
+    evs = [e for e in scan_stream([("\n".join(lines) + "\n").encode()], StreamInfo("s"), needles)
+           if e.kind != KIND_STREAM]
+    assert [e.text for e in evs] == ["step 5 loss 1.5", "RuntimeError: Connection closed by peer [x]:1",
+                                     "step 8 loss 1.8"]
+    mixed = "\n".join(f"[default{r}]:step {i} loss 0.{i}" for i in range(1, 4) for r in range(3)) + "\n"
+    evs = [e for e in scan_stream([mixed.encode()], StreamInfo("c"), needles) if e.kind != KIND_STREAM]
+    assert sorted((e.local_rank, e.text) for e in evs) == [(0, "step 3 loss 0.3"), (1, "step 3 loss 0.3"),
+                                                           (2, "step 3 loss 0.3")]

@@ -17,9 +17,15 @@ REAL = Path(__file__).resolve().parents[1] / "data" / "real"
 SCENARIOS = sorted(p.name for p in REAL.iterdir() if (p / "scenario.json").exists())
 
 
-def analyze(folder: Path, capsys, *extra: str) -> dict:
-    args = ["analyze", str(folder), *extra, "--format", "json", "--tz", "UTC"]
-    if (folder / "checkpoints").is_dir():
+def analyze(folder: Path, capsys, *extra: str, logs_only: bool = False) -> dict:
+    """`firstfault analyze` on a capture: the folder (per-node folders as NODE=DIR, as the scenario
+    says), with its checkpoint folder checked on disk unless ``logs_only``."""
+    scen = folder / "scenario.json"
+    paths = json.loads(scen.read_text()).get("analyze_paths", ["."]) if scen.exists() else ["."]
+    paths = [str(folder) if p == "." else p.split("=", 1)[0] + "=" + str(folder / p.split("=", 1)[1])
+             for p in paths]
+    args = ["analyze", *paths, *extra, "--format", "json", "--tz", "UTC"]
+    if (folder / "checkpoints").is_dir() and not logs_only:
         args += ["--checkpoint-dir", str(folder / "checkpoints")]
     assert main(args) == 0
     return json.loads(capsys.readouterr().out)
@@ -41,6 +47,8 @@ def test_report_names_the_truth(name, capsys):
     assert ff is not None
     if exp.get("rank") is not None:
         assert ff["rank"] == exp["rank"]
+    if exp.get("node"):
+        assert ff["node"] == exp["node"] and rep["ranks"][str(exp["rank"])]["node"] == exp["node"]
     if exp.get("ranks_sharing"):
         assert ff["ranks_sharing"] == exp["ranks_sharing"]
     assert ff["category"] == exp["category"]
@@ -55,6 +63,16 @@ def test_report_names_the_truth(name, capsys):
     assert sorted(map(int, rep["ranks"])) == list(range(truth["world_size"]))
 
 
+@pytest.mark.parametrize("name", [n for n in SCENARIOS
+                                  if "logs_only" in json.loads((REAL / n / "scenario.json").read_text())["expected"]])
+def test_the_logs_alone_prove_what_they_can_of_the_checkpoint(name, capsys):
+    """No checkpoint folder given: the verdict and resume point the logs prove (scenario.json
+    expected.logs_only), never a resume point the disk would refute."""
+    want = json.loads((REAL / name / "scenario.json").read_text())["expected"]["logs_only"]
+    ck = analyze(REAL / name, capsys, logs_only=True)["checkpoint"]
+    assert (ck["verdict"], ck["resume_from"]) == (want["checkpoint_verdict"], want["checkpoint_resume_from"])
+
+
 def test_oom_kill_linked_by_pid_and_cascades_do_not_win(capsys):
     rep = analyze(REAL / "torchrun-oom-rank1-of-2", capsys)
     ff = rep["first_failure"]
@@ -64,12 +82,23 @@ def test_oom_kill_linked_by_pid_and_cascades_do_not_win(capsys):
     assert [d["signature"] for d in rep["distinct_failures"]] == ["kernel.memcg_oom_kill"]
 
 
-def test_without_kernel_log_a_sigkill_is_named_but_not_blamed_on_memory(capsys):
+def test_without_kernel_log_a_sigkill_is_likely_memory_at_low_confidence(capsys):
+    """The OOM run's logs without its kernel log: the SIGKILL is named, host memory is the
+    likely cause (the OOM killer is the usual sender), at low confidence, with how to confirm."""
     src = REAL / "torchrun-oom-rank1-of-2"
     rep = analyze(src / "logs", capsys, str(src / "launcher.log"))
     ff = rep["first_failure"]
     assert ff["rank"] == 1 and ff["signature"] == "torchelastic.worker_sigkill"
-    assert ff["category"] == "unknown" and "kernel" in ff["summary"]
+    assert ff["category"] == "host-memory" and ff["confidence"] == "low"
+    assert "dmesg -T" in ff["evidence"][0]["linked_by"] and "kernel" in ff["summary"]
+
+
+def test_a_sigkill_the_kernel_log_does_not_explain_stays_unknown(capsys):
+    """kill-in-save: the node's kernel log covers the kill and holds no OOM kill."""
+    rep = analyze(REAL / "torchrun-kill-in-save-rank1-of-2", capsys)
+    ff = rep["first_failure"]
+    assert ff["rank"] == 1 and ff["category"] == "unknown" and ff["confidence"] == "medium"
+    assert "holds no OOM kill" in ff["evidence"][0]["linked_by"]
 
 
 def test_hang_is_inferred_and_says_how(capsys):
@@ -102,3 +131,43 @@ def test_pasted_interleaved_log_on_stdin(monkeypatch, capsys):
     rep = json.loads(capsys.readouterr().out)
     assert rep["first_failure"]["rank"] == 2
     assert os.environ.get("NO_SUCH") is None
+
+
+def test_per_node_folders_give_every_rank_its_node(capsys):
+    """Two torchrun agents, each folder given as NODE=DIR: rank 2's first error is its error.json
+    (whole-second stamp, earlier than its log lines); its rank comes from its worker folder and
+    every rank's node from its folder, not from torchrun's "host : localhost"."""
+    rep = analyze(REAL / "torchrun-2node-exception-rank2-of-4", capsys)
+    assert {r: v["node"] for r, v in rep["ranks"].items()} == {"0": "node0", "1": "node0", "2": "node1", "3": "node1"}
+    ff = rep["first_failure"]
+    assert (ff["rank"], ff["node"]) == (2, "node1") and ff["evidence"][0]["origin"].endswith("error.json")
+
+
+def test_a_job_killed_from_outside_names_the_rank_whose_stack_was_elsewhere(capsys):
+    rep = analyze(REAL / "torchrun-sigterm-hang-rank1-of-3", capsys)
+    ff = rep["first_failure"]
+    assert ff["killed_from_outside"] and ff["inferred"] and ff["rank"] == 1 and ff["phase"] == "data"
+    assert ff["phase_from"] == "stack dump" and ff["confidence"] == "medium"
+    assert "in __next__" in ff["inferred_from"][0] and "0,2 waited" in ff["inferred_from"][0]
+    assert "stopped from outside" in ff["summary"]
+
+
+def test_an_abort_after_a_collective_timeout_is_a_cascade(capsys):
+    """Rank 0 timed out, printed the error and died of SIGABRT (-6): torchrun's Root Cause names it;
+    the abort is how a rank is taken down after a timeout, so the silent rank 1 is inferred."""
+    rep = analyze(REAL / "torchrun-abort-after-timeout-rank1-of-2", capsys)
+    ff = rep["first_failure"]
+    assert ff["inferred"] and ff["rank"] == 1 and rep["distinct_failures"] == []
+    assert rep["ranks"]["0"]["exit"]["signal"] == "SIGABRT" and rep["ranks"]["0"]["first_error"]["role"] == "cascade"
+
+
+def test_ranks_that_never_reach_the_collective_are_named(capsys):
+    rep = analyze(REAL / "torchrun-never-reach-rank3-of-4", capsys)
+    ff = rep["first_failure"]
+    assert ff["rank"] == 3 and ff["suspects"] == [3] and "0-2 timed out" in ff["inferred_from"][0]
+
+
+def test_a_clean_deepspeed_run_proves_its_last_save_from_the_launchers_exit_lines(capsys):
+    ck = analyze(REAL / "deepspeed-clean-2", capsys, logs_only=True)["checkpoint"]
+    assert (ck["verdict"], ck["resume_from"]) == ("safe", "global_step6")
+    assert ck["tags"][0]["evidence"] == "logs" and "all 2 ranks" in ck["reason"]

@@ -12,7 +12,7 @@ inside its step. The agent follows the job's ``--log-dir`` (ranklog), its proces
 ships the Flight Recorder dumps the ranks write (``TORCH_FR_BUFFER_SIZE``; train.py
 writes torch's dump when a collective raises or on SIGTERM, as NCCL's dump-on-timeout
 does). Ranks also dump their stacks with faulthandler on torchrun's SIGTERM
-(``--dump-on-sigterm``), which ranklog ships as rank.stacks too.
+(``--faulthandler``), which ranklog ships as rank.stacks too.
 
 The folder afterwards: ``job/`` (run.py's scenario folder), ``fr/`` (the dumps),
 ``agent.log``, ``collector.log``, ``firstfault.db``, ``report.json`` (``firstfault report
@@ -45,7 +45,7 @@ TIMEOUT_S = 15.0  # gloo timeout of the world group (train.py --timeout)
 
 def _hang(name, nproc, fail, rank, phase, truth):
     return run.Scenario(name, "torchrun", nproc, fail, rank, 3, steps=5, save=False, timeout_s=TIMEOUT_S,
-                        extra_args=("--dump-on-sigterm",),
+                        train_extra=("--faulthandler",),
                         expected=dict(rank=rank, phase=phase, inferred=True), truth=truth)
 
 

@@ -33,6 +33,7 @@ failing rank moves itself into it, and the runner removes it afterwards.
 
 import argparse
 import dataclasses
+import importlib.util
 import datetime
 import json
 import os
@@ -44,13 +45,11 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TRAIN = HERE / "train.py"
 DEFAULT_EXTENSIONS_DIR = "/var/cache/firstfault/torch_extensions"
-CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
 SCHEMA = "firstfault.realjob/1"
 
 
@@ -75,11 +74,25 @@ class Scenario:
     memory_breakdown: bool = False  # DeepSpeed's "memory_breakdown": see_memory_usage around each step's parts
     expected: dict = dataclasses.field(default_factory=dict)
     truth: str = ""
-    extra_args: tuple = ()  # more train.py arguments
+    train_extra: tuple = ()  # more train.py options (--faulthandler, --abort-on-collective-error, ...)
+    sigterm_after: str | None = None  # once launcher.log holds this text, SIGTERM the launcher...
+    sigterm_delay_s: float = 3.0  # ...this long after (a job killed from outside: scancel, a time limit)
+    nodes: int = 1  # torchrun agents (static rendezvous on this host), each with its own folder node<i>/
+    kernel: bool = False  # capture the kernel's messages of the job's window (needs root)
 
     @property
     def needs_root(self):
-        return self.fail == "oom"
+        return self.fail == "oom" or self.kernel
+
+    @property
+    def analyze_paths(self):
+        """What to give `firstfault analyze` for this folder: NODE=DIR for per-node folders."""
+        return [f"node{i}=node{i}" for i in range(self.nodes)] if self.nodes > 1 else ["."]
+
+
+def _logs_only(verdict, resume_from):
+    """What the logs alone (no checkpoint folder) prove of the checkpoint."""
+    return dict(checkpoint_verdict=verdict, checkpoint_resume_from=resume_from)
 
 
 def _expect(rank, category, phase, blame, verdict, resume_from, **more):
@@ -92,11 +105,15 @@ SCENARIOS = {
     for s in [
         Scenario(
             "torchrun-clean-2", "torchrun", 2,
-            expected=dict(failed=False, checkpoint_verdict="safe", checkpoint_resume_from="global_step6"),
+            # torchrun logs nothing of a clean exit (at its default log level): the logs alone show
+            # global_step4 finished (both ranks logged step 5), not whether rank 1 finished global_step6.
+            expected=dict(failed=False, checkpoint_verdict="safe", checkpoint_resume_from="global_step6",
+                          logs_only=_logs_only("unknown", "global_step4")),
             truth="No failure: 6 steps, checkpoints at steps 2, 4, 6, every rank exits 0."),
         Scenario(
             "torchrun-exception-rank1-of-2", "torchrun", 2, "exception", 1, 5,
-            expected=_expect(1, "user-code", "forward", "code", "safe", "global_step4"),
+            expected=_expect(1, "user-code", "forward", "code", "safe", "global_step4",
+                             logs_only=_logs_only("safe", "global_step4")),
             truth="Rank 1 raises ValueError in the model's forward (check_features) at step 5; "
             "rank 0 waits in the loss all_reduce and fails with a gloo peer error."),
         Scenario(
@@ -107,40 +124,85 @@ SCENARIOS = {
             "raises ValueError in forward at step 3; no checkpoints were configured."),
         Scenario(
             "deepspeed-exception-rank2-of-4", "deepspeed", 4, "exception", 2, 5,
-            expected=_expect(2, "user-code", "forward", "code", "safe", "global_step4"),
+            expected=_expect(2, "user-code", "forward", "code", "safe", "global_step4",
+                             logs_only=_logs_only("safe", "global_step4")),
             truth="Rank 2 of 4 raises ValueError in forward at step 5 under the deepspeed launcher."),
         Scenario(
             "torchrun-oom-rank1-of-2", "torchrun", 2, "oom", 1, 5,
             expected=_expect(1, "host-memory", "optimizer-step", "resources", "safe", "global_step4",
-                             signal="SIGKILL", phase_witness="survivor-stacks"),
+                             signal="SIGKILL", phase_witness="survivor-stacks",
+                             logs_only=_logs_only("safe", "global_step4")),
             truth="Rank 1 allocates host memory in its optimizer step at step 5 inside a 1 GiB "
             "memory cgroup; the kernel's memcg OOM killer SIGKILLs it (no traceback)."),
         Scenario(
             "deepspeed-oom-rank1-of-2", "deepspeed", 2, "oom", 1, 5,
             expected=_expect(1, "host-memory", "optimizer-step", "resources", "safe", "global_step4",
-                             signal="SIGKILL", phase_witness="survivor-stacks"),
+                             signal="SIGKILL", phase_witness="survivor-stacks",
+                             logs_only=_logs_only("safe", "global_step4")),
             truth="As torchrun-oom-rank1-of-2, under the deepspeed launcher."),
         Scenario(
             "torchrun-oom-memory-rank1-of-2", "torchrun", 2, "oom", 1, 5, memory_breakdown=True,
             expected=_expect(1, "host-memory", "optimizer-step", "resources", "safe", "global_step4",
-                             signal="SIGKILL", phase_witness="survivor-stacks"),
+                             signal="SIGKILL", phase_witness="survivor-stacks",
+                             logs_only=_logs_only("safe", "global_step4")),
             truth="As torchrun-oom-rank1-of-2 with DeepSpeed's memory_breakdown on: rank 0 prints "
             "see_memory_usage (MA/Max_MA/CA/Max_CA, CPU virtual memory) before and after each "
             "forward, backward and step (memory by phase)."),
         Scenario(
-            "torchrun-kill-in-save-rank1-of-2", "torchrun", 2, "kill-in-save", 1, 4,
-            # A SIGKILL with no kernel OOM record: nothing says who sent it.
+            "torchrun-kill-in-save-rank1-of-2", "torchrun", 2, "kill-in-save", 1, 4, kernel=True,
+            # A SIGKILL, and the node's kernel log of the job's window shows no OOM kill: not memory,
+            # and nothing says who sent it.
             expected=_expect(1, "unknown", "checkpoint-save", "unknown", "unsafe", "global_step2",
-                             signal="SIGKILL", incomplete_tag="global_step4"),
+                             signal="SIGKILL", incomplete_tag="global_step4",
+                             logs_only=_logs_only("unsafe", "global_step2")),
             truth="Rank 1 writes half of its ZeRO optimizer shard of global_step4 and SIGKILLs itself; "
-            "rank 0 has written its shards and `latest` (= global_step4) and fails in the closing barrier."),
+            "rank 0 has written its shards and `latest` (= global_step4) and fails in the closing barrier. "
+            "The kernel log of the job's window (bracketed by the runner's own kmsg lines) holds no OOM kill."),
         Scenario(
             "torchrun-hang-rank1-of-2", "torchrun", 2, "hang", 1, 3,
             # Only cascades exist; the analysis must infer rank 1 from its missing progress.
             # Where it hangs (its data loader) is not in any log: phase is not asserted.
-            expected=_expect(1, "unknown", None, "unknown", "safe", "global_step2"),
+            expected=_expect(1, "unknown", None, "unknown", "safe", "global_step2",
+                             logs_only=_logs_only("safe", "global_step2")),
             truth="Rank 1's data loader blocks forever at step 3; rank 0 times out in the world-group "
             "loss all_reduce after 20 s (gloo), exits 1, and torchrun SIGTERMs rank 1."),
+        Scenario(
+            "torchrun-sigterm-hang-rank1-of-3", "torchrun", 3, "hang", 1, 3, timeout_s=300.0,
+            train_extra=("--faulthandler",), sigterm_after="[default0]:rank 0 step 2 ",
+            # Killed from outside while rank 1 sat in its data loader and ranks 0, 2 waited in the
+            # loss all_reduce: no rank raised; the faulthandler dumps show who was elsewhere.
+            expected=_expect(1, "unknown", "data", "unknown", "safe", "global_step2",
+                             logs_only=_logs_only("safe", "global_step2")),
+            truth="Rank 1's data loader blocks at step 3 while ranks 0 and 2 wait in the loss all_reduce "
+            "(300 s timeout); the runner SIGTERMs torchrun (as scancel or a time limit does), torchrun "
+            "SIGTERMs the workers, and each dumps its stacks (faulthandler) before it dies."),
+        Scenario(
+            "torchrun-never-reach-rank3-of-4", "torchrun", 4, "hang", 3, 3, timeout_s=15.0,
+            expected=_expect(3, "unknown", None, "unknown", "safe", "global_step2",
+                             logs_only=_logs_only("safe", "global_step2")),
+            truth="Rank 3 never reaches the step-3 loss all_reduce (its data loader blocks); ranks 0-2 "
+            "time out in it (gloo, 15 s) and torchrun SIGTERMs rank 3."),
+        Scenario(
+            "torchrun-abort-after-timeout-rank1-of-2", "torchrun", 2, "hang", 1, 3, timeout_s=15.0,
+            train_extra=("--abort-on-collective-error",),
+            # Rank 0 dies of SIGABRT (-6) after its timeout, as an NCCL watchdog abort does: a cascade.
+            expected=_expect(1, "unknown", None, "unknown", "safe", "global_step2",
+                             logs_only=_logs_only("safe", "global_step2")),
+            truth="Rank 1's data loader blocks at step 3; rank 0 times out in the loss all_reduce (gloo, "
+            "15 s), prints the error and aborts (SIGABRT, exit -6), as ranks do whose NCCL watchdog "
+            "takes the process down after a collective timeout; torchrun SIGTERMs rank 1."),
+        Scenario(
+            "torchrun-2node-exception-rank2-of-4", "torchrun", 2, "exception", 2, 5, nodes=2,
+            expected=_expect(2, "user-code", "forward", "code", "safe", "global_step4", node="node1",
+                             logs_only=_logs_only("safe", "global_step4")),
+            truth="Two torchrun agents (static rendezvous on this host, 2 ranks each) log into their own "
+            "folders node0/ and node1/; rank 2 (node1, local rank 0) raises ValueError in forward at step 5."),
+        Scenario(
+            "deepspeed-clean-2", "deepspeed", 2,
+            expected=dict(failed=False, checkpoint_verdict="safe", checkpoint_resume_from="global_step6",
+                          logs_only=_logs_only("safe", "global_step6")),
+            truth="No failure under the deepspeed launcher: 6 steps, checkpoints at 2, 4, 6; the launcher "
+            "logs `Process <pid> exits successfully.` for each rank."),
         Scenario(
             "deepspeed-bad-config-2", "deepspeed", 2, "bad-config",
             # Every rank fails the same way; which one comes first is a race.
@@ -151,7 +213,8 @@ SCENARIOS = {
             "torchrun-nan-rank1-of-2", "torchrun", 2, "nan", 1, 3,
             # The inf enters on rank 1, but every rank sees the averaged NaN and stops the same way.
             expected=_expect(None, "numerics", "forward", "numerics", "safe", "global_step2",
-                             ranks_sharing=[0, 1]),
+                             ranks_sharing=[0, 1],
+                             logs_only=_logs_only("safe", "global_step2")),
             truth="Rank 1's batch carries an inf at step 3; the all-reduced loss is NaN on every rank and "
             "each raises FloatingPointError from the script's own check."),
     ]
@@ -270,12 +333,17 @@ def train_args(sc, cgroup=None):
         args += ["--ds-config", "ds_config.json"]
     if sc.memory_breakdown:
         args += ["--memory-breakdown"]
-    return args + list(sc.extra_args)
+    return args + list(sc.train_extra)
 
 
-def command(sc, cgroup=None):
-    """The launcher command line, to run in the scenario's folder."""
-    if sc.launcher == "torchrun":
+def command(sc, cgroup=None, node=0, port=None):
+    """The launcher command line (of agent ``node`` for a multi-node run), to run in the scenario's folder."""
+    if sc.launcher == "torchrun" and sc.nodes > 1:
+        # Static rendezvous: node i holds global ranks i*nproc ... (i+1)*nproc-1.
+        cmd = [_bin("torchrun"), "--nnodes", str(sc.nodes), "--node_rank", str(node), "--master_addr",
+               "127.0.0.1", "--master_port", str(port), "--nproc_per_node", str(sc.nproc),
+               "--log-dir", f"node{node}/logs", "--redirects", "3", "--tee", "3"]
+    elif sc.launcher == "torchrun":
         # Always --log-dir: without it torchrun leaves a torchelastic_* folder in /tmp.
         cmd = [_bin("torchrun"), "--standalone", "--nproc_per_node", str(sc.nproc), "--log-dir", "logs",
                "--redirects", "3", "--tee", "3"]
@@ -287,139 +355,61 @@ def command(sc, cgroup=None):
     return cmd + [str(TRAIN)] + train_args(sc, cgroup)
 
 
-# --- kernel messages --------------------------------------------------------------
+def _sibling(name):
+    """A module next to this file, loaded by path (this file runs as a script and is loaded by path)."""
+    spec = importlib.util.spec_from_file_location(f"firstfault_realjobs_{name}", HERE / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-class KmsgWindow:
-    """Reads /dev/kmsg records written after open() — the job's window — non-blocking."""
+capture = _sibling("capture")
+CGROUP_V1_MEMORY = capture.CGROUP_V1_MEMORY
 
-    def __init__(self, path="/dev/kmsg"):
-        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        self.seq_before = None
-        for rec in self._drain():  # skip what was there before the job
-            self.seq_before = _kmsg_seq(rec)
-        self.lost = 0
 
-    def _drain(self):
-        while True:
+def _launch(sc, cmds, out, env, timeout_s, result):
+    """Start the launcher(s) (each its own launcher.log), SIGTERM them when the scenario says,
+    and return the exit code (of node 0's launcher, the others in result["launcher_exit_codes"])."""
+    logs, procs = [], []
+    try:
+        for node, cmd in enumerate(cmds):
+            where = out / f"node{node}" if sc.nodes > 1 else out
+            where.mkdir(exist_ok=True)
+            logs.append(open(where / "launcher.log", "wb"))
+            procs.append(subprocess.Popen(cmd, cwd=out, env=env, stdout=logs[-1], stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
+        deadline = time.monotonic() + timeout_s
+        if sc.cancel_after_step is not None:
+            result["cancelled"] = cancel_at_step(procs[0], out, sc, deadline)
+        if sc.sigterm_after:
+            seen = _wait_for_text(out / "launcher.log", sc.sigterm_after, procs[0], deadline)
+            if seen:
+                time.sleep(sc.sigterm_delay_s)
+                result["sigterm_sent_at"] = _now()
+                procs[0].send_signal(signal.SIGTERM)  # the launcher only: it stops its workers itself
+        codes = []
+        for p in procs:
             try:
-                rec = os.read(self.fd, 16384)
-            except BlockingIOError:
-                return
-            except BrokenPipeError:  # records overwritten before we read them
-                self.lost += 1
-                continue
-            if not rec:
-                return
-            yield rec
-
-    def read(self):
-        self.lost = 0
-        records = list(self._drain())
-        os.close(self.fd)
-        return records
+                codes.append(p.wait(timeout=max(1.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, 9)
+                codes.append(p.wait())
+                result["timed_out"] = True
+    finally:
+        for f in logs:
+            f.close()
+    if len(codes) > 1:
+        result["launcher_exit_codes"] = codes
+    return codes[0]
 
 
-def _kmsg_seq(rec):
-    return int(rec.split(b";", 1)[0].split(b",")[1])
-
-
-def _kmsg_usec(rec):
-    return int(rec.split(b";", 1)[0].split(b",")[2])
-
-
-def _dmesg_records(text):
-    """Group dmesg output lines into records: a record starts with '['."""
-    records = []
-    for line in text.splitlines(keepends=True):
-        if line.startswith("[") or not records:
-            records.append(line)
-        else:
-            records[-1] += line
-    return records
-
-
-def dmesg_window(first_usec, last_usec):
-    """`dmesg` and `dmesg -T` records whose timestamps lie in [first_usec, last_usec].
-
-    Both outputs are read back to back and aligned record by record; the window is
-    chosen on the plain output, whose timestamps are the kmsg microseconds.
-    """
-    for _ in range(5):
-        plain = _dmesg_records(subprocess.run(["dmesg"], capture_output=True, text=True, errors="replace",
-                                              check=True).stdout)
-        human = _dmesg_records(subprocess.run(["dmesg", "-T"], capture_output=True, text=True, errors="replace",
-                                              check=True).stdout)
-        if len(plain) == len(human):
-            break
-    else:
-        raise RuntimeError("dmesg and dmesg -T kept returning different record counts")
-    keep = []
-    for i, rec in enumerate(plain):
-        stamp = rec[1:rec.index("]")].strip()
-        secs, _, frac = stamp.partition(".")
-        usec = int(secs) * 1_000_000 + int(frac.ljust(6, "0"))
-        if first_usec <= usec <= last_usec:
-            keep.append(i)
-    return "".join(plain[i] for i in keep), "".join(human[i] for i in keep)
-
-
-def clock_sample():
-    """The clocks at one instant: kmsg ``usec`` → wall time is ``wall_s - boottime_s + usec/1e6``.
-
-    ``btime`` (/proc/stat, whole seconds) is what ``dmesg -T`` adds to the record time here,
-    so its lines can read up to a second early, then are cut to whole seconds.
-    """
-    with open("/proc/stat") as f:
-        btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-    return {"wall_s": time.time(), "boottime_s": time.clock_gettime(time.CLOCK_BOOTTIME),
-            "monotonic_s": time.clock_gettime(time.CLOCK_MONOTONIC), "proc_stat_btime_s": btime}
-
-
-def capture_kernel(window, out):
-    records = window.read()
-    (out / "kmsg.txt").write_bytes(b"".join(records))
-    info = {"seq_before": window.seq_before, "records": len(records), "lost_reads": window.lost,
-            "clock": clock_sample()}
-    if records:
-        info["first_seq"], info["last_seq"] = _kmsg_seq(records[0]), _kmsg_seq(records[-1])
-        plain, human = dmesg_window(_kmsg_usec(records[0]), _kmsg_usec(records[-1]))
-    else:
-        plain = human = ""
-    (out / "dmesg.txt").write_text(plain)
-    (out / "dmesg-T.txt").write_text(human)
-    return info
-
-
-# --- memory cgroup ------------------------------------------------------------------
-
-
-def make_cgroup(limit_bytes):
-    path = CGROUP_V1_MEMORY / f"firstfault-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    path.mkdir()
-    (path / "memory.limit_in_bytes").write_text(str(limit_bytes))
-    return path
-
-
-def close_cgroup(path):
-    """Read the cgroup's OOM counters, then remove it (moving stragglers out first)."""
-    info = {"path": str(path), "limit_in_bytes": int((path / "memory.limit_in_bytes").read_text())}
-    for name in ("memory.oom_control", "memory.max_usage_in_bytes", "memory.failcnt"):
-        info[name] = (path / name).read_text().strip()
-    for _ in range(50):
-        pids = (path / "cgroup.procs").read_text().split()
-        for pid in pids:
-            try:
-                (CGROUP_V1_MEMORY / "cgroup.procs").write_text(pid)
-            except OSError:
-                pass  # it exited meanwhile
-        try:
-            path.rmdir()
-            return info
-        except OSError:
-            time.sleep(0.1)
-    info["not_removed"] = True
-    return info
+def _wait_for_text(path, text, proc, deadline):
+    needle = text.encode()
+    while time.monotonic() < deadline and proc.poll() is None:
+        if path.exists() and needle in path.read_bytes():
+            return True
+        time.sleep(0.2)
+    return False
 
 
 # --- the run ------------------------------------------------------------------------
@@ -476,34 +466,28 @@ def run_scenario(name, out_dir, *, timeout_s=600, env=None):
     ensure_comm_op(env)
     if sc.ds_config is not None:
         (out / "ds_config.json").write_text(json.dumps(sc.ds_config, indent=2) + "\n")
-    cgroup = make_cgroup(sc.oom_limit_bytes) if sc.fail == "oom" else None
-    window = KmsgWindow() if sc.fail == "oom" else None
-    cmd = command(sc, cgroup)
+    cgroup = capture.make_cgroup(sc.oom_limit_bytes) if sc.fail == "oom" else None
+    window = capture.KmsgWindow() if sc.needs_root else None
+    port = _free_port()
+    cmds = [command(sc, cgroup, node, port) for node in range(sc.nodes)]
     result = {"started_at": _now()}
     t0 = time.monotonic()
     try:
-        with open(out / "launcher.log", "wb") as log:
-            proc = subprocess.Popen(cmd, cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-            try:
-                if sc.cancel_after_step is not None:
-                    result["cancelled"] = cancel_at_step(proc, out, sc, time.monotonic() + timeout_s)
-                result["launcher_exit_code"] = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                result["launcher_exit_code"] = proc.wait()
-                result["timed_out"] = True
+        if window is not None:
+            capture.kmsg_mark(f"firstfault-realjob: {sc.name} starts")
+        result["launcher_exit_code"] = _launch(sc, cmds, out, env, timeout_s, result)
         result["ended_at"] = _now()
         result["duration_s"] = round(time.monotonic() - t0, 2)
         time.sleep(0.5)  # let the kernel's last records land
         if window is not None:
-            result["kmsg"] = capture_kernel(window, out)
+            capture.kmsg_mark(f"firstfault-realjob: {sc.name} ended")
+            result["kmsg"] = capture.capture_kernel(window, out)
             window = None
     finally:
         if window is not None:
             os.close(window.fd)
         if cgroup is not None:
-            result["cgroup"] = close_cgroup(cgroup)
+            result["cgroup"] = capture.close_cgroup(cgroup)
     if not sc.keep_rank_logs:
         shutil.rmtree(out / "logs", ignore_errors=True)
     # DeepSpeed copies its own recovery scripts into the checkpoint folder: third-party
@@ -514,7 +498,9 @@ def run_scenario(name, out_dir, *, timeout_s=600, env=None):
         "schema": SCHEMA,
         "name": sc.name,
         "launcher": sc.launcher,
-        "world_size": sc.nproc,
+        "world_size": sc.nproc * sc.nodes,
+        "nodes": sc.nodes,
+        "analyze_paths": sc.analyze_paths,
         "node": socket.gethostname(),
         "fail": {"mode": sc.fail, "rank": sc.fail_rank, "step": sc.fail_step},
         "steps": sc.steps,
@@ -526,8 +512,10 @@ def run_scenario(name, out_dir, *, timeout_s=600, env=None):
         "pasted": not sc.keep_rank_logs,
         "truth": sc.truth,
         "expected": sc.expected,
-        "command": cmd,
-        "command_line": shlex.join(cmd),
+        "command": cmds[0] if len(cmds) == 1 else cmds,
+        "command_line": " & ".join(shlex.join(c) for c in cmds),
+        "train_options": list(sc.train_extra),
+        "sigterm_after": sc.sigterm_after,
         "cwd": "the scenario folder",
         "env": {k: env[k] for k in ("DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")},
         "versions": versions(),

@@ -43,6 +43,15 @@ Failure modes (``--fail``), on rank ``--fail-rank`` at step ``--fail-step``:
 
 ``--ds-config FILE`` replaces the built-in DeepSpeed config with a JSON file, as jobs pass
 theirs; retries that change a setting change only that file.
+
+Options that change how the ranks die, not what fails:
+
+- ``--faulthandler``: ``faulthandler.register(SIGTERM, all_threads=True, chain=True)``, so a
+  rank that the launcher terminates first dumps the Python stack of every thread (what
+  jobs do to see where a killed job was), then dies of the SIGTERM.
+- ``--abort-on-collective-error``: a rank whose loss ``all_reduce`` raises (a timeout, a lost
+  peer) prints the traceback and calls ``os.abort()``: it dies of SIGABRT (exit -6), as a
+  rank does whose NCCL watchdog tears the process down after a collective timeout.
 """
 
 import argparse
@@ -51,6 +60,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 
 
 def join_oom_cgroup(argv):
@@ -99,9 +109,11 @@ def parse_args(argv=None):
     p.add_argument("--oom-cgroup", default=None, help="cgroup v1 memory cgroup the failing rank joins (at import)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--ds-config", default=None, help="DeepSpeed config JSON file (default: the built-in one)")
-    p.add_argument("--dump-on-sigterm", action="store_true",
-                   help="faulthandler dumps every thread's stack to stderr on SIGTERM (then the rank dies)")
     p.add_argument("--memory-breakdown", action="store_true", help='DeepSpeed "memory_breakdown": true')
+    p.add_argument("--faulthandler", action="store_true",
+                   help="faulthandler dumps every thread's stack to stderr on SIGTERM (then the rank dies)")
+    p.add_argument("--abort-on-collective-error", action="store_true",
+                   help="os.abort() when the loss all_reduce raises (exit -6, as an NCCL watchdog abort)")
     return p.parse_args(argv)
 
 
@@ -223,12 +235,19 @@ def install_kill_in_save(injector):
     torch.save = save
 
 
-def train_step(engine, batch, injector):
+def train_step(engine, batch, injector, abort_on_error=False):
     x, y = batch
     out = engine(x)
     loss = torch.nn.functional.cross_entropy(out, y)
     avg = loss.detach().clone()
-    dist.all_reduce(avg)  # world group: honours init_distributed's timeout
+    try:
+        dist.all_reduce(avg)  # world group: honours init_distributed's timeout
+    except RuntimeError:
+        if not abort_on_error:
+            raise
+        traceback.print_exc()
+        sys.stderr.flush()
+        os.abort()
     avg /= dist.get_world_size()
     if not torch.isfinite(avg):
         raise FloatingPointError(f"loss is {avg.item()} at step {injector.step}")
@@ -265,7 +284,7 @@ def main(argv=None):
     deepspeed.init_distributed(dist_backend="gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank = dist.get_rank()
     dump_fr = install_fr_dump(rank)
-    if args.dump_on_sigterm:  # chained: the Python handler above (if any) runs after the dump
+    if args.faulthandler:  # after a Python SIGTERM handler (the Flight Recorder's): chained, it runs after the dump
         faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     injector = Injector(args, rank)
     torch.manual_seed(args.seed)
@@ -278,7 +297,7 @@ def main(argv=None):
     try:
         for step in range(1, args.steps + 1):
             injector.step = step
-            loss = train_step(engine, next(batches), injector)
+            loss = train_step(engine, next(batches), injector, args.abort_on_collective_error)
             print(f"rank {rank} step {step} loss {loss:.6f}", flush=True)
             if args.save_dir and step % args.save_every == 0:
                 engine.save_checkpoint(args.save_dir, tag=f"global_step{step}")

@@ -17,7 +17,8 @@ stamp, firstfault/analysis/records.py; ``observed_ns`` when the chunk was read):
   thread blocks as one record, grouped and flushed like a traceback (torchelastic's
   ``@record`` enables faulthandler: a rank that dies of SIGABRT or SIGSEGV prints one).
 - ``rank.traceback`` (severity 3): the lines of one Python traceback joined by
-  ``\\n`` (firstfault/agent/tracebacks.py says which), prefixes kept, cut to
+  ``\\n`` (firstfault/analysis/traceback.py's grammar says which: the analysis reads
+  tracebacks by the same rules), prefixes kept, cut to
   MAX_MESSAGE_BYTES with the same marker; observed_ns of its first line. A
   traceback still open (no line has ended it yet) is shipped ``traceback_flush_s``
   after its last line, so a rank's dying words never wait for more.
@@ -68,8 +69,8 @@ identity, lines and read time, in this thread, before they are emitted.
 
 Cost: the hot path builds no object per line: a chunk is decoded at once and
 its rows zipped from columns (bench/ranklog.py, bench/RESULTS.md); only chunks
-holding "Traceback (most recent call last)", and a path's lines while one of its
-tracebacks is open, go line by line.
+where a traceback may open (a header, a frame line: ``traceback.may_open``), and a
+path's lines while one of its tracebacks is open, go line by line.
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ from firstfault.agent.follow import FollowLoop, compile_glob
 from firstfault.common.layouts import TORCHRUN, layout_globs, parse_log_path
 from firstfault.agent.tail import (ERROR, LOST, MIN_LINE_BYTES, STATE_RESET, TRUNCATED, Event, LineBatch,
                         Position, Tailer, committed_at_ns, cut_line)
-from firstfault.agent.tracebacks import (DUMP_MARK, END, HELD, START_MARK, DumpGrouping, Grouping, prefix_of,
-                                         starts, starts_dump)
+from firstfault.analysis.stacks import DUMP_MARK, DumpGrouping, starts_dump
+from firstfault.analysis.traceback import END, HELD, Grammar, may_open, opening, split_prefix, visible
 from firstfault.wire import (COLUMNS, KIND_RANK_LINE, KIND_RANK_STACKS, KIND_RANK_TRACEBACK, MAX_MESSAGE_BYTES,
                         MAX_NAME_BYTES, SOURCE_RANKLOG)
 
@@ -101,7 +102,7 @@ COMMIT_S = 0.25  # positions are committed at most this often while lines flow..
 COMMIT_BYTES = 1 << 20  # ...or once this many bytes of lines were read since the last
 MAX_PATHS_KNOWN = 4096  # identities cached; the cache starts over beyond (paths come and go)
 _GLOB_CHARS = set("*?[]{}")
-_START_MARK, _DUMP_MARK = START_MARK.encode(), DUMP_MARK.encode()
+_DUMP_MARK = DUMP_MARK.encode()
 _LINE_KINDS = (KIND_RANK_LINE, KIND_RANK_TRACEBACK, KIND_RANK_STACKS)
 # ``watch(identity, lines, observed_ns)``: told of every chunk of lines, in the ranklog
 # thread (the stacks source's trigger: it must return at once)
@@ -125,7 +126,7 @@ def decode_lines(data: list[bytes]) -> tuple[list[str], bool]:
     byte as ``\\xNN`` (tail.to_text), fit to the wire's message limit. A valid chunk is
     decoded in one call (its lines are at most max_line_bytes <= MAX_MESSAGE_BYTES)."""
     raw = b"\n".join(data)
-    marked = _START_MARK in raw or _DUMP_MARK in raw
+    marked = may_open(raw) or _DUMP_MARK in raw
     try:
         return raw.decode().split("\n"), marked
     except UnicodeDecodeError:
@@ -153,7 +154,7 @@ class _Traceback:
 
     def __init__(self, prefix: str, text: str, index: int, now: float) -> None:
         dump = starts_dump(text)
-        self.grouping, self.prefix = DumpGrouping(text) if dump else Grouping(text), prefix
+        self.grouping, self.prefix = DumpGrouping(text) if dump else Grammar(text), prefix
         self.kind = KIND_RANK_STACKS if dump else KIND_RANK_TRACEBACK
         self.first = self.last = index  # line indexes in _Pending.lines
         self.held: list[int] = []  # blank lines after the exception line
@@ -304,8 +305,8 @@ class RankLines:
         for start, end, text in zip(b.offsets, b.ends, texts):
             i = len(lines)
             lines.append([start, end, text, b.observed_ns, None])
-            prefix = prefix_of(text)
-            body = text[len(prefix):]
+            prefix, body = split_prefix(text)
+            body = visible(body)
             t = p.open.get(prefix)
             if t is not None:
                 verdict = t.grouping.feed(body)
@@ -323,8 +324,9 @@ class RankLines:
                     if t.nbytes > MAX_TRACEBACK_BYTES:
                         self._close(p, t)
                     continue
-            if starts(body) or starts_dump(body):
-                t = p.open[prefix] = _Traceback(prefix, body, i, now)
+            at = 0 if starts_dump(body) else opening(body)
+            if at is not None:
+                t = p.open[prefix] = _Traceback(prefix, body[at:], i, now)
                 t.nbytes = len(text) + 1
                 lines[i][4] = t
 

@@ -214,7 +214,9 @@ def test_a_torchrun_rank_traceback_is_one_record(tmp_path):
 
 
 def test_interleaved_ranks_each_get_their_traceback():
-    """torchrun's --tee console: four tracebacks whose lines interleave, one per prefix."""
+    """torchrun's --tee console: four tracebacks whose lines interleave, one per prefix; then the
+    launcher's ChildFailedError, whose message (the failure table) holds each failed worker's
+    callstack glued after ``  traceback : ``: each of those is a traceback of its own."""
     path = REAL / "torchrun-pasted-exception-rank2-of-4" / "launcher.log"
     rows = ship_files([path])
     assert Counter(lines_of(rows.records)) == Counter(file_lines(path))
@@ -223,13 +225,18 @@ def test_interleaved_ranks_each_get_their_traceback():
     assert heads == ["[default2]:[rank2]: Traceback (most recent call last):",
                      "[default3]:[rank3]: Traceback (most recent call last):",
                      "[default1]:[rank1]: Traceback (most recent call last):",
-                     "Traceback (most recent call last):"]
+                     "Traceback (most recent call last):"] + ["  traceback : Traceback (most recent call last):"] * 3
     for tb, head in zip(tbs[:3], heads):
         prefix = head[:head.index("Traceback")]
         assert all(ln.startswith(prefix) for ln in tb.message.split("\n"))
     assert tbs[0].message.split("\n")[-1].startswith("[default2]:[rank2]: ValueError: feature vector")
-    assert tbs[3].message.split("\n")[-1].startswith(
-        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:")
+    child = tbs[3].message.split("\n")
+    first = next(i for i, ln in enumerate(child) if ln.startswith("torch.distributed.elastic.multiprocessing"
+                                                                  ".errors.ChildFailedError:"))
+    assert "Root Cause (first observed failure):" not in child and child[first + 1].startswith("=====")
+    assert child[-1].startswith("  error_file: ")  # the table goes on after the first callstack
+    assert [tb.message.split("\n")[-2].strip().split(":")[0] for tb in tbs[4:]] == [
+        "RuntimeError", "RuntimeError", "ValueError"]
 
 
 @pytest.mark.parametrize("name", ["py311-chained-during-handling", "py311-chained-direct-cause",
@@ -255,12 +262,15 @@ def test_a_huge_traceback_is_cut_to_the_wire_limit(tmp_path):
     log = tmp_path / "rank0.log"
     frames = b"".join(b'  File "/x/model.py", line %d, in forward\n    return self.f(x)  # \xff\n' % i
                       for i in range(5000))
-    write(log, b"Traceback (most recent call last):\n" + frames + b"RecursionError: maximum\nafter\n")
+    after = b"[2026-12-02 10:00:00,000] [INFO] [x.py:1:f] after"
+    write(log, b"Traceback (most recent call last):\n" + frames + b"RecursionError: maximum\n" + after + b"\n")
     rows = ship_files([log])
     tbs = rows.of(KIND_RANK_TRACEBACK)
     assert all(len(tb.message.encode()) <= 65536 for tb in tbs)
     assert tbs[0].message.endswith("bytes dropped]") and "\\xff" in tbs[0].message
-    assert rows.records[-1].message == "after" and len(lines_of(rows.records)) >= 3
+    # the frames after a cut are a fragment of their own, the logger line that follows is a line
+    assert len(tbs) >= 2 and tbs[1].message.startswith('  File "/x/model.py", line ')
+    assert rows.records[-1].message == after.decode() and len(lines_of(rows.records)) >= 3
 
 
 # -- held tracebacks: quiet flush, commits, restarts -----------------------------------------
@@ -329,7 +339,8 @@ def test_lines_after_an_open_traceback_wait_for_it_and_a_restart_repeats_none(tm
         engine.batches(t.poll_batches(str(log)))
         engine.tick()
     assert rows.records == [] and committed(state, log) == 0  # nothing emitted, nothing committed
-    write(log, b"\n".join([TB[2], b"[rank1]: ValueError: boom", b"[rank0]: step 6", b"[rank1]: x"]) + b"\n")
+    x = b"[rank1]: [2026-12-02 10:00:01,000] [INFO] [x.py:1:f] x"  # a record: it ends the message
+    write(log, b"\n".join([TB[2], b"[rank1]: ValueError: boom", b"[rank0]: step 6", x]) + b"\n")
     clock = Clock()
     with Tailer(state, clock=clock) as t:  # the restarted agent
         engine = RankLines(t, rows, commit_s=0)
@@ -339,7 +350,7 @@ def test_lines_after_an_open_traceback_wait_for_it_and_a_restart_repeats_none(tm
     assert [r.kind for r in rows.records] == [KIND_RANK_TRACEBACK, KIND_RANK_LINE, KIND_RANK_LINE,
                                               KIND_RANK_LINE]
     assert rows.records[0].message.split("\n") == [to_text(x) for x in TB] + ["[rank1]: ValueError: boom"]
-    assert [r.message for r in rows.records[1:]] == ["[rank0]: step 5", "[rank0]: step 6", "[rank1]: x"]
+    assert [r.message for r in rows.records[1:]] == ["[rank0]: step 5", "[rank0]: step 6", x.decode()]
     assert committed(state, log) == log.stat().st_size
 
 

@@ -1,0 +1,244 @@
+"""Per-rank facts the verdict and the checkpoint rules read: identity, progress, exits, saves. Pure.
+
+Identity (``identify``), in place on the Findings: launcher lines, NCCL lines and
+error.json teach ranks, pids and local ranks (verdict.link_identity); torchrun's
+failure summary names the rank of the exit below it and, where no folder said, its
+host; on one node a local rank (``[default1]:``, a torchrun worker folder) is the
+global rank; in a torchrun worker folder (``attempt_<k>/<local rank>/``) the rank that
+the worker's own lines carry (``[rank2]:``) is the rank of the folder's other files
+(its error.json); a node given for a folder (``NODE=PATH``) is the node of every rank
+whose lines it holds, whichever file its first error came from.
+
+Facts (``collect``): each rank's latest progress and step, its exit, the checkpoint
+save marks, and each rank's last sign of life outside a checkpoint save (progress, or
+an error or stack dump whose frames are elsewhere), which tells whether the rank
+returned from a save.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from firstfault.analysis import timeline
+from firstfault.analysis.checkpoint import SaveMark
+from firstfault.analysis.findings import PROGRESS
+from firstfault.analysis.hang import Work, launcher_act
+from firstfault.analysis.model import Event
+from firstfault.analysis.phase import phase_from_frames
+from firstfault.analysis.verdict import Finding, exit_of, link_identity, link_kernel
+
+FAILURE_RANK = "torchelastic.failure_rank"
+FAILURE_HOST = "torchelastic.failure_host"
+SAVE_MARKS = {"deepspeed.checkpoint_save_start": "start", "deepspeed.checkpoint_saving_file": "file",
+              "deepspeed.checkpoint_saved": "done"}
+EXIT_OK = {"deepspeed.launcher_exit_ok"}
+GROUP_OK = "torchelastic.group_succeeded"
+WORKER_FILES = ("stdout.log", "stderr.log", "error.json")
+STEP_PHASES = frozenset({"forward", "backward", "param-gather", "optimizer-step", "data"})
+
+
+@dataclass(slots=True)
+class Facts:
+    progress: dict[int, Event] = field(default_factory=dict)
+    steps: dict[int, int] = field(default_factory=dict)
+    marks: list[SaveMark] = field(default_factory=list)
+    exits: dict[int, dict] = field(default_factory=dict)
+    alive: dict[int, int] = field(default_factory=dict)  # rank -> last sign of life outside a save (ns, at least)
+    in_save: dict[int, int] = field(default_factory=dict)  # rank -> last seen inside a save (ns)
+    reached: dict[int, int] = field(default_factory=dict)  # rank -> a step it was in (its errors' frames show it)
+
+
+def identify(findings: list[Finding], rank_nodes: dict[int, str | None],
+             procs: Iterable[Event] = ()) -> tuple[dict[int, int], bool]:
+    """Ranks and nodes for findings that lack them (in place); (the pid -> rank map from the
+    findings and the agents' process records, whether the job ran on one node)."""
+    nodes = {n for n in rank_nodes.values() if n} | {f.ev.node for f in findings if f.ev.node}
+    # local ranks name global ranks only on one node: not when a global rank exceeds every local rank seen
+    ranks_seen = {f.ev.rank for f in findings if f.ev.rank is not None} | set(rank_nodes)
+    locals_seen = {f.ev.local_rank for f in findings if f.ev.local_rank is not None}
+    locals_seen |= {int(v) for f in findings if (v := f.match.groups.get("local_rank")) and v.isdigit()}
+    single = len(nodes) <= 1 and not (ranks_seen and locals_seen and max(ranks_seen) > max(locals_seen))
+    _failure_summary(findings)
+    pids = link_identity(findings, single_node=single)
+    for f in findings:
+        if single and f.ev.rank is None and f.ev.local_rank is not None and f.ev.source != "kernel":
+            f.ev.rank = f.ev.local_rank
+    _worker_folders(findings)
+    started: dict[str | None, int] = {}
+    for ev in procs:
+        if ev.pid and ev.rank is not None:
+            pids.setdefault(ev.pid, ev.rank)
+        if ev.fields.get("proc") == "start" and ev.occurred_ns is not None:
+            started[ev.node] = min(started.get(ev.node, ev.occurred_ns), ev.occurred_ns)
+    for f in findings:  # the folder's node first: a launcher's "host" field can only fill a gap
+        if f.ev.rank is not None and f.ev.source != "kernel" and f.sig not in (FAILURE_RANK, FAILURE_HOST):
+            if f.ev.node:
+                rank_nodes[f.ev.rank] = rank_nodes.get(f.ev.rank) or f.ev.node
+            else:
+                rank_nodes.setdefault(f.ev.rank, None)
+    _failure_hosts(findings, rank_nodes)
+    for f in findings:
+        if f.ev.rank is not None and f.ev.node is None and f.ev.source != "kernel":
+            f.ev.node = rank_nodes.get(f.ev.rank)
+    link_kernel(findings, pids, rank_nodes, started)
+    return pids, single
+
+
+def _folder(stream: str) -> str | None:
+    """The torchrun worker folder (``.../attempt_<k>/<local rank>``) a stream's file is in, else None."""
+    path = stream.split("#", 1)[0].replace("\\", "/")
+    folder, _, name = path.rpartition("/")
+    if name not in WORKER_FILES or not folder.rpartition("/")[2].isdigit():
+        return None
+    return folder
+
+
+def _worker_folders(findings: list[Finding]) -> None:
+    """A torchrun worker folder is one rank's: the rank its own lines carry names its other files'."""
+    ranks: dict[str, set[int]] = {}
+    for f in findings:
+        folder = _folder(f.ev.stream)
+        if folder and f.ev.rank is not None:
+            ranks.setdefault(folder, set()).add(f.ev.rank)
+    for f in findings:
+        folder = _folder(f.ev.stream)
+        if f.ev.rank is None and folder and len(ranks.get(folder, ())) == 1:
+            f.ev.rank = next(iter(ranks[folder]))
+
+
+def _failure_summary(findings: list[Finding]) -> None:
+    """torchrun's failure summary, line by line: "host : H", "rank : N (local_rank: M)",
+    "exitcode : X (pid: P)". The rank line names the rank of the exit below it."""
+    at = {(f.ev.stream, f.ev.seq): f for f in findings if f.sig == FAILURE_RANK}
+    for f in findings:
+        above = at.get((f.ev.stream, f.ev.seq - 1))
+        if above is not None and f.ev.rank is None:
+            f.ev.rank = int(above.match.groups["rank"])
+
+
+def _failure_hosts(findings: list[Finding], rank_nodes: dict[int, str | None]) -> None:
+    """The summary's host line names the node of the rank below it, where nothing else did."""
+    at = {(f.ev.stream, f.ev.seq): f for f in findings if f.sig == FAILURE_HOST}
+    for f in findings:
+        host = at.get((f.ev.stream, f.ev.seq - 1))
+        if f.sig == FAILURE_RANK and host is not None:
+            rank = int(f.match.groups["rank"])
+            if not rank_nodes.get(rank):
+                rank_nodes[rank] = host.ev.node or host.match.groups["host"]
+
+
+def rank_dumps(dumps: Iterable[Event], pids: Mapping[int, int], single: bool,
+               firsts: Mapping[int, Finding] | None = None) -> dict[int, Event]:
+    """The latest stack dump of each rank (by its rank, pid, or on one node its local rank).
+
+    With ``firsts`` (each rank's first error): a rank's stack at the hang, its latest dump
+    from before its own first error where there is one (a dump taken after it, e.g. on a
+    peer's timeout line, catches the rank already raising or dying: it says where the rank
+    died, not where it waited), else its latest."""
+    out: dict[int, Event] = {}
+    late_of: dict[int, bool] = {}
+    for d in sorted(dumps, key=lambda d: (d.occurred_ns is not None, timeline.order_key(d))):  # timed ones win
+        r = d.rank if d.rank is not None else pids.get(d.pid or -1)
+        if r is None and single:
+            r = d.local_rank
+        if r is None:
+            continue
+        first = (firsts or {}).get(r)
+        late = (first is not None and d.occurred_ns is not None and first.ev.occurred_ns is not None
+                and d.occurred_ns > first.ev.occurred_ns)
+        if not late or late_of.get(r, True):
+            out[r], late_of[r] = d, late
+    return out
+
+
+def collect(findings: list[Finding], rank_nodes: Mapping[int, str | None], pids: Mapping[int, int],
+            dumps: Mapping[int, Event]) -> Facts:
+    """Progress, checkpoint saves, exits and signs of life of each rank."""
+    facts = Facts()
+    for f in findings:
+        ev, sig = f.ev, f.sig
+        if sig in PROGRESS:
+            # DeepSpeed logs progress on rank 0 only; an unlabelled line is rank 0's on one node
+            r = ev.rank if ev.rank is not None else (0 if len(rank_nodes) <= 1 else None)
+            if r is not None:
+                facts.progress[r] = ev
+                if f.match.groups.get("step") is not None:
+                    facts.steps[r] = max(facts.steps.get(r, 0), int(f.match.groups["step"]))
+        elif sig in SAVE_MARKS and f.match.groups.get("tag"):
+            facts.marks.append(SaveMark(ev.rank, f.match.groups["tag"], SAVE_MARKS[sig], ev.occurred_ns,
+                                        f.match.groups.get("path"), f.match.groups.get("engine")))
+        elif sig in EXIT_OK:
+            r = ev.rank if ev.rank is not None else pids.get(int(f.match.groups.get("pid", "-1")))
+            if r is not None:
+                facts.exits.setdefault(r, {"code": 0, "signal": None})
+        elif sig == GROUP_OK:
+            for r, node in rank_nodes.items():
+                if node == ev.node or len({n for n in rank_nodes.values()}) <= 1:
+                    facts.exits.setdefault(r, {"code": 0, "signal": None})
+        ex = exit_of(f)
+        if ex and ev.rank is not None and ev.source != "kernel":
+            facts.exits.setdefault(ev.rank, ex)
+    for f in findings:  # the kernel OOM killer ends a process with SIGKILL
+        if f.ev.source == "kernel" and f.category == "host-memory" and f.role == "root" and f.ev.rank is not None:
+            facts.exits.setdefault(f.ev.rank, {"code": -9, "signal": "SIGKILL", "by": "kernel OOM killer"})
+    # Progress that names its step speaks through the step (a line placed by its neighbours in a console
+    # where ranks interleave may land after another rank's save line it came before); times count only
+    # by their lower bound.
+    lives = [ev for r, ev in facts.progress.items() if r not in facts.steps]
+    stacks = [f.ev for f in findings if f.role in ("root", "cascade") and f.ev.frames and not launcher_act(f)]
+    stacks += [d for d in dumps.values() if d.frames]
+    rank_of = {id(d): r for r, d in dumps.items()}
+    for ev in lives + stacks:
+        r = ev.rank if ev.rank is not None else rank_of.get(id(ev))
+        if r is None or ev.occurred_ns is None:
+            continue
+        held = facts.in_save if phase_from_frames(ev.frames) == "checkpoint-save" else facts.alive
+        at = ev.occurred_ns - ev.uncertainty_ns if held is facts.alive else ev.occurred_ns
+        held[r] = max(held.get(r, at), at)
+    _steps_reached(findings, facts)
+    return facts
+
+
+def _steps_reached(findings: list[Finding], facts: Facts) -> None:
+    """A rank's error whose frames are in a training step, after its last progress line of step S
+    in the same log, is in a step after S: the rank had returned from a save made after step S."""
+    last: dict[tuple, tuple[int, int]] = {}  # (stream, rank) -> (seq, step) of its latest progress line
+    for f in findings:
+        if f.sig in PROGRESS and f.ev.rank is not None and f.match.groups.get("step") is not None:
+            last[(f.ev.stream, f.ev.rank)] = (f.ev.seq, int(f.match.groups["step"]))
+    for f in findings:
+        got = last.get((f.ev.stream, f.ev.rank))
+        if (got and f.ev.frames and f.ev.seq > got[0] and f.role in ("root", "cascade") and not launcher_act(f)
+                and phase_from_frames(f.ev.frames) in STEP_PHASES):
+            facts.reached[f.ev.rank] = max(facts.reached.get(f.ev.rank, 0), got[1] + 1)
+
+
+def nccl_work(findings: Iterable[Finding]) -> list[Work]:
+    """Each rank's NCCL work status lines (nccl.work_status), newest last."""
+    out = []
+    for f in findings:
+        if f.sig != "nccl.work_status":
+            continue
+        g = f.match.groups
+        pg = g.get("pg", "0")
+        rank = f.ev.rank if f.ev.rank is not None else (int(g["pg_rank"]) if pg == "0" and "pg_rank" in g else None)
+        if rank is not None:
+            out.append(Work(rank, pg, int(g["seq"]) if "seq" in g else None, int(g["enqueued"]), int(g["completed"])))
+    return out
+
+
+def saving_since(marks: list[SaveMark], alive: Mapping[int, int], saved: set[str]) -> int | None:
+    """Start of a checkpoint save that training had not left, or None.
+
+    All ranks save together, so a start logged by rank 0 counts for all. A save
+    is over when any rank showed life outside a save after it or its tag is whole
+    (on disk or by the logs).
+    """
+    starts = [(m.at_ns, m.tag) for m in marks if m.what == "start" and m.at_ns is not None]
+    if not starts:
+        return None
+    s, tag = max(starts)
+    if tag in saved or any(at > s for at in alive.values()):
+        return None
+    return s

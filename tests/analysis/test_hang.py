@@ -1,0 +1,78 @@
+"""hang.py's inference on small built inputs: stacks, NCCL work status, silence, progress."""
+
+from firstfault.analysis.catalog import load_catalog
+from firstfault.analysis.hang import Work, stack_outlier, stopped_first, work_laggards
+from firstfault.analysis.model import KIND_STACK, Event, Frame
+from firstfault.analysis.verdict import Finding
+
+CAT = load_catalog()
+S = 1_000_000_000
+T0 = 1_796_205_000 * S
+IN_ALLREDUCE = (Frame("/w/train.py", 209, "train_step"),
+                Frame("/site-packages/torch/distributed/distributed_c10d.py", 3252, "all_reduce"))
+IN_LOADER = (Frame("/w/train.py", 239, "main"), Frame("/w/train.py", 152, "__next__"))
+WATCHDOG = ("[PG ID 0 PG GUID 0(default_pg) Rank {r}] Watchdog caught collective operation timeout: WorkNCCL("
+            "SeqNum=880, OpType=BROADCAST, NumelIn=131072000, NumelOut=131072000, Timeout(ms)=600000) ran for "
+            "600081 milliseconds before timing out.")
+SIGTERM_SENT = ("W1203 06:29:24.670000 18322 site-packages/torch/distributed/elastic/multiprocessing/api.py:1028] "
+                "Sending process 18346 closing signal SIGTERM")
+
+
+def f(text, rank, t=0.0):
+    return Finding(Event(text=text, source="ranklog", rank=rank, occurred_ns=T0 + int(t * S), clock="line",
+                         uncertainty_ns=S // 1000), CAT.match(text))
+
+
+def dump(frames, t=1.0):
+    return Event(text="Current thread 0x1 (most recent call first):", source="ranklog", kind=KIND_STACK,
+                 frames=frames, occurred_ns=T0 + int(t * S))
+
+
+def progress(step, t):
+    return Event(text=f"rank step {step} loss 1.0", source="ranklog", occurred_ns=T0 + int(t * S), clock="line",
+                 uncertainty_ns=S // 1000)
+
+
+def test_stack_outlier_needs_others_waiting_and_one_elsewhere():
+    assert stack_outlier({0: IN_ALLREDUCE, 1: IN_LOADER, 2: IN_ALLREDUCE}) == (1, [0, 2])
+    assert stack_outlier({1: IN_LOADER}, waiting=[0, 2]) == (1, [0, 2])  # others shown waiting by their timeouts
+    assert stack_outlier({0: IN_LOADER, 1: IN_LOADER, 2: IN_ALLREDUCE})[0] is None  # two elsewhere: no one
+    assert stack_outlier({0: IN_LOADER})[0] is None  # nobody waits
+
+
+def test_work_laggards_are_ranks_that_never_enqueued_the_stuck_collective():
+    work = [Work(r, "0", 880, 880, 879) for r in range(4)] + [Work(r, "0", None, 880, 879) for r in (4, 5, 7)]
+    work.append(Work(6, "0", None, 879, 879))
+    late, why = work_laggards(work)
+    assert late == [6] and "below 880" in why and "0-3 timed out" in why
+    assert work_laggards([Work(r, "0", 880, 880, 879) for r in range(4)]) == ([], "")
+
+
+def test_stopped_first_prefers_stacks_then_work_then_silence_then_progress():
+    timeouts = [f(WATCHDOG.format(r=r), r) for r in (0, 2)]
+    inf = stopped_first(timeouts, range(3), {}, {1: dump(IN_LOADER)})
+    assert (inf.rank, inf.confidence, inf.waiting) == (1, "medium", [0, 2]) and "in __next__" in inf.how[0]
+    inf = stopped_first(timeouts, range(3), {}, work=[Work(0, "0", 880, 880, 879), Work(1, "0", None, 879, 879)])
+    assert inf.rank == 1 and "never reached it" in inf.how[0]
+    inf = stopped_first(timeouts, range(3), {})
+    assert (inf.rank, inf.suspects, inf.confidence) == (1, [1], "medium")
+    assert "(BROADCAST, sequence 880)" in inf.how[0]
+
+
+def test_several_silent_ranks_are_suspects_and_progress_may_single_one_out():
+    timeouts = [f(WATCHDOG.format(r=r), r) for r in range(4)]
+    inf = stopped_first(timeouts, range(8), {})
+    assert (inf.rank, inf.suspects, inf.confidence) == (None, [4, 5, 6, 7], "low")
+    inf = stopped_first(timeouts, range(8), {5: progress(10, 1.0), 6: progress(12, 5.0)})
+    assert (inf.rank, inf.suspects) == (5, [4, 5, 6, 7]) and "earliest" in inf.how[1]
+
+
+def test_a_launchers_sigterm_is_no_sign_of_waiting():
+    sent = f(SIGTERM_SENT, 1)  # rank 1 got SIGTERM from torchrun: it was not timing out
+    inf = stopped_first([f(WATCHDOG.format(r=0), 0), sent], range(2), {})
+    assert inf.rank == 1 and inf.confidence == "medium"
+
+
+def test_nothing_stands_out():
+    inf = stopped_first([f(WATCHDOG.format(r=r), r) for r in range(2)], range(2), {})
+    assert inf.rank is None and inf.suspects == [] and inf.confidence == "low"
