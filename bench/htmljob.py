@@ -3,8 +3,8 @@
 Generates 32 nodes x 8 ranks of DeepSpeed rank logs (line shapes as DeepSpeed 0.19.8 and
 torch 2.13 print them, see tests/data/real: the engine's ``step=N, skipped=`` and the
 timer's ``global_step=`` lines on every rank, as ``log_dist(..., ranks=[-1])`` would,
-``see_memory_usage`` at every 10th step, a CUDA OOM traceback on one rank and NCCL
-watchdog timeouts on the rest), ~112k lines that hold a needle, i.e. Events. Then:
+``see_memory_usage`` at every 2nd step, a CUDA OOM traceback on one rank and NCCL
+watchdog timeouts on the rest), ~118k lines that the scanner makes Events of (only the last progress line before another hit is one). Then:
 
 - builds the report with its timeline (in this process) and renders the page: seconds, bytes;
 - opens it in headless Chromium (Debian's, through Playwright) with the network blocked:
@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-NODES, PER_NODE, STEPS, MEMORY_EVERY = 32, 8, 190, 10
+NODES, PER_NODE, STEPS, MEMORY_EVERY = 32, 8, 190, 2
 FAIL_RANK, FAIL_STEP = 137, 185
 T0 = 1_796_205_000.0
 

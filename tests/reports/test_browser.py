@@ -9,6 +9,7 @@ and with FIRSTFAULT_UPDATE_SCREENSHOT=1 also to docs/report.png, the one the REA
 import asyncio
 import os
 import shutil
+import json
 import threading
 import time
 from pathlib import Path
@@ -305,17 +306,25 @@ def test_a_running_jobs_page_updates_itself(browser, tmp_path):
 REAL = sorted(p for p in (ROOT / "tests" / "data" / "real").iterdir() if (p / "scenario.json").exists())
 
 
+def _under(folder, arg: str) -> str:
+    """A scenario's analyze path (PATH or NODE=PATH, relative to its folder) as a command line takes it."""
+    node, eq, path = arg.rpartition("=")
+    return f"{node}{eq}{folder / path}"
+
+
 def test_every_real_capture_renders_without_errors(browser, tmp_path):
     """The clean run (no failure), the hang (inferred), the pasted console, bad config, NaN, ..."""
     for folder in REAL:
         extra = ["--checkpoint-dir", str(folder / "checkpoints")] if (folder / "checkpoints").is_dir() else []
         out = tmp_path / f"{folder.name}.html"
-        assert main(["analyze", str(folder), *extra, "--format", "html", "--output", str(out), "--tz", "UTC"]) == 0
+        doc = json.loads((folder / "scenario.json").read_text())
+        paths = [_under(folder, a) for a in doc.get("analyze_paths") or []] or [str(folder)]
+        assert main(["analyze", *paths, *extra, "--format", "html", "--output", str(out), "--tz", "UTC"]) == 0
         page = open_page(browser, out.as_uri())
         page.goto(out.as_uri())
         _ready(page)
         who = page.inner_text("#first h2")
-        truth = __import__("json").loads((folder / "scenario.json").read_text())["expected"]
+        truth = doc["expected"]
         if truth.get("failed") is False:
             assert who == "No failure found", folder.name
         elif truth.get("rank") is not None:
