@@ -191,10 +191,11 @@ def test_a_real_nvrm_xid_line_written_to_dev_kmsg_arrives_as_a_kernel_record(tmp
         col.stop()
 
 
-def _write_rank_logs(logs: list[Path], stop: threading.Event, rotate_at: int) -> int:
+def _write_rank_logs(logs: list[Path], stop: threading.Event, rotate_at: int,
+                     rotated: threading.Event | None = None) -> int:
     """Numbered lines into every rank file (20 lines a write, ~7,500 lines/s in all), a
-    Python traceback in each every 2,000 lines, rank 0's file rotated by rename once;
-    returns how many rounds it wrote."""
+    Python traceback in each every 2,000 lines, rank 0's file rotated by rename once (then
+    ``rotated`` is set); returns how many rounds it wrote."""
     i = 0
     while not stop.is_set():
         for r, p in enumerate(logs):
@@ -208,6 +209,8 @@ def _write_rank_logs(logs: list[Path], stop: threading.Event, rotate_at: int) ->
         i += 20
         if i == rotate_at:
             os.rename(logs[0], f"{logs[0]}.1")
+            if rotated is not None:
+                rotated.set()
         time.sleep(0.008)
     return i
 
@@ -247,13 +250,15 @@ def test_rank_log_lines_arrive_exactly_once_across_agent_sigkills(tmp_path):
     agent = AgentProcess(state, col.ingest, *args)
     stop = threading.Event()
     rounds: list[int] = []
-    writer = threading.Thread(target=lambda: rounds.append(_write_rank_logs(logs, stop, 12_000)))
+    rotated = threading.Event()
+    writer = threading.Thread(target=lambda: rounds.append(_write_rank_logs(logs, stop, 12_000, rotated)))
     writer.start()
     try:
         for _ in range(6):
             time.sleep(rng.uniform(0.2, 1.2))
             agent.stop(signal.SIGKILL)
             agent = AgentProcess(state, col.ingest, *args)
+        assert rotated.wait(60), "the writer did not reach its rotation"  # a loaded machine writes slower
         time.sleep(0.5)
         stop.set()
         writer.join()
