@@ -494,6 +494,50 @@ def test_restart_mid_stream_with_a_real_spool_delivers_every_line_exactly_once(t
     assert [r.seq for r in records] == list(range(1, len(records) + 1))
 
 
+def test_a_full_disk_holds_the_lines_in_their_files_and_loses_none(tmp_path, running, monkeypatch):
+    """The spool's disk (and the state dir's) full for a while: reading waits, the rows are
+    offered again, no gap is written and the source is never restarted; every line once."""
+    import errno
+    from firstfault.agent import spool as spool_mod
+    from firstfault.agent import tailstate
+    from firstfault.agent.sink import SpoolSink
+
+    logs = [tmp_path / f"rank{r}.log" for r in range(3)]
+    spool = Spool(tmp_path / "spool", node="n1", max_bytes=64 << 20, fsync="never")
+    sink, full = SpoolSink(spool), threading.Event()
+    for mod in (spool_mod, tailstate):
+        real = mod.os.write
+
+        def write(fd, data, real=real):
+            if full.is_set():
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(fd, data)
+        monkeypatch.setattr(mod.os, "write", write)
+    _write_ranks(logs, 0, 200)
+    source = RanklogSource(globs=[str(tmp_path / "rank{rank}.log")], state_dir=str(tmp_path),
+                           traceback_flush_s=0.2)
+    with running(source, sink) as runner:
+        time.sleep(0.5)
+        full.set()
+        _write_ranks(logs, 200, 1200)
+        deadline = time.monotonic() + 10
+        while not sink.spool_full_held and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(1.2)  # held: offered again every HOLD_RETRY_S, commits fail meanwhile
+        full.clear()
+        total = sum(len(file_lines(p)) for p in logs)
+        deadline = time.monotonic() + 20
+        while len(lines_of(read_all(spool))) < total and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert runner.failures == 0
+    records = read_all(spool)
+    spool.close()
+    assert sink.spool_full_held >= 2 and sink.spool_full_records == 0
+    assert not [r for r in records if r.kind in ("agent.gap", KIND_RANK_GAP)]
+    for p in logs:
+        assert lines_of(records, str(p)) == file_lines(p), p
+
+
 def test_a_kill_before_the_commit_is_caught_up_from_the_spool(tmp_path, running):
     """Rows spooled after the last commit (a rotated file drained, its successor read, a
     new file opened after other paths were emitted, a traceback held open) are found in
