@@ -8,16 +8,20 @@
                                           &format=jsonl streams one record a line
     GET /api/jobs/{job}/bundle            the bug-report .tar.gz
 
-Bound to loopback by default. On any other address a token is required
-(``Authorization: Bearer <token>``), compared in constant time. Store calls run
-in a worker thread, one at a time; nothing from a record is executed or used as
-a path, and the only HTML is none: responses are JSON, text or Markdown.
+Read-only: only GET (and HEAD) routes; any other method is 405. Bound to loopback by
+default. On any other address a token is required (``Authorization: Bearer <token>``;
+any line of the token file, compared in constant time: firstfault/common/tokens.py;
+``tokens`` is replaced on SIGHUP). Closed to other origins: no CORS header is ever
+sent, a request whose ``Origin`` is not this server's own is refused (403), every
+response says ``Cross-Origin-Resource-Policy: same-origin`` and ``nosniff``, and
+without a token (loopback) a request must name a loopback host (``Host``), so a web
+page cannot reach the API through DNS rebinding. Store calls run in a worker
+thread, one at a time; nothing from a record is executed or used as a path.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import ipaddress
 import itertools
 import json
@@ -28,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from firstfault.common.prometheus import CONTENT_TYPE
+from firstfault.common.tokens import accepts
 
 from firstfault.collector import query
 from firstfault.analysis.catalog import Catalog
@@ -45,6 +50,13 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _hostname(host: str) -> str:
+    """The name in a Host header: ``127.0.0.1:7141`` -> 127.0.0.1, ``[::1]:7141`` -> ::1."""
+    if host.startswith("["):
+        return host[1:host.find("]")]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
 
 
 def parse_selection(job: str, q) -> Selection:
@@ -86,14 +98,14 @@ def _iso_ns(v: str, name: str) -> int:
 
 
 class Api:
-    def __init__(self, store: Store, catalog: Catalog, *, token: str | None = None,
+    def __init__(self, store: Store, catalog: Catalog, *, token: str | tuple[str, ...] | None = None,
                  metrics: Callable[[], str] | None = None,
                  call: Callable[..., Awaitable[Any]] | None = None) -> None:
         """``call(fn, *args)`` runs a store call on the store's own thread (the daemon
         passes the ingest server's, so one thread owns the SQLite connection)."""
         self.store = store
         self.catalog = catalog
-        self.token = token
+        self.tokens = (token,) if isinstance(token, str) else token
         self.metrics = metrics
         self.call = call or asyncio.to_thread
         self.lock = asyncio.Lock()  # one store call at a time
@@ -104,9 +116,15 @@ class Api:
 
     @web.middleware
     async def auth(self, request: web.Request, handler):
-        if self.token is not None:
-            got = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode()):
+        origin = request.headers.get("Origin")
+        if origin is not None and origin.partition("://")[2] != request.host:
+            return web.json_response({"error": "requests from other origins are refused"}, status=403)
+        if self.tokens is None and not is_loopback(_hostname(request.host)):
+            return web.json_response({"error": "this API answers loopback names only "
+                                      "(Host); off loopback it needs a token"}, status=403)
+        if self.tokens is not None:
+            scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+            if scheme != "Bearer" or not accepts(self.tokens, given):
                 return web.json_response({"error": "a valid token is required"}, status=401)
         try:
             return await handler(request)
@@ -167,6 +185,7 @@ class Api:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.auth])
+        app.on_response_prepare.append(_closed_headers)
         app.add_routes([
             web.get("/healthz", self.healthz),
             web.get("/metrics", self.prometheus),
@@ -178,9 +197,14 @@ class Api:
         return app
 
 
+async def _closed_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Cross-Origin-Resource-Policy"] = "same-origin"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+
+
 async def start(api: Api, host: str, port: int) -> web.AppRunner:
     """Serve the API on host:port; a non-loopback address needs a token."""
-    if not is_loopback(host) and api.token is None:
+    if not is_loopback(host) and api.tokens is None:
         raise ValueError(f"the HTTP API on {host} (not loopback) needs a token: give --token-file")
     runner = web.AppRunner(api.app(), access_log=None)
     await runner.setup()

@@ -8,7 +8,8 @@ A whole file (every key optional; these are the defaults, except token_file and 
                                        # postgresql://USER:PASSWORD@HOST:PORT/DB (or postgres://;
                                        # libpq URL syntax; needs firstfault[postgres]): one
                                        # database several collectors can share
-    token_file = "/etc/firstfault/token"   # required unless listen is loopback
+    token_file = "/etc/firstfault/token"   # required unless listen is loopback; one token a
+                                       # line, any accepted (rotation: firstfault/common/tokens.py)
     log_level = "info"                 # debug, info, warning, error
 
     [tls]                              # all absent: plain TCP
@@ -23,6 +24,7 @@ A whole file (every key optional; these are the defaults, except token_file and 
 
     [limits]
     max_connections = 1024
+    max_unauthenticated = 256          # connections before their hello; more close the oldest
     max_batch_records = 10000          # told to agents in welcome (<= the wire's 10000)
     max_frame_bytes = 8388608          # likewise (<= the wire's 8 MiB)
     max_inflight_records = 100000      # records read but not yet stored, all connections
@@ -41,8 +43,9 @@ Unknown keys and flags, wrong types and bad values are all collected and raised 
 one ConfigError listing every problem.
 
 Security: a token is required when ``listen`` is not a loopback address (the agents'
-hello carries it); without one the configuration is refused. The token is read from
-token_file at load time and kept out of repr().
+hello carries it); without one the configuration is refused. The tokens are read from
+token_file at load time (and again on SIGHUP: firstfault/collector/daemon.py) and kept
+out of repr().
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from typing import Any
 
 from firstfault.common import settings
 from firstfault.common.settings import Address, HelpRequested, is_loopback_host  # noqa: F401 (re-exported)
+from firstfault.common.tokens import read_tokens
 from firstfault.wire import MAX_BATCH_RECORDS, MAX_FRAME_BYTES
 from firstfault.collector.store import display
 
@@ -96,6 +100,7 @@ class RetentionConfig:
 @dataclass(frozen=True, slots=True)
 class LimitsConfig:
     max_connections: int = 1024
+    max_unauthenticated: int = 256  # connections that have not sent a hello yet, at once
     max_batch_records: int = MAX_BATCH_RECORDS
     max_frame_bytes: int = MAX_FRAME_BYTES
     max_inflight_records: int = 100_000
@@ -121,7 +126,8 @@ class CollectorConfig:
     retention: RetentionConfig = RetentionConfig()
     limits: LimitsConfig = LimitsConfig()
     clock: ClockConfig = ClockConfig()
-    token: str | None = field(default=None, repr=False)  # read from token_file
+    token: str | None = field(default=None, repr=False)  # the first line of token_file
+    tokens: tuple[str, ...] | None = field(default=None, repr=False)  # every line: accepted
 
     @property
     def db_is_url(self) -> bool:
@@ -149,6 +155,7 @@ _PARSERS: dict[str | None, dict[str, settings.Parser]] = {
     "retention": {"max_age_days": _number(0), "max_bytes": _number(0, integer=True),
                   "prune_interval_s": _number(0, strict=True)},
     "limits": {"max_connections": _number(1, integer=True),
+               "max_unauthenticated": _number(1, integer=True),
                "max_batch_records": _number(1, integer=True, hi=MAX_BATCH_RECORDS),
                "max_frame_bytes": _number(1024, integer=True, hi=MAX_FRAME_BYTES),
                "max_inflight_records": _number(1, integer=True),
@@ -200,12 +207,12 @@ def _check(cfg: CollectorConfig, problems: list[str]) -> CollectorConfig:
         problems.append(f"limits.read_timeout_s ({lim.read_timeout_s}) must exceed "
                         f"clock.ping_interval_s ({cfg.clock.ping_interval_s}): idle agents "
                         "send nothing but pongs")
-    token = settings.read_token(cfg.token_file, problems)
+    tokens = read_tokens(cfg.token_file, problems)
     if cfg.token_file is None and not cfg.listen.is_loopback:
         problems.append(f"listen {cfg.listen} is not a loopback address: a token is required "
                         "(set token_file or --token-file FILE; agents send the same token); "
                         "refusing to accept unauthenticated agents from the network")
-    return replace(cfg, token=token)
+    return replace(cfg, token=tokens[0] if tokens else None, tokens=tokens)
 
 
 def parse_args(argv: list[str]) -> tuple[CollectorConfig, bool]:
@@ -231,7 +238,7 @@ def describe(cfg: CollectorConfig) -> str:
     parts = []
     for f in fields(cfg):
         v = getattr(cfg, f.name)
-        if f.name == "token":
+        if f.name in ("token", "tokens"):
             continue
         if f.name == "db":  # a URL's password stays out of logs
             v = display(v)

@@ -20,8 +20,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from tests.collector.server.ingest_helpers import CollectorProcess
+from tests.collector.server.ingest_helpers import Agent, CollectorProcess
 
+from firstfault.wire import Hello
 from firstfault.collector.store.base import Selection
 from firstfault.collector.store.sqlite import SqliteStore
 
@@ -273,6 +274,60 @@ def test_rank_log_lines_arrive_exactly_once_across_agent_sigkills(tmp_path):
     finally:
         stop.set()
         writer.join()
+        if agent.proc.poll() is None:
+            agent.stop(signal.SIGKILL)
+        col.stop()
+
+
+def test_a_token_is_rotated_on_both_daemons_without_a_restart(tmp_path):
+    """The README's rotation, done with SIGHUP only: the collector accepts old and new, the
+    agent moves to new, the collector drops old and closes the agent's old session; the agent
+    reconnects with the new token and every line arrives once. An agent left with the old
+    token is refused."""
+    col_token, agent_token = tmp_path / "col-token", tmp_path / "agent-token"
+    col_token.write_text("old-token\n")
+    agent_token.write_text("old-token\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "rank0.log"
+    log.touch()
+    db = tmp_path / "c.db"
+    col = CollectorProcess(db, "--token-file", str(col_token))
+    agent = AgentProcess(tmp_path / "agent", col.ingest, *QUIET, "--kmsg-enabled", "false",
+                         "--job", "train-7", "--ranklog", str(logs / "rank{rank}.log"),
+                         "--token-file", str(agent_token))
+    written = 0
+
+    def lines(n: int) -> None:
+        nonlocal written
+        with open(log, "a") as f:
+            f.write("".join(f"[rank0]: rotation step {written + i:04d}\n" for i in range(n)))
+        written += n
+
+    def stored() -> list[str]:
+        return _stored_lines(db, "node-a").get(str(log), [])
+    try:
+        lines(50)
+        settle(lambda: len(stored()) == written, what="the first lines")
+        col_token.write_text("old-token\nnew-token\n")
+        col.proc.send_signal(signal.SIGHUP)
+        settle(lambda: any("tokens=2 connections_closed=0" in ln for ln in col.lines), what="reload 1")
+        agent_token.write_text("new-token\n")
+        agent.proc.send_signal(signal.SIGHUP)
+        settle(lambda: any("reloaded token_file" in ln for ln in agent.lines), what="agent reload")
+        col_token.write_text("new-token\n")
+        col.proc.send_signal(signal.SIGHUP)
+        settle(lambda: any("tokens=1 connections_closed=1" in ln for ln in col.lines), what="reload 2")
+        lines(50)
+        settle(lambda: len(stored()) == written, what="the lines after the rotation")
+        assert sorted(stored()) == [f"[rank0]: rotation step {i:04d}" for i in range(written)]
+        assert agent.proc.poll() is None and col.proc.poll() is None  # neither restarted
+        stale = Agent(col.ingest, node="node-b")
+        stale.send(Hello(node="node-b", stream="s", token="old-token", agent_ns=1,
+                         agent_name="t", agent_version="0"))
+        assert stale.expect_error().code == "auth"
+        stale.close()
+    finally:
         if agent.proc.poll() is None:
             agent.stop(signal.SIGKILL)
         col.stop()

@@ -390,17 +390,24 @@ def test_rotation_by_rename_copytruncate_and_delete_recreate(tmp_path, running):
         os.rename(log, tmp_path / "rank0.log.1")  # logrotate create: a3 is drained from the old file
         write(log, b"b1\n")
         rows.wait_for(lambda r: len(lines_of(r.records)) == 4)
+        write(log, b"b2\n")
         shutil.copyfile(log, tmp_path / "rank0.log.2")
-        os.truncate(log, 0)  # copytruncate
+        os.truncate(log, 0)  # copytruncate: b2, if not read yet, is read from the copy
         write(log, b"c1\n")
-        rows.wait_for(lambda r: len(lines_of(r.records)) == 5)
+        rows.wait_for(lambda r: len(lines_of(r.records)) == 6)
+        assert not rows.of(KIND_RANK_GAP)
+        os.truncate(log, 0)  # a truncation with no copy: what was not read is gone, a gap
+        ino = log.stat().st_ino
+        write(log, b"t1\n")
+        rows.wait_for(lambda r: len(lines_of(r.records)) == 7)
         write(log, b"c2\n")
         os.unlink(log)
         write(log, b"d1\n")  # delete-recreate: c2 is drained from the deleted file
-        rows.wait_for(lambda r: len(lines_of(r.records)) == 7)
-    assert lines_of(rows.records) == ["a1", "a2", "a3", "b1", "c1", "c2", "d1"]
+        rows.wait_for(lambda r: len(lines_of(r.records)) == 9)
+    assert lines_of(rows.records) == ["a1", "a2", "a3", "b1", "b2", "c1", "t1", "c2", "d1"]
     (gap,) = rows.of(KIND_RANK_GAP)
     assert gap.fields["reason"] == "truncated" and gap.rank == 0 and gap.severity == 4
+    assert (gap.fields["ino"], gap.fields["offset"]) == (ino, 3)  # the file, after "c1\n"
 
 
 def test_both_launcher_layouts_are_detected_under_dirs(tmp_path, running):
