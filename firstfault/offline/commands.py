@@ -21,6 +21,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from firstfault.common.output import write_output
+from firstfault.reports.escape import terminal
 from firstfault.offline import logfiles
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.checkpoint import checkpoint_from_disk
@@ -117,7 +118,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     report, gaps, problem = report_from_logs(a.paths, node=a.node, kernel=a.kernel, checkpoint_dir=a.checkpoint_dir,
                                              tz=a.tz, kernel_boot_ns=a.kernel_boot_time, job=a.job, meter=True)
     for g in gaps:
-        print(f"firstfault: {g.get('file')}: {g.get('reason')}", file=sys.stderr)
+        print(f"firstfault: {terminal(g.get('file'))}: {terminal(g.get('reason'))}", file=sys.stderr)
     if problem:
         print(f"firstfault: {problem}", file=sys.stderr)
         return 1
