@@ -141,7 +141,7 @@ class Agent:
                                fsync_interval_ms=cfg.spool.fsync_interval_ms)
         except (OSError, SpoolError) as e:
             raise StartError(f"cannot open the spool in {cfg.state_dir}: {e}") from e
-        self.sink = SpoolSink(self.spool)
+        self.sink = SpoolSink(self.spool, cfg.redact.redactor())
         for name, why in skipped:
             log.info("source unavailable, skipped source=%s reason=%s", name, why)
             self.sink(sources.Draft(source=SOURCE_AGENT, kind=KIND_AGENT_STATUS,

@@ -10,6 +10,9 @@ it can read the rows again, as ranklog from its files): then nothing is lost and
 SinkFull says how many rows were taken. Any other spool error raises, and the
 source's runner reports it and retries.
 
+Before anything is spooled, secrets in the messages are redacted (``redactor``,
+firstfault/common/redact.py; the agent's ``[redact]``): ``redacted`` counts them by pattern.
+
 It also keeps what /metrics shows: records per source, the state of each source
 (from the runners' agent.status records) and, from the (seq, time) of each
 append, how long the oldest unacked record has waited (send lag) and how long the
@@ -24,6 +27,7 @@ import time
 from collections import Counter, deque
 
 from firstfault.agent.sources.base import Draft, SinkFull
+from firstfault.common.redact import Redactor
 from firstfault.agent.spool import Spool, SpoolFullError
 from firstfault.wire import KIND_AGENT_STATUS
 
@@ -34,8 +38,9 @@ MARK_EVERY_S = 0.005
 
 
 class SpoolSink:
-    def __init__(self, spool: Spool) -> None:
-        self.spool = spool
+    def __init__(self, spool: Spool, redactor: Redactor | None = None) -> None:
+        self.spool, self.redactor = spool, redactor
+        self.redacted: Counter[str] = Counter()  # by pattern
         self.records: Counter[str] = Counter()  # by source
         self.spool_full_records = 0  # lost, in a gap
         self.spool_full_held = 0  # times a holding source was told to wait
@@ -57,6 +62,8 @@ class SpoolSink:
         ``hold``, SinkFull when the disk is full (the caller keeps what was not taken)."""
         if not rows:
             return
+        if self.redactor is not None:
+            rows = self.redactor.rows(rows, self.redacted)
         first = rows[0]
         source = first.source if type(first) is Draft else first[0]
         try:

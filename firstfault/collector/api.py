@@ -32,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from firstfault.common.prometheus import CONTENT_TYPE
+from firstfault.common.redact import Redactor
 from firstfault.common.tokens import accepts
 
 from firstfault.collector import query
@@ -100,12 +101,14 @@ def _iso_ns(v: str, name: str) -> int:
 class Api:
     def __init__(self, store: Store, catalog: Catalog, *, token: str | tuple[str, ...] | None = None,
                  metrics: Callable[[], str] | None = None,
-                 call: Callable[..., Awaitable[Any]] | None = None) -> None:
+                 call: Callable[..., Awaitable[Any]] | None = None,
+                 redactor: Redactor | None = None) -> None:
         """``call(fn, *args)`` runs a store call on the store's own thread (the daemon
         passes the ingest server's, so one thread owns the SQLite connection)."""
         self.store = store
         self.catalog = catalog
         self.tokens = (token,) if isinstance(token, str) else token
+        self.redactor = redactor  # reports, timelines and bundles (firstfault/common/redact.py)
         self.metrics = metrics
         self.call = call or asyncio.to_thread
         self.lock = asyncio.Lock()  # one store call at a time
@@ -148,7 +151,8 @@ class Api:
         fmt = request.query.get("format", "json")
         if fmt not in ("json", "md", "text"):
             raise ValueError("format: json, md or text")
-        rep = await self._call(query.report, self.store, request.match_info["job"], self.catalog)
+        rep = await self._call(query.report, self.store, request.match_info["job"], self.catalog,
+                               None, self.redactor)
         if fmt == "json":
             return web.json_response(rep, dumps=lambda o: json.dumps(o, ensure_ascii=False))
         return web.Response(text=render(rep, fmt), content_type="text/markdown" if fmt == "md" else "text/plain")
@@ -160,7 +164,7 @@ class Api:
         if await self._call(self.store.job, job) is None:
             raise query.QueryError(f"no job {job!r} in the store")
         jsonl = request.query.get("format") == "jsonl"
-        rows = await self._call(lambda: iter(query.timeline(self.store, sel)))
+        rows = await self._call(lambda: iter(query.timeline(self.store, sel, self.redactor)))
         resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson" if jsonl else JSON_CT})
         await resp.prepare(request)
         if not jsonl:
@@ -178,7 +182,7 @@ class Api:
 
     async def bundle(self, request):
         job = request.match_info["job"]
-        data = await self._call(query.bundle, self.store, job, self.catalog)
+        data = await self._call(query.bundle, self.store, job, self.catalog, self.redactor)
         safe = re.sub(r"[^\w.-]", "_", job)
         return web.Response(body=data, content_type="application/gzip",
                             headers={"Content-Disposition": f'attachment; filename="firstfault-{safe}.tar.gz"'})

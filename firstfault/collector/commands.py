@@ -23,6 +23,7 @@ from pathlib import Path
 
 from firstfault.collector import query
 from firstfault.common.output import write_output
+from firstfault.common.redact import Redactor
 from firstfault.common.settings import read_token
 from firstfault.reports.escape import json_text, terminal, terminal_lines
 from firstfault.analysis.catalog import load_catalog
@@ -92,17 +93,17 @@ class _Db:
         return query.jobs(self.store)
 
     def report(self, job: str) -> dict:
-        return query.report(self.store, job, self.catalog)
+        return query.report(self.store, job, self.catalog, redactor=Redactor())
 
     def bundle(self, job: str) -> bytes:
-        return query.bundle(self.store, job, self.catalog)
+        return query.bundle(self.store, job, self.catalog, Redactor())
 
     def timeline(self, job: str, params: dict) -> Iterator[dict]:
         from firstfault.collector.api import parse_selection
 
         if self.store.job(job) is None:
             raise query.QueryError(f"no job {job!r} in the store")
-        return query.timeline(self.store, parse_selection(job, params))
+        return query.timeline(self.store, parse_selection(job, params), Redactor())
 
 
 def _source(a: argparse.Namespace):

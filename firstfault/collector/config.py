@@ -30,6 +30,11 @@ A whole file (every key optional; these are the defaults, except token_file and 
     max_inflight_records = 100000      # records read but not yet stored, all connections
     read_timeout_s = 120               # no whole frame for this long: close
 
+    [redact]                           # reports and bundles: secrets replaced (see the agent's)
+    enabled = true
+    defaults = true
+    patterns = []
+
     [clock]                            # NTP-style offsets of the nodes' clocks
     ping_interval_s = 10
     samples = 8
@@ -57,6 +62,7 @@ from typing import Any
 
 from firstfault.common import settings
 from firstfault.common.settings import Address, HelpRequested, is_loopback_host  # noqa: F401 (re-exported)
+from firstfault.common.redact import PARSERS as REDACT_PARSERS, RedactConfig
 from firstfault.common.tokens import read_tokens
 from firstfault.wire import MAX_BATCH_RECORDS, MAX_FRAME_BYTES
 from firstfault.collector.store import display
@@ -126,6 +132,7 @@ class CollectorConfig:
     retention: RetentionConfig = RetentionConfig()
     limits: LimitsConfig = LimitsConfig()
     clock: ClockConfig = ClockConfig()
+    redact: RedactConfig = RedactConfig()
     token: str | None = field(default=None, repr=False)  # the first line of token_file
     tokens: tuple[str, ...] | None = field(default=None, repr=False)  # every line: accepted
 
@@ -163,9 +170,10 @@ _PARSERS: dict[str | None, dict[str, settings.Parser]] = {
     "clock": {"ping_interval_s": _number(0, strict=True),
               "samples": _number(1, integer=True, hi=10_000),
               "drift_ppm": _number(0), "save_interval_s": _number(0, strict=True)},
+    "redact": REDACT_PARSERS,
 }
 _TABLE_TYPES = {"tls": TLSConfig, "retention": RetentionConfig, "limits": LimitsConfig,
-                "clock": ClockConfig}
+                "clock": ClockConfig, "redact": RedactConfig}
 _FLAGS: dict[str, tuple[str | None, str]] = {
     settings.flag_name(t, k): (t, k) for t, keys in _PARSERS.items() for k in keys}
 

@@ -174,7 +174,8 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
     except OSError as e:
         raise StartError(f"cannot listen on {cfg.listen}: {e.strerror or e}") from e
     api = Api(store, load_catalog(), token=None if is_loopback_host(cfg.http.host) else cfg.tokens,
-              metrics=server.metrics.render_prometheus, call=server.call)
+              metrics=server.metrics.render_prometheus, call=server.call,
+              redactor=cfg.redact.redactor())
     try:
         http = await start_http(api, cfg.http.host, cfg.http.port)
     except (OSError, ValueError) as e:

@@ -5,6 +5,7 @@ lines; rank log lines followed through ``--ranklog GLOB``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -327,6 +328,45 @@ def test_a_token_is_rotated_on_both_daemons_without_a_restart(tmp_path):
                          agent_name="t", agent_version="0"))
         assert stale.expect_error().code == "auth"
         stale.close()
+    finally:
+        if agent.proc.poll() is None:
+            agent.stop(signal.SIGKILL)
+        col.stop()
+
+
+def test_secrets_are_redacted_before_the_spool_and_counted_in_the_report(tmp_path):
+    """A rank prints its launch command with a Hugging Face token and an environment dump with
+    an AWS key: no byte of either reaches the agent's spool or the collector, the records say
+    what was redacted, and the collector's report counts it."""
+    hf, aws = "hf_" + "Ab3dEf6hIj9lMn2pQr5tUv8xYz1Bc4De7F", "AKIA" + "Z7Q2M4K8P1R5T9W3"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rank0.log").write_text(
+        f"[rank0]: args: Namespace(local_rank=0, hf_token='{hf}', deepspeed_config='ds.json')\n"
+        f"[rank0]: env AWS_ACCESS_KEY_ID={aws} AWS_REGION=us-east-1\n"
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/job/train.py", line 9, in <module>\n'
+        f"[rank0]: ValueError: login failed for token={hf}\n")
+    db, state = tmp_path / "c.db", tmp_path / "agent"
+    col = CollectorProcess(db)
+    agent = AgentProcess(state, col.ingest, *QUIET, "--kmsg-enabled", "false", "--job", "train-7",
+                         "--ranklog", str(logs / "rank{rank}.log"))
+    try:
+        settle(lambda: len(_stored_lines(db, "node-a").get(str(logs / "rank0.log"), [])) == 5,
+               what="the lines")
+        assert agent.stop() == 0
+        spooled = b"".join(p.read_bytes() for p in (state / "spool").glob("*.seg"))
+        assert spooled and hf.encode() not in spooled and aws.encode() not in spooled
+        with SqliteStore(db) as store:
+            recs = [r for r in store.records(Selection(nodes=("node-a",))) if r.source == "ranklog"]
+        assert not [r for r in recs if hf in r.message or aws in r.message]
+        marks = sorted(r.fields.get("redacted") for r in recs if "redacted" in r.fields)
+        assert marks == ["aws-access-key-id:1", "hf-token:1", "hf-token:1"], marks  # the traceback too
+        with urllib.request.urlopen(f"http://{col.http[0]}:{col.http[1]}/api/jobs/train-7/report",
+                                    timeout=30) as r:
+            rep = json.loads(r.read())
+        assert rep["redaction"]["secrets"] >= 1 and rep["redaction"]["enabled"]
+        assert hf not in json.dumps(rep)
     finally:
         if agent.proc.poll() is None:
             agent.stop(signal.SIGKILL)
