@@ -31,6 +31,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from itertools import accumulate
 from typing import Any
 
 import ahocorasick_rs
@@ -43,9 +44,16 @@ _CASES = (str.lower, str.upper, str.capitalize)
 
 @dataclass(frozen=True)
 class Pattern:
+    """``literals``: a text is tried only where it holds one (with ``word_end``, only where the
+    literal ends a word: ``token=`` yes, ``tokens_per_sec`` no); ``anchor``: where the regex
+    is tried, "literal" (it starts at the literal: one ``match`` there), "key" (at the start
+    of the word the literal ends: a ``--key``), None (searched through the whole text)."""
+
     name: str
     regex: re.Pattern
     literals: tuple[str, ...]
+    anchor: str | None = None
+    word_end: bool = False
 
 
 def _forms(*words: str) -> tuple[str, ...]:
@@ -53,32 +61,37 @@ def _forms(*words: str) -> tuple[str, ...]:
 
 
 # Key names whose value is a secret; the key must end there (``tokens_per_sec=`` is no key).
-_KEYS = (r"(?:password|passwd|passphrase|secret|token|api_?key|access_?key|private_?key|credentials?|auth"
-         r"|wandb_?key)")
+_KEYS = (r"(?P<key>password|passwd|passphrase|secret|token|api_?key|access_?key|private_?key"
+         r"|credentials?|auth|wandb_?key)")
+_KEY_LITERALS = _forms("password", "passwd", "passphrase", "secret", "token", "api_key", "apikey",
+                       "access_key", "accesskey", "private_key", "credential", "credentials",
+                       "auth", "wandb_key", "wandbkey") + ("apiKey", "accessKey", "privateKey")
 _NOT_SECRETS = {"none", "null", "nil", "false", "true", "", "***", "<none>"}
 _TOKENIZER_KEYS = re.compile(r"(?i)(pad|eos|bos|unk|sep|cls|mask|additional_special|special)_tokens?$")
 
 DEFAULTS: tuple[Pattern, ...] = (
-    Pattern("hf-token", re.compile(r"\bhf_[A-Za-z0-9]{30,}"), ("hf_",)),
+    Pattern("hf-token", re.compile(r"\bhf_[A-Za-z0-9]{30,}"), ("hf_",), "literal"),
     Pattern("github-token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}"),
-            ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
-    Pattern("aws-access-key-id", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), ("AKIA", "ASIA")),
+            ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), "literal"),
+    Pattern("aws-access-key-id", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), ("AKIA", "ASIA"),
+            "literal"),
     Pattern("wandb-login", re.compile(r"(?i)\bwandb\s+login\s+(?:--?[\w-]+\s+)*(?P<secret>[\w-]{40,})"),
             _forms("wandb")),
-    Pattern("bearer", re.compile(r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/-]{8,}=*)"), _forms("bearer")),
+    Pattern("bearer", re.compile(r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/-]{8,}=*)"), _forms("bearer"),
+            "literal"),
     Pattern("url-password", re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]+:(?P<secret>[^\s/@]+)@"),
             ("://",)),
     Pattern("netrc", re.compile(r"(?i)\bmachine\s+\S+\s+login\s+\S+\s+password\s+(?P<secret>\S+)"),
             _forms("machine")),
-    # KEY=VALUE, KEY: VALUE, "KEY": "VALUE" (env dumps, configs, dicts, Namespace reprs),
-    # --KEY VALUE and '--KEY', 'VALUE' (command lines, as shells and Python lists print them)
+    # KEY=VALUE, KEY: VALUE, "KEY": "VALUE" (env dumps, configs, dicts, Namespace reprs): the
+    # key ends in one of _KEYS (the regex starts there: fast; _replace reads the whole key)
     Pattern("keyword", re.compile(
-        r"(?i)(?<![A-Za-z0-9])(?P<key>(?P<dash>--?)?[A-Za-z0-9_.-]*" + _KEYS + r")"
-        r"(?:[\"']?[ \t]*[:=][ \t]*[\"']?|(?(dash)(?:[ \t]+|[\"'],[ \t]*[\"'])|(?!)))"
-        r"(?P<secret>[^\s\"',;}\])]+)"),
-        _forms("password", "passwd", "passphrase", "secret", "token", "api_key", "apikey",
-               "access_key", "accesskey", "private_key", "credential", "auth", "wandb")
-        + ("apiKey", "accessKey", "privateKey")),
+        r"(?i)" + _KEYS + r"[\"']?[ \t]*[:=][ \t]*[\"']?(?P<secret>[^\s\"',;}\])]+)"),
+        _KEY_LITERALS, "literal", True),
+    # --KEY VALUE and '--KEY', 'VALUE' (command lines, as shells and Python lists print them)
+    Pattern("flag", re.compile(
+        r"(?i)(?<![\w-])--?[\w.-]*?" + _KEYS + r"(?:[ \t]+|[\"'],[ \t]*[\"'])"
+        r"(?P<secret>[^\s\"',;}\])-][^\s\"',;}\])]*)"), _KEY_LITERALS, "key", True),
 )
 
 
@@ -119,6 +132,11 @@ def user_pattern(spec: str) -> Pattern:
     return Pattern(name, rx, (text,))
 
 
+def _key(m: re.Match) -> str:
+    """The whole key a keyword match ends (back from the match over word characters)."""
+    return m.string[_word_start(m.string, m.start()):m.end("key")]
+
+
 def _replace(p: Pattern, counts: Counter, m: re.Match) -> str:
     try:
         start, end = m.span("secret")
@@ -126,7 +144,7 @@ def _replace(p: Pattern, counts: Counter, m: re.Match) -> str:
         start, end = m.span()
     value = m.string[start:end]
     if value.lower() in _NOT_SECRETS or value.startswith("[redacted:") or (
-            p.name == "keyword" and _TOKENIZER_KEYS.search(m.group("key"))):
+            p.name in ("keyword", "flag") and _TOKENIZER_KEYS.search(_key(m))):
         return m.group()
     counts[p.name] += 1
     return m.string[m.start():start] + MARK.format(p.name) + m.string[end:m.end()]
@@ -137,9 +155,13 @@ class Redactor:
 
     def __init__(self, patterns: Sequence[Pattern] = DEFAULTS) -> None:
         self.patterns = tuple(patterns)
-        literals = [(lit, i) for i, p in enumerate(self.patterns) for lit in p.literals]
-        self._owner = [i for _, i in literals]
-        self._ac = ahocorasick_rs.AhoCorasick([lit for lit, _ in literals]) if literals else None
+        owners: dict[str, list[int]] = {}
+        for i, p in enumerate(self.patterns):
+            for lit in p.literals:
+                owners.setdefault(lit, []).append(i)
+        self._owners = list(owners.values())  # by literal index: the patterns it starts
+        self._word_end = [i for i, p in enumerate(self.patterns) if p.word_end]
+        self._ac = ahocorasick_rs.AhoCorasick(list(owners)) if owners else None
 
     @classmethod
     def from_settings(cls, enabled: bool, defaults: bool, patterns: Iterable[str]) -> Redactor | None:
@@ -148,15 +170,51 @@ class Redactor:
             return None
         return cls((DEFAULTS if defaults else ()) + tuple(map(user_pattern, patterns)))
 
-    def _candidates(self, text: str) -> set[int]:
-        return {self._owner[i] for i, _, _ in self._ac.find_matches_as_indexes(text)} if self._ac else set()
-
-    def text(self, s: str, counts: Counter, which: set[int] | None = None) -> str:
+    def text(self, s: str, counts: Counter) -> str:
         """``s`` with its secrets replaced; what was replaced is added to ``counts``."""
-        for i in sorted(self._candidates(s) if which is None else which):
+        if self._ac is None:
+            return s
+        return self._redact(s, self._hits(s, self._ac.find_matches_as_indexes(s, overlapping=True),
+                                          0), counts)
+
+    def _hits(self, s: str, found: list, base: int) -> list[tuple[int, int]]:
+        """(pattern, position in the text that starts at ``base`` of ``s``) of literal matches."""
+        out = []
+        for lit, a, b in found:
+            owners = self._owners[lit]
+            if self._word_end and b < len(s) and (s[b].isalnum() or s[b] == "_"):
+                owners = [i for i in owners if i not in self._word_end]
+            out += [(i, a - base) for i in owners]
+        return out
+
+    def _redact(self, s: str, hits: list[tuple[int, int]], counts: Counter) -> str:
+        """``s`` redacted where ``hits`` (pattern, literal position) say to try."""
+        found: list[tuple[int, int, int, re.Match]] = []  # (pattern, start, end, match)
+        for i in sorted({i for i, _ in hits}):
             p = self.patterns[i]
-            s = p.regex.sub(lambda m, p=p: _replace(p, counts, m), s)
-        return s
+            if p.anchor is None:
+                found += [(i, m.start(), m.end(), m) for m in p.regex.finditer(s)]
+                continue
+            for at in sorted({at for j, at in hits if j == i}):
+                m = p.regex.match(s, at if p.anchor == "literal" else _word_start(s, at))
+                if m:
+                    found.append((i, m.start(), m.end(), m))
+        out, taken, mine = [], [], Counter()
+        for i, a, b, m in found:  # earlier patterns first; a later one overlapping them is out
+            if any(a < tb and ta < b for ta, tb in taken):
+                continue
+            text = _replace(self.patterns[i], mine, m)
+            if text != m.group():
+                taken.append((a, b))
+                out.append((a, b, text))
+        if not out:
+            return s
+        counts.update(mine)
+        parts, at = [], 0
+        for a, b, text in sorted(out):
+            parts += [s[at:a], text]
+            at = b
+        return "".join(parts) + s[at:]
 
     def rows(self, rows: list, counts: Counter | None = None) -> list:
         """Spool rows (wire-column tuples or Drafts) with their messages redacted: the same
@@ -165,24 +223,23 @@ class Redactor:
             return rows
         tuples = type(rows[0]) is tuple
         msgs = [r[2] for r in rows] if tuples else [r.message for r in rows]
-        joined = "\n".join(msgs)
-        hits = self._ac.find_matches_as_indexes(joined)
-        if not hits:
+        found = self._ac.find_matches_as_indexes(joined := "\n".join(msgs), overlapping=True)
+        if not found:
             return rows
-        starts, at = [], 0
-        for m in msgs:
-            starts.append(at)
-            at += len(m) + 1
-        which: dict[int, set[int]] = {}
+        found.sort(key=lambda f: f[1])
+        starts = list(accumulate((len(m) + 1 for m in msgs[:-1]), initial=0))
+        hits: dict[int, list[tuple[int, int]]] = {}
         j = 0
-        for lit, start, _ in hits:  # in order of start
-            while j + 1 < len(starts) and starts[j + 1] <= start:
+        for f in found:
+            while j + 1 < len(starts) and starts[j + 1] <= f[1]:
                 j += 1
-            which.setdefault(j, set()).add(self._owner[lit])
+            row = self._hits(joined, [f], starts[j])
+            if row:
+                hits.setdefault(j, []).extend(row)
         out = rows
-        for j, pats in which.items():
+        for j, row_hits in hits.items():
             mine: Counter = Counter()
-            text = self.text(msgs[j], mine, pats)
+            text = self._redact(msgs[j], row_hits, mine)
             if not mine:
                 continue
             if counts is not None:
@@ -206,6 +263,13 @@ class Redactor:
         if isinstance(value, (list, tuple)):
             return [self.walk(v, counts) for v in value]
         return value
+
+
+def _word_start(s: str, at: int) -> int:
+    """Where the word (letters, digits, ``_ . -``) that holds position ``at`` starts."""
+    while at > 0 and (s[at - 1].isalnum() or s[at - 1] in "_.-"):
+        at -= 1
+    return at
 
 
 def parse_mark(mark: Any) -> Counter:

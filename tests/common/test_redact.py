@@ -24,10 +24,10 @@ SECRETS = [  # (line, what must be gone, patterns that fire)
     (TS + f"[runner.py:618:main] cmd = /usr/bin/python3 -u -m deepspeed.launcher.launch "
      f"--world_info=eyJsb2NhbGhvc3QiOiBbMCwgMV19 --master_addr=127.0.0.1 --master_port=29562 "
      f"train.py --hf_token {HF} --wandb_key={WANDB} --password hunter2",
-     [HF, WANDB, "hunter2"], {"hf-token": 1, "keyword": 2}),
+     [HF, WANDB, "hunter2"], {"hf-token": 1, "keyword": 1, "flag": 1}),
     (TS + "[launch.py:245:main] process 27034 spawned with command: ['/usr/bin/python3', '-u', "
      "'train.py', '--local_rank=0', '--db_password', 'hunter2', '--token=abc123xyz']",
-     ["hunter2", "abc123xyz"], {"keyword": 2}),
+     ["hunter2", "abc123xyz"], {"keyword": 1, "flag": 1}),
     (f"Namespace(local_rank=0, hf_token='{HF}', deepspeed_config='ds.json', api_key=None)",
      [HF], {"hf-token": 1}),
     (f"AWS_ACCESS_KEY_ID={AWS_ID}", [AWS_ID], {"aws-access-key-id": 1}),
@@ -66,7 +66,7 @@ def test_the_defaults_redact_real_shaped_lines(line, gone, fired):
 def test_keys_and_text_around_stay_readable():
     out = Redactor().text(SECRETS[0][0], Counter())
     assert out.endswith("train.py --hf_token [redacted:hf-token] --wandb_key=[redacted:keyword] "
-                        "--password [redacted:keyword]")
+                        "--password [redacted:flag]")
     assert Redactor().text(f"HF_TOKEN={HF}", Counter()) == "HF_TOKEN=[redacted:hf-token]"
 
 
@@ -85,8 +85,8 @@ def test_rows_copy_only_what_they_redact():
     assert r.rows(one, counts) is one and not counts  # nothing to redact: the same list
     out = r.rows(rows, counts)
     assert out[0] is rows[0] and shared == {"path": "/logs/rank0.log"}
-    assert out[1][12] == {"path": "/logs/rank0.log", "redacted": "hf-token:1,keyword:2"}
-    assert HF not in out[1][2] and counts == {"hf-token": 1, "keyword": 2}
+    assert out[1][12] == {"path": "/logs/rank0.log", "redacted": "flag:1,hf-token:1,keyword:1"}
+    assert HF not in out[1][2] and counts == {"hf-token": 1, "keyword": 1, "flag": 1}
     draft = Draft(source="kmsg", kind="kernel.line", message=f"x password={WANDB}", observed_ns=1)
     (d,) = r.rows([draft])
     assert d.message == "x password=[redacted:keyword]" and d.fields == {"redacted": "keyword:1"}
