@@ -67,6 +67,10 @@ class ShipperStats:
     pongs: int = 0
 
 
+MTLS_HINT = ("a collector that asks for client certificates closes on one it does not accept: "
+             "check [tls] cert and key; its log says why")
+
+
 def explain(e: BaseException) -> str:
     """A failed connection as an operator should read it: for TLS, what to check."""
     text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
@@ -168,11 +172,14 @@ class Shipper:
         failures, i = 0, 0
         while not self._stop.is_set():
             addr = self.collectors[i % len(self.collectors)]
-            acked_before = self.stats.acked_seq
+            acked_before, welcomed = self.stats.acked_seq, self.stats.sessions
             try:
                 await self._session(addr)
             except (OSError, asyncio.TimeoutError, wire.WireError, SessionError) as e:
                 error = explain(e)
+                if (self.ssl_context is not None and self.stats.sessions == welcomed
+                        and isinstance(e, ConnectionError)):
+                    error += f" ({MTLS_HINT})"
                 if error != self.stats.last_error:
                     log.warning("collector session failed collector=%s error=%s", addr, error)
                 self.stats.last_error = error
@@ -220,8 +227,7 @@ class Shipper:
             data = await asyncio.wait_for(reader.read(1 << 16), self.idle_timeout_s)
             if not data:
                 raise SessionError("the collector closed the connection before welcome" + (
-                    " (a collector that asks for client certificates closes on one it does not "
-                    "accept: check [tls] cert and key; its log says why)" if self.ssl_context else ""))
+                    f" ({MTLS_HINT})" if self.ssl_context else ""))
             for msg in decoder.feed(data):
                 if isinstance(msg, Welcome):
                     return msg
