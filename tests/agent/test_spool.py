@@ -672,17 +672,23 @@ def test_disk_full_injected_partial_write(tmp_path, monkeypatch):
         assert sp.stats().pending_gaps == 0
 
 
-def test_disk_full_in_the_middle_of_an_append_keeps_what_was_written(tmp_path, monkeypatch):
+def _whole_writes_until_full(monkeypatch) -> list:
+    """Spool writes (to its segment files) take whole entries until ``budget[0]`` bytes were
+    written, then ENOSPC; None: no limit."""
     real_write, budget = os.write, [None]
 
     def write(fd, data):
-        if budget[0] is not None and fd == sp._fd:
+        if budget[0] is not None and os.readlink(f"/proc/self/fd/{fd}").endswith(".seg"):
             if budget[0] < len(data):
                 raise OSError(errno.ENOSPC, "No space left on device")
             budget[0] -= len(data)
         return real_write(fd, data)
-
     monkeypatch.setattr(spool_mod.os, "write", write)
+    return budget
+
+
+def test_disk_full_in_the_middle_of_an_append_keeps_what_was_written(tmp_path, monkeypatch):
+    budget = _whole_writes_until_full(monkeypatch)
     with open_spool(tmp_path, segment_bytes=1 << 20) as sp:
         budget[0] = 200_000  # room for the first entry (1000 records) only
         with pytest.raises(SpoolFullError) as err:
@@ -723,16 +729,7 @@ def test_a_disk_full_gap_says_from_which_files_its_records_came(tmp_path, monkey
 
 
 def test_a_held_append_spends_no_seq_and_writes_no_gap(tmp_path, monkeypatch):
-    real_write, budget = os.write, [None]
-
-    def write(fd, data):
-        if budget[0] is not None and fd == sp._fd:
-            if budget[0] < len(data):
-                raise OSError(errno.ENOSPC, "No space left on device")
-            budget[0] -= len(data)
-        return real_write(fd, data)
-
-    monkeypatch.setattr(spool_mod.os, "write", write)
+    budget = _whole_writes_until_full(monkeypatch)
     with open_spool(tmp_path, segment_bytes=1 << 20) as sp:
         rows = [row(i) for i in range(2500)]
         budget[0] = 200_000  # room for the first entry (1000 records) only
