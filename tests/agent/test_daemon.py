@@ -256,6 +256,7 @@ def test_rank_log_lines_arrive_exactly_once_across_agent_sigkills(tmp_path):
             time.sleep(rng.uniform(0.2, 1.2))
             agent.stop(signal.SIGKILL)
             agent = AgentProcess(state, col.ingest, *args)
+        settle(lambda: Path(f"{logs[0]}.1").exists(), 30, "the rotation")  # a fast machine is not done
         time.sleep(0.5)
         stop.set()
         writer.join()
