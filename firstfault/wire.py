@@ -18,6 +18,10 @@ str/array/map bounds while parsing, so nothing oversized is ever built)
     MAX_NAME_BYTES 256 (node, stream, source, kind, job, boot_id, token, agent
     name/version, error code, field keys; never empty except token)
     MAX_TEXT_BYTES 1024 (str field values, error reason)   MAX_FIELDS 32
+    MAX_CONTAINERS 10064 maps and arrays in one frame body (a batch needs its columns,
+    a map of fields per record and a few more): decoding stops at the next one, so a
+    "msgpack bomb" (8 MiB of nested empty maps would be 8 million dicts, ~600 MB) costs
+    little; its scalars take at most ~20x the frame's bytes
 
 Session (one TCP connection, TLS optional, per agent stream)
     agent     -> hello    version:int, node:str, stream:str, token:str (may be
@@ -113,6 +117,7 @@ MAX_NAME_BYTES = 256
 MAX_TEXT_BYTES = 1024
 MAX_FIELDS = 32
 MAX_MAP_LEN = 64
+MAX_CONTAINERS = MAX_BATCH_RECORDS + 64
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 SOURCE_RANKLOG, SOURCE_KMSG, SOURCE_JOURNAL = "ranklog", "kmsg", "journal"
@@ -575,9 +580,21 @@ def decode_message(m: Any, *, batch_columns: bool = False) -> Message | BatchCol
     return (BatchColumns if batch_columns and cls is Batch else cls).from_wire(m)
 
 
+class _TooManyContainers(ValueError):
+    pass
+
+
 def _unpack(body: bytes | bytearray) -> Any:
+    left = MAX_CONTAINERS
+
+    def count(x: Any) -> Any:  # every map and array, as it is built
+        nonlocal left
+        left -= 1
+        if left < 0:
+            raise _TooManyContainers(f"more than {MAX_CONTAINERS} maps and arrays exceeds max_containers")
+        return x
     try:
-        return msgpack.unpackb(body, **_UNPACK_LIMITS)
+        return msgpack.unpackb(body, object_hook=count, list_hook=count, **_UNPACK_LIMITS)
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         # Oversized str/array/map ("N exceeds max_str_len(M)"), bad UTF-8,
         # truncation, trailing bytes, nesting too deep.

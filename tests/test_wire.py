@@ -541,3 +541,28 @@ def test_the_record_columns_are_named_once():
     assert len(wire.COLUMNS) == 13
     assert spoolfile.COLUMNS is wire.COLUMNS and blocks.COLUMNS is wire.COLUMNS
     assert blocks.BLOCK_COLUMNS == ("seq", "t_ns", *(c for c in wire.COLUMNS if c != "job"))
+
+
+def test_a_msgpack_bomb_stops_at_the_container_limit():
+    """Found by the ingest fuzzer (bench/fuzz.py): an 8 MiB batch of nested empty maps
+    decoded into 8 million dicts (~600 MB, 1.5 s of the collector's event loop). Decoding now
+    stops at MAX_CONTAINERS maps and arrays."""
+    import resource
+    import time
+
+    import msgpack
+
+    from firstfault import wire
+    inner = b"\xdc" + (800).to_bytes(2, "big") + b"\x80" * 800  # an array of 800 empty maps
+    head = msgpack.packb({"type": "batch", "node": "n", "stream": "s", "count": 1, "seq": 1})
+    body = (b"\x86" + head[1:] + msgpack.packb("cols") + b"\x81" + msgpack.packb("message")
+            + b"\xdc" + (10000).to_bytes(2, "big") + inner * 10000)
+    before, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.process_time()
+    with pytest.raises(wire.FrameError, match="maps and arrays") as e:
+        list(wire.FrameDecoder().feed(len(body).to_bytes(4, "big") + body))
+    assert e.value.code == wire.ERR_TOO_LARGE
+    assert time.process_time() - t0 < 0.5
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50 << 10  # KiB
+    ok = wire.encode_batch([wire.Record(node="n", stream="s", seq=i, source="x", kind="y", message="",
+                                        observed_ns=1, fields={"a": 1}) for i in range(10_000)])
+    assert len(wire.decode_batch(ok)) == 10_000  # a full batch with a map per record still decodes

@@ -16,6 +16,11 @@ A whole file (every key optional; these are the defaults, except where said)::
     key = "/etc/firstfault/agent.key"
     server_name = "head-01"            # name to check the certificate against (default: the host)
 
+    [redact]                           # secrets in records replaced before spooling
+    enabled = true                     # (firstfault/common/redact.py): [redacted:NAME]
+    defaults = true                    # the built-in patterns (HF, W&B, AWS, GitHub, ...)
+    patterns = ["corp=CORP-[0-9A-F]{32}"]   # more, NAME=REGEX (default none)
+
     [spool]
     max_bytes = 1073741824             # on overflow the oldest unacked records become a gap record
     fsync = "interval"                 # always | interval | never
@@ -45,6 +50,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from firstfault.common import settings
+from firstfault.common.redact import PARSERS as REDACT_PARSERS, RedactConfig
 from firstfault.common.settings import Address, ConfigError as _BaseConfigError, HelpRequested  # noqa: F401 (re-exported)
 from firstfault.agent.sources import base as sources
 from firstfault.wire import MAX_NAME_BYTES
@@ -123,6 +129,7 @@ class AgentConfig:
     log_level: str = "info"
     tls: TLSConfig = TLSConfig()
     spool: SpoolConfig = SpoolConfig()
+    redact: RedactConfig = RedactConfig()
     sources: Mapping[str, SourceConfig] = field(default_factory=lambda: MappingProxyType({}))
     token: str | None = field(default=None, repr=False)  # read from token_file
 
@@ -147,13 +154,14 @@ _PARSERS: dict[str | None, dict[str, settings.Parser]] = {
     "spool": {"max_bytes": settings.number(1 << 20, integer=True),
               "fsync": settings.one_of("always", "interval", "never"),
               "fsync_interval_ms": settings.number(1, integer=True)},
+    "redact": REDACT_PARSERS,
 }
-_TABLE_TYPES = {"tls": TLSConfig, "spool": SpoolConfig}
+_TABLE_TYPES = {"tls": TLSConfig, "spool": SpoolConfig, "redact": RedactConfig}
 _FLAGS: dict[str, tuple[str | None, str]] = {
     settings.flag_name(t, k): (t, k) for t, keys in _PARSERS.items() for k in keys}
 _FLAGS["--collector"] = (None, "collectors")
 del _FLAGS["--collectors"]
-_REPEATABLE = frozenset({"--collector", "--ranklog"})
+_REPEATABLE = frozenset({"--collector", "--ranklog", "--redact-patterns"})
 
 
 # --- source options: checked against the source class's keyword arguments ----------

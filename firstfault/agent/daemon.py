@@ -14,6 +14,10 @@ Running: every ``watchdog`` interval (systemd's WatchdogSec / 2, else 10 s)
 check that the shipper's and the sources' threads live and send WATCHDOG=1 and a
 STATUS line; a dead thread means no ping, so systemd restarts the agent.
 
+SIGHUP (``systemctl reload``): read ``token_file`` again; the next connection to a
+collector sends its first line (firstfault/common/tokens.py: rotating a token without a
+restart). A file that cannot be read keeps the token in use (logged).
+
 SIGTERM or SIGINT: STOPPING=1, stop the sources (each returns within about a
 second), wait up to ``flush_timeout_s`` until the collector acked everything
 spooled, close the spool (fsync), exit 0. What is not acked stays in the spool
@@ -37,6 +41,7 @@ from firstfault.agent.config import AgentConfig, ConfigError, HelpRequested, des
 from firstfault.agent.hostpaths import HostPaths
 from firstfault.agent.metrics import MetricsServer, render
 from firstfault.common.sdnotify import Notifier
+from firstfault.common.settings import read_token
 from firstfault.agent.shipper import Shipper
 from firstfault.agent.sink import SpoolSink
 from firstfault.agent.sources import base as sources
@@ -142,7 +147,7 @@ class Agent:
                                fsync_interval_ms=cfg.spool.fsync_interval_ms)
         except (OSError, SpoolError) as e:
             raise StartError(f"cannot open the spool in {cfg.state_dir}: {e}") from e
-        self.sink = SpoolSink(self.spool)
+        self.sink = SpoolSink(self.spool, cfg.redact.redactor())
         for name, why in skipped:
             log.info("source unavailable, skipped source=%s reason=%s", name, why)
             self.sink(sources.Draft(source=SOURCE_AGENT, kind=KIND_AGENT_STATUS,
@@ -201,6 +206,19 @@ class Agent:
     def stop(self) -> None:
         self.stopping.set()
 
+    def reload(self) -> None:
+        """SIGHUP: read the token file again (see the module docstring)."""
+        if self.cfg.token_file is None or self.shipper is None:
+            log.info("reload: no token_file, nothing to reload")
+            return
+        problems: list[str] = []
+        token = read_token(self.cfg.token_file, problems)
+        if token is None:
+            log.error("reload failed, the token in use is kept: %s", "; ".join(problems))
+            return
+        self.shipper.token = token
+        log.info("reloaded token_file=%s (used from the next connection)", self.cfg.token_file)
+
     def shutdown(self) -> int:
         self.notifier.stopping()
         self._sources_stop.set()
@@ -252,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent(cfg)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop())
+    signal.signal(signal.SIGHUP, lambda *_: agent.reload())
     try:
         agent.start()
     except (StartError, ConfigError) as e:

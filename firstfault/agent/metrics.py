@@ -1,6 +1,8 @@
 """The agent's Prometheus /metrics (text exposition format 0.0.4) on a loopback port.
 
     firstfault_agent_records_total{source}        records spooled, by source
+    firstfault_agent_redacted_total{pattern}      secrets redacted before spooling, by pattern
+    firstfault_agent_spool_full_waits_total       times a source held its rows: the disk is full
     firstfault_agent_source_up{source}            1 running, 0 failed/stopped/unavailable
     firstfault_agent_spool_bytes                  bytes in the spool's segments
     firstfault_agent_spool_unacked_records        records the collector has not acked
@@ -39,6 +41,8 @@ def render(sink: SpoolSink, spool: SpoolStats, ship: ShipperStats) -> str:
     p = "firstfault_agent_"
     out = family(p + "records_total", "counter", "Records spooled, by source.",
                  [("", {"source": s}, n) for s, n in sorted(sink.records.items())])
+    out += family(p + "redacted_total", "counter", "Secrets redacted before spooling, by pattern.",
+                  [("", {"pattern": k}, n) for k, n in sorted(sink.redacted.items())])
     out += family(p + "source_up", "gauge", "1 while the source runs.",
                   [("", {"source": s}, int(st == "running"))
                    for s, st in sorted(sink.source_states.items())])
@@ -50,6 +54,8 @@ def render(sink: SpoolSink, spool: SpoolStats, ship: ShipperStats) -> str:
         ("spool_dropped_records_total", "counter",
          "Records lost to spool overflow, corruption or a full disk.", dropped),
         ("spool_gaps_total", "counter", "Gap records written.", spool.gaps_written),
+        ("spool_full_waits_total", "counter", "Times a source held its rows: the spool's disk "
+         "was full (nothing lost).", sink.spool_full_held),
         ("shipped_records_total", "counter", "Records sent, resends included.", ship.records),
         ("shipped_bytes_total", "counter", "Bytes of batch frames sent.", ship.bytes),
         ("acked_seq", "gauge", "Highest seq acked by a collector.", ship.acked_seq or 0),

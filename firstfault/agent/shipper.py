@@ -67,6 +67,25 @@ class ShipperStats:
     pongs: int = 0
 
 
+MTLS_HINT = ("a collector that asks for client certificates closes on one it does not accept: "
+             "check [tls] cert and key; its log says why")
+
+
+def explain(e: BaseException) -> str:
+    """A failed connection as an operator should read it: for TLS, what to check."""
+    text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return (f"TLS: the collector's certificate is not accepted: {e.verify_message} "
+                f"(check [tls] ca and server_name) [{text}]")
+    if isinstance(e, ssl.SSLError):
+        if "ALERT" in (e.reason or ""):
+            return (f"TLS: the collector refused this agent ({e.reason}): check [tls] cert and "
+                    f"key against the collector's client_ca [{text}]")
+        return (f"TLS handshake failed ({e.reason or e}): does the collector speak TLS on this "
+                f"port? ([tls] cert and key on the collector) [{text}]")
+    return text
+
+
 class Shipper:
     def __init__(self, spool: Spool, collectors: list[Address] | tuple[Address, ...], *,
                  token: str | None = None, ssl_context: ssl.SSLContext | None = None,
@@ -153,11 +172,14 @@ class Shipper:
         failures, i = 0, 0
         while not self._stop.is_set():
             addr = self.collectors[i % len(self.collectors)]
-            acked_before = self.stats.acked_seq
+            acked_before, welcomed = self.stats.acked_seq, self.stats.sessions
             try:
                 await self._session(addr)
             except (OSError, asyncio.TimeoutError, wire.WireError, SessionError) as e:
-                error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                error = explain(e)
+                if (self.ssl_context is not None and self.stats.sessions == welcomed
+                        and isinstance(e, ConnectionError)):
+                    error += f" ({MTLS_HINT})"
                 if error != self.stats.last_error:
                     log.warning("collector session failed collector=%s error=%s", addr, error)
                 self.stats.last_error = error
@@ -204,7 +226,8 @@ class Shipper:
         while True:
             data = await asyncio.wait_for(reader.read(1 << 16), self.idle_timeout_s)
             if not data:
-                raise SessionError("the collector closed the connection before welcome")
+                raise SessionError("the collector closed the connection before welcome" + (
+                    f" ({MTLS_HINT})" if self.ssl_context else ""))
             for msg in decoder.feed(data):
                 if isinstance(msg, Welcome):
                     return msg

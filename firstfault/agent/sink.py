@@ -5,8 +5,13 @@ append to the spool in the caller's thread: when they return, the records are
 spooled (durable as the spool's fsync setting says), so a source may commit its
 own position. A full disk is not the source's problem: the spool keeps a gap
 record naming what was lost (firstfault/agent/spool.py), the sink counts it, logs it (at most
-once a minute) and returns. Any other spool error raises, and the source's runner
-reports it and retries.
+once a minute) and returns -- unless the source holds (``many(rows, hold=True)``:
+it can read the rows again, as ranklog from its files): then nothing is lost and
+SinkFull says how many rows were taken. Any other spool error raises, and the
+source's runner reports it and retries.
+
+Before anything is spooled, secrets in the messages are redacted (``redactor``,
+firstfault/common/redact.py; the agent's ``[redact]``): ``redacted`` counts them by pattern.
 
 It also keeps what /metrics shows: records per source, the state of each source
 (from the runners' agent.status records) and, from the (seq, time) of each
@@ -21,7 +26,8 @@ import threading
 import time
 from collections import Counter, deque
 
-from firstfault.agent.sources.base import Draft
+from firstfault.agent.sources.base import Draft, SinkFull
+from firstfault.common.redact import Redactor
 from firstfault.agent.spool import Spool, SpoolFullError
 from firstfault.wire import KIND_AGENT_STATUS
 
@@ -32,10 +38,12 @@ MARK_EVERY_S = 0.005
 
 
 class SpoolSink:
-    def __init__(self, spool: Spool) -> None:
-        self.spool = spool
+    def __init__(self, spool: Spool, redactor: Redactor | None = None) -> None:
+        self.spool, self.redactor = spool, redactor
+        self.redacted: Counter[str] = Counter()  # by pattern
         self.records: Counter[str] = Counter()  # by source
-        self.spool_full_records = 0
+        self.spool_full_records = 0  # lost, in a gap
+        self.spool_full_held = 0  # times a holding source was told to wait
         self.source_states: dict[str, str] = {}
         self.last_ack_latency_s: float | None = None
         self._marks: deque[tuple[int, float]] = deque()
@@ -49,18 +57,25 @@ class SpoolSink:
                 self.source_states[src] = state
         self.many([draft])
 
-    def many(self, rows: list) -> None:
-        """Spool ``rows`` (Drafts or tuples of the wire columns) of one source."""
+    def many(self, rows: list, hold: bool = False) -> None:
+        """Spool ``rows`` (Drafts or tuples of the wire columns) of one source; with
+        ``hold``, SinkFull when the disk is full (the caller keeps what was not taken)."""
         if not rows:
             return
+        if self.redactor is not None:
+            rows = self.redactor.rows(rows, self.redacted)
         first = rows[0]
         source = first.source if type(first) is Draft else first[0]
         try:
-            seq = self.spool.append(rows)
+            seq = self.spool.append(rows, hold_on_full=hold)
         except SpoolFullError as e:
-            self.spool_full_records += e.dropped_records
             if e.accepted_seq is not None:
                 self._mark(e.accepted_seq)
+            if e.held:
+                self.spool_full_held += 1
+                self.records[source] += len(rows) - e.dropped_records
+                raise SinkFull(str(e), len(rows) - e.dropped_records) from e
+            self.spool_full_records += e.dropped_records
             now = time.monotonic()
             if now - self._warned >= 60:
                 self._warned = now

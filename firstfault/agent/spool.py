@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from operator import attrgetter
 from typing import Any, Callable, Iterable
 
@@ -36,6 +37,12 @@ GAP_RESERVE_BYTES = 2048  # room kept for the gap record an overflow writes
 FSYNC_MODES = ("always", "interval", "never")
 _row = attrgetter(*COLUMNS)
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _origin(row: tuple) -> str:
+    """Where a row comes from, for a gap: its file (``fields.path``), else its source."""
+    path = row[-1].get("path") if type(row[-1]) is dict else None
+    return path if type(path) is str else str(row[0])
 
 
 # --- the spool -----------------------------------------------------------------
@@ -221,7 +228,7 @@ class Spool(SpoolOpen, SpoolReads):
                 gap = s.carried if gap is None else _merge(gap, s.carried)
         if gap is None:
             return
-        gap = {**gap, "reason": "overflow", "at_ns": time.time_ns()}
+        gap = {**gap, "reason": "overflow", "at_ns": time.time_ns(), "origins": None}  # unread
         nrec = gap["dropped_records"] or 0
         log.warning("spool full, oldest dropped path=%s records=%d seqs=%d..%d",
                     self.path, nrec, gap["first_seq"], gap["last_seq"])
@@ -321,13 +328,16 @@ class Spool(SpoolOpen, SpoolReads):
         except TypeError:  # validate=False and a bad observed_ns
             out.append((payload, len(rows), None, None))
 
-    def append(self, records: Iterable[Any]) -> int:
+    def append(self, records: Iterable[Any], *, hold_on_full: bool = False) -> int:
         """Store ``records``, give them seqs; the last seq (the current one if none).
 
         Each record is a sources Draft, a wire Record (its node, stream and seq are
         ignored) or a tuple of the wire columns in order. Accepted when this returns
         (fsynced first if fsync="always"). Raises InvalidRecordError (nothing
-        written) or SpoolFullError (disk full: see the module docstring).
+        written) or SpoolFullError (disk full: see the module docstring). With
+        ``hold_on_full`` a full disk spends no seqs and queues no gap: the caller
+        keeps the records it was not given back as accepted and appends them again
+        (a source that can read them again, as ranklog from its files).
         """
         rows = records if type(records) is list else list(records)
         if rows and type(rows[0]) is not tuple:
@@ -352,7 +362,18 @@ class Spool(SpoolOpen, SpoolReads):
                 if e.errno not in _DISK_FULL or done == len(entries):  # e.g. fsync failed
                     raise SpoolError(f"spool write failed in {self.path}: {e}; records up "
                                      f"to seq {last} are written, maybe not durable") from e
-                lost = self._disk_full(entries[done:])
+                if hold_on_full:
+                    self._counts["disk_full_errors"] += 1
+                    held = sum(en[1] for en in entries[done:])
+                    try:
+                        self._sync()
+                    except OSError:
+                        pass
+                    raise SpoolFullError(
+                        f"disk full writing spool {self.path}: {held} records not stored; "
+                        f"they wait at their source until there is room", dropped_records=held,
+                        accepted_seq=last, held=True) from e
+                lost = self._disk_full(entries[done:], rows)
                 try:
                     self._sync()
                 except OSError:
@@ -363,9 +384,10 @@ class Spool(SpoolOpen, SpoolReads):
                     f"max_bytes", dropped_records=lost, accepted_seq=last) from e
             return last if last is not None else self._next_seq - 1
 
-    def _disk_full(self, entries: list) -> int:
+    def _disk_full(self, entries: list, rows: list) -> int:
         n = sum(e[1] for e in entries)
         first, nbytes = self._next_seq, sum(HEADER_BYTES + len(e[0]) for e in entries)
+        origins = Counter(map(_origin, rows[len(rows) - n:]))  # the entries are its last rows
         self._next_seq += n  # spent: the gap names them
         lo = min((e[2] for e in entries if e[2] is not None), default=None)
         hi = max((e[3] for e in entries if e[3] is not None), default=None)
@@ -373,7 +395,7 @@ class Spool(SpoolOpen, SpoolReads):
         self._counts["disk_full_records"] += n
         g = {"reason": "disk_full", "dropped_records": n, "dropped_bytes": nbytes,
              "first_seq": first, "last_seq": first + n - 1, "from_ns": lo, "to_ns": hi,
-             "at_ns": time.time_ns()}
+             "at_ns": time.time_ns(), "origins": dict(origins)}
         prev = self._pending[-1] if self._pending else None
         if prev and prev["reason"] == "disk_full" and prev["last_seq"] == first - 1:
             self._pending[-1] = _merge(prev, g)  # one gap for a whole streak

@@ -98,7 +98,10 @@ It says that no record with seq first_seq..last_seq will be sent (again): those
 the collector lacks are lost. Fields: reason ("overflow" | "corrupt" |
 "disk_full"), dropped_records (int; nil when only a bound is known),
 dropped_bytes, first_seq, last_seq, from_ns and to_ns (observed_ns of the first
-and last lost records, as known; nil if unknown). A gap is itself a record that
+and last lost records, as known; nil if unknown); for "disk_full", origins: where
+the lost records came from, JSON text ``{"/logs/rank3.log": 152, "kmsg": 2}`` (a
+record's ``fields.path``, else its source; largest first, what does not fit in
+1,000 bytes counted under ``"(more)"``), also named in the message. A gap is itself a record that
 an overflow may drop: the gap written for a dropped segment also names the
 ranges of the gaps that were in it (first_seq and from_ns reach back, counts
 add up), so no loss goes unnamed and there is one gap per drop. Ranges may
@@ -112,7 +115,10 @@ truncated away, the records are not accepted and append raises SpoolFullError
 (the daemon logs it, rate-limited, and goes on: there is nothing to retry). Their
 seqs are spent and one gap (reason "disk_full", merged over a streak) is written
 before the next entry that fits. A crash before that loses the gap: the seqs were
-never visible, and are reused.
+never visible, and are reused. An append with ``hold_on_full`` (a source that can
+read its records again: ranklog) spends no seqs and writes no gap: SpoolFullError
+(``held``) says how many of its last records were not taken, and the caller offers
+them again later.
 
 Threads: one writer (append, close) and one reader (read_after, read_batch_after,
 read_frame_after, ack) may call at once; one lock guards the index and every write. Readers
@@ -145,6 +151,7 @@ spoolread.py).
 from __future__ import annotations
 
 import bisect
+import json
 import struct
 import time
 import zlib
@@ -338,13 +345,32 @@ def gap_row(g: dict[str, Any], now_ns: int) -> tuple:
             "corrupt": "spool corrupt on disk: lost",
             "disk_full": "disk full: could not spool"}.get(g["reason"], "lost")
     count = f"{n}" if n is not None else f"at most {b - a + 1}"
+    origins = sorted((g.get("origins") or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+    where = f" from {', '.join(f'{o} ({k})' for o, k in origins[:8])}" if origins else ""
+    more = f" and {len(origins) - 8} more" if len(origins) > 8 else ""
     msg = (f"{what} {count} records (seq {a}..{b}, {g['dropped_bytes']} bytes) observed "
-           f"{iso(g['from_ns'])} .. {iso(g['to_ns'])}")
+           f"{iso(g['from_ns'])} .. {iso(g['to_ns'])}{where}{more}")
     occurred = None if g["reason"] == "corrupt" else g.get("at_ns", now_ns)
     fields = {k: g[k] for k in ("reason", "dropped_records", "dropped_bytes", "first_seq",
                                 "last_seq", "from_ns", "to_ns")}
+    if origins:
+        fields["origins"] = origins_text(origins)
     return (SOURCE_AGENT, KIND_AGENT_GAP, msg, occurred, now_ns, None, None, None, None,
             None, None, 4, fields)
+
+
+def origins_text(origins: list[tuple[str, int]], limit: int = 1000) -> str:
+    """A gap's ``origins`` field: JSON ``{file or source: records lost}``, largest first,
+    within ``limit`` bytes; the records of what does not fit are counted under "(more)"."""
+    kept: dict[str, int] = {}
+    for i, (o, k) in enumerate(origins):
+        rest = sum(k2 for _, k2 in origins[i + 1:])
+        trial = {**kept, o: k, **({"(more)": rest} if rest else {})}
+        if len(json.dumps(trial, ensure_ascii=False).encode()) > limit:
+            kept["(more)"] = k + rest
+            break
+        kept[o] = k
+    return json.dumps(kept, ensure_ascii=False)
 
 
 def gaps_in(buf: bytes, entries: list[tuple[int, int, int, int]]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ import os
 import re
 import secrets
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,12 +28,15 @@ class SpoolError(Exception):
 
 
 class SpoolFullError(SpoolError):
-    """The disk is full: these records were not accepted; a gap will name them."""
+    """The disk is full: these records were not accepted; a gap will name them (held: the
+    caller keeps them to append again, no gap, no seqs spent)."""
 
-    def __init__(self, message: str, *, dropped_records: int, accepted_seq: int | None) -> None:
+    def __init__(self, message: str, *, dropped_records: int, accepted_seq: int | None,
+                 held: bool = False) -> None:
         super().__init__(message)
-        self.dropped_records = dropped_records
+        self.dropped_records = dropped_records  # the last records of the append
         self.accepted_seq = accepted_seq  # last seq of this append that was written
+        self.held = held
 
 
 class InvalidRecordError(SpoolError):
@@ -84,9 +88,10 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         return max((v for v in (a[k], b[k]) if v is not None), default=None)
     n = (None if a["dropped_records"] is None or b["dropped_records"] is None
          else a["dropped_records"] + b["dropped_records"])
+    origins = Counter(a.get("origins") or {}) + Counter(b.get("origins") or {})
     return {**a, "dropped_records": n, "dropped_bytes": a["dropped_bytes"] + b["dropped_bytes"],
             "first_seq": lo("first_seq"), "last_seq": hi("last_seq"), "from_ns": lo("from_ns"),
-            "to_ns": hi("to_ns")}
+            "to_ns": hi("to_ns"), "origins": dict(origins) if origins else None}
 
 
 def _fsync_dir(path: str) -> None:

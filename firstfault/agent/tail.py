@@ -95,9 +95,15 @@ the fingerprint bytes)
       new file at the path opened and read from offset 0. Events ``rotated`` /
       ``deleted``.
     * copytruncate, truncate then rewrite: same inode, but size < read offset or
-      the fingerprint bytes changed. The partial line in memory is flushed, the
-      file is read again from 0 as a new content (new ``serial``). Event
-      ``truncated``.
+      the fingerprint bytes changed. If a copy of the old content lies beside the
+      path (a name starting with the path's, e.g. ``rank3.log.1``: its first
+      ``fp_len`` bytes hash to ``fp``, it is at least the read offset long and holds
+      the partial line in memory; ``find_copy`` in tailstate.py), the old content
+      is read on from the copy to its end (drained, as a rotated file); else the
+      partial line in memory is flushed. Either way the file is then read again
+      from 0 as a new content (new ``serial``). Event ``rotated`` (a copy: nothing
+      lost) or ``truncated``. At a restart a saved file whose inode now holds other
+      bytes is looked for the same way.
     * restart: each saved file is looked up by inode at the path, then in the
       path's directory (a file rotated while the agent was down, e.g.
       ``rank3.log.1``), and accepted only if its first ``fp_len`` bytes still hash
@@ -134,10 +140,13 @@ Cost (bench/tail.py, bench/RESULTS.md)
     per line; idle FollowLoop ~0.06% CPU.
 
 Known issues
-    * copytruncate loses what the writer wrote between our last read and the
-      truncation (inherent to copytruncate: the copy is not followed). Lines read
-      but not confirmed before a truncation, or in a deleted file when the agent
-      restarts, cannot come again (the bytes are gone).
+    * copytruncate without a copy beside the path (copied elsewhere, already
+      compressed or deleted) loses what the writer wrote between our last read and
+      the truncation; with one, only what was written between the copy and the
+      truncation (inherent to copytruncate: it is in neither file). Lines read but
+      not confirmed before a truncation, or in a deleted file when the agent
+      restarts, cannot come again (the bytes are gone). A restart while a copy is
+      being drained looks for it again by its first bytes (tailstate.py).
     * A rotated file is closed as soon as it is drained: a writer that still
       appends to the old inode after that (before reopening) loses those lines.
     * A file created and rotated away between two polls is never seen; so is a
@@ -440,6 +449,16 @@ class Tailer(_Reader, _State):
             return changed
         cur, truncated = self._recheck(ps, len(files) - 1, now_ns, out)
         changed |= truncated
+        if cur is not None and not cur.at_path:  # the old content goes on in its copy: drain it
+            used, eof = self._read(ps, cur, budget, now_ns, out)
+            budget -= used
+            if eof:
+                self._flush(ps, cur, now_ns, out)
+                cur.close()
+            if not eof or budget <= 0:
+                ps.more = True
+                return changed
+            cur = files[-1]
         if cur is None:
             return changed
         used, eof = self._read(ps, cur, budget, now_ns, out)
@@ -448,31 +467,6 @@ class Tailer(_Reader, _State):
         elif (cur.pending or cur.cut_head) and self.clock() - cur.last_growth >= self.partial_flush_s:
             self._flush(ps, cur, now_ns, out)
         return changed
-
-    def _recheck(self, ps: _PathState, i: int, now_ns: int,
-                 out: list[LineBatch]) -> tuple[_File | None, bool]:
-        """(file, truncated): ps.files[i] if it still holds the content being read, else
-        (truncated, or rewritten in place) its new content, read from 0; None: unknown."""
-        f = ps.files[i]
-        known = f.fp_len
-        try:
-            size = os.fstat(f.fd).st_size
-            if size >= f.read and self._check_fingerprint(f):
-                return f, not known and f.fp_len > 0  # first bytes seen: save them
-        except OSError as exc:
-            self._error(ps, f, "fstat", exc)
-            return None, False
-        self._flush(ps, f, now_ns, out)  # the partial line held in memory is all that is left
-        self._event(ps, TRUNCATED, f, f.read,
-                    f"size {size} < offset {f.read} or first bytes changed: reading from 0")
-        new = _File(self._key(f.key.dev, f.key.ino), f.fd, at_path=f.at_path, now=self.clock())
-        f.fd, f.at_path, f.gone = None, False, True  # the descriptor now reads the new content
-        ps.files.insert(i + 1, new)
-        try:
-            self._check_fingerprint(new)
-        except OSError as exc:
-            self._error(ps, new, "read", exc)
-        return new, True
 
     def _open(self, ps: _PathState) -> _File | None:
         try:

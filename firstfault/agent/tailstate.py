@@ -5,7 +5,8 @@ is the specification: "State file" and the "restart" rotation rule).
 moved to ``<state>.corrupt`` and reported), ``_save`` replaces it atomically
 (tmp, fsync, rename, fsync dir; the fsyncs only if ``fsync``); ``_resolve`` /
 ``_reopen`` find a path's saved files again after a restart, at the path or rotated
-beside it; ``advance`` (with
+beside it, and ``_recheck`` a content truncated in place (copytruncate: its copy
+beside the path, ``find_copy``); ``advance`` (with
 ``fingerprint`` and ``committed_at_ns``) moves a restored position past the last
 commit to where the consumer's own records say it took the stream.
 """
@@ -18,8 +19,8 @@ import os
 import time
 from typing import Any
 
-from firstfault.agent.tailfile import (LOST, ROTATED, STATE_RESET, Event, FileKey, StateError, TailError,
-                            _File, _fingerprint, _PathState)
+from firstfault.agent.tailfile import (LOST, ROTATED, STATE_RESET, TRUNCATED, Event, FileKey, LineBatch,
+                            StateError, TailError, _File, _fingerprint, _PathState)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,10 @@ class _State:
                 why = f"was empty when last seen, so {where} may be another file"
             else:
                 why = self._reopen(f, where)
+            if why and f.fp_len:  # copytruncate while stopped: the content lives on in its copy
+                copy = find_copy(ps.path, f.key.ino, f.fp_len, f.fp, f.committed)
+                if copy is not None and not self._reopen(f, copy, same_inode=False):
+                    where, why = copy, ""
             if why:
                 self._event(ps, LOST, f, f.committed,
                             f"saved file {f.key.dev}:{f.key.ino} {why}: its bytes after the "
@@ -74,12 +79,12 @@ class _State:
         ps.files = keep
         return True
 
-    def _reopen(self, f: _File, where: str) -> str:
+    def _reopen(self, f: _File, where: str, same_inode: bool = True) -> str:
         try:
             fd = os.open(where, _OPEN_FLAGS)
         except OSError as exc:
             return f"cannot be opened ({exc.strerror})"
-        ahead, f.ahead = f.ahead, None
+        ahead = f.ahead
         try:
             st = os.fstat(fd)
             n = max(f.fp_len, ahead[1] if ahead else 0)
@@ -87,16 +92,16 @@ class _State:
         except OSError as exc:
             os.close(fd)
             return f"cannot be read ({exc.strerror})"
-        if st.st_ino != f.key.ino:
+        if same_inode and st.st_ino != f.key.ino:
             why = "was replaced"
         elif len(head) < f.fp_len or _fingerprint(head[:f.fp_len]) != f.fp:
             why = "has other first bytes (truncated, rewritten or a reused inode)"
         elif st.st_size < f.committed:
             why = f"is shorter ({st.st_size}) than the committed offset"
         else:
-            f.fd, f.restored, f.last_growth = fd, False, self.clock()
-            if st.st_dev != f.key.dev:  # device numbers can change across reboots
-                f.key = FileKey(st.st_dev, f.key.ino, f.key.serial)
+            f.fd, f.restored, f.last_growth, f.ahead = fd, False, self.clock(), None
+            if (st.st_dev, st.st_ino) != f.key[:2]:  # devices renumbered at boot; a copy
+                f.key = FileKey(st.st_dev, st.st_ino, f.key.serial)
             if ahead is not None:
                 offset, fp_len, fp = ahead
                 if offset <= st.st_size and len(head) >= fp_len and _fingerprint(head[:fp_len]) == fp:
@@ -110,6 +115,47 @@ class _State:
         os.close(fd)
         return why
 
+
+    # -- a content truncated in place ---------------------------------------------
+
+    def _recheck(self, ps: _PathState, i: int, now_ns: int,
+                 out: list[LineBatch]) -> tuple[_File | None, bool]:
+        """(file, truncated): ps.files[i] if it still holds the content being read, else
+        (truncated, or rewritten in place) its new content, read from 0 -- or, when a copy
+        of the old content lies beside the path (``find_copy``), the old content read on
+        from the copy, the new one right after it; None: unknown."""
+        f = ps.files[i]
+        known = f.fp_len
+        try:
+            size = os.fstat(f.fd).st_size
+            if size >= f.read and self._check_fingerprint(f):
+                return f, not known and f.fp_len > 0  # first bytes seen: save them
+        except OSError as exc:
+            self._error(ps, f, "fstat", exc)
+            return None, False
+        copy = find_copy(ps.path, f.key.ino, f.fp_len, f.fp, f.read,
+                         (f.line_start, f.pending)) if f.fp_len else None
+        try:
+            copy_fd = os.open(copy, _OPEN_FLAGS) if copy is not None else None
+        except OSError:
+            copy_fd = None
+        if copy_fd is None:
+            self._flush(ps, f, now_ns, out)  # the partial line held in memory is all that is left
+        if copy_fd is None:
+            self._event(ps, TRUNCATED, f, f.read,
+                        f"size {size} < offset {f.read} or first bytes changed: reading from 0")
+        else:  # nothing lost: as a rotation
+            self._event(ps, ROTATED, f, f.read, f"copytruncate (size {size} < offset {f.read} "
+                        f"or first bytes changed): the rest is read from its copy {copy}")
+        new = _File(self._key(f.key.dev, f.key.ino), f.fd, at_path=f.at_path, now=self.clock())
+        # the descriptor now reads the new content; the old one is in the copy, or gone
+        f.fd, f.at_path, f.gone = copy_fd, False, copy_fd is None
+        ps.files.insert(i + 1, new)
+        try:
+            self._check_fingerprint(new)
+        except OSError as exc:
+            self._error(ps, new, "read", exc)
+        return (new if copy_fd is None else f), True
 
     # -- catching up -------------------------------------------------------------
 
@@ -211,6 +257,38 @@ class _State:
         except OSError as exc:
             raise StateError(f"cannot write the tail state {self.state_path}: {exc}") from exc
         self._last_saved = raw
+
+
+def find_copy(path: str, ino: int, fp_len: int, fp: str, min_size: int,
+              tail: tuple[int, bytes] = (0, b"")) -> str | None:
+    """A copy of a content of ``path`` (logrotate ``copytruncate``: ``rank3.log.1``,
+    ``rank3.log-20261202``): a regular file beside it whose name starts with the path's,
+    another inode, at least ``min_size`` bytes, whose first ``fp_len`` bytes hash to ``fp``
+    and that holds ``tail`` (offset, bytes: a partial line in memory); newest first, the 16
+    newest candidates looked at."""
+    folder, base = os.path.split(path)
+    found = []
+    try:
+        with os.scandir(folder or ".") as it:
+            for e in it:
+                if e.name != base and e.name.startswith(base) and e.is_file(follow_symlinks=False):
+                    st = e.stat(follow_symlinks=False)
+                    if st.st_ino != ino and st.st_size >= min_size:
+                        found.append((st.st_mtime_ns, e.path))
+    except OSError as exc:
+        log.warning("tail cannot scan for a copy of path=%s: %s", path, exc)
+        return None
+    for _, where in sorted(found, reverse=True)[:16]:
+        try:
+            with open(where, "rb") as fh:
+                head = fh.read(fp_len)
+                fh.seek(tail[0])
+                same_tail = fh.read(len(tail[1])) == tail[1]
+        except OSError:
+            continue
+        if len(head) == fp_len and _fingerprint(head) == fp and same_tail:
+            return where
+    return None
 
 
 def _read_state(path: str) -> tuple[dict, bytes, int]:

@@ -97,8 +97,14 @@ class Needles:
         out: list[int] = []
         seen: set[str] = set()
         end = hi
+        # each needle's last place below ``end``, searched again only once ``end`` passes it
+        # (a needle absent from the range is searched once, not once a line: linear, not quadratic)
+        last = {w: data.rfind(w, lo, end) for w in self.progress}
         while end > lo:
-            p = max(data.rfind(w, lo, end) for w in self.progress)
+            for w, at in last.items():
+                if at >= end:
+                    last[w] = data.rfind(w, lo, end)
+            p = max(last.values(), default=-1)
             if p < 0:
                 break
             start = data.rfind(b"\n", 0, p) + 1

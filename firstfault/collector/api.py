@@ -9,19 +9,25 @@
                                           &format=jsonl streams one record a line
     GET /api/jobs/{job}/bundle            the bug-report .tar.gz
 
-Bound to loopback by default. On any other address a token is required
-(``Authorization: Bearer <token>``), compared in constant time. Store calls run
-in a worker thread, one at a time; nothing from a record is executed or used as
-a path. The web pages (web.py: ``/``, ``/jobs/{job}``, ``/paste``, ``/login``) share this
-auth; a browser sends the token as a cookie that ``/login`` sets. A POST from another
-site's page is refused (its ``Origin``). Every HTML response carries the report's
+Read-only: the API's routes are GET (and HEAD); any other method is 405. Bound to loopback
+by default. On any other address a token is required (``Authorization: Bearer <token>``;
+any line of the token file, compared in constant time: firstfault/common/tokens.py;
+``tokens`` is replaced on SIGHUP). Closed to other origins: no CORS header is ever
+sent, a request whose ``Origin`` is not this server's own is refused (403), every
+response says ``Cross-Origin-Resource-Policy: same-origin`` and ``nosniff``, and
+without a token (loopback) a request must name a loopback host (``Host``), so a web
+page cannot reach the API through DNS rebinding. Store calls run in a worker
+thread, one at a time; nothing from a record is executed or used as a path.
+
+The web pages (web.py: ``/``, ``/jobs/{job}``, ``/paste``, ``/login``) share these rules; a
+browser sends the token as a cookie that ``/login`` sets, and only ``/paste`` and ``/login``
+take a POST (a form of this very page). Every HTML response carries the report's
 Content-Security-Policy (nothing loads from anywhere) and ``frame-ancestors 'none'``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import ipaddress
 import itertools
 import json
@@ -33,6 +39,8 @@ from typing import Any
 from aiohttp import web
 
 from firstfault.common.prometheus import CONTENT_TYPE
+from firstfault.common.redact import Redactor
+from firstfault.common.tokens import accepts
 
 from firstfault.collector import query
 from firstfault.collector.web import COOKIE, MAX_PASTE, Web, html_response
@@ -45,9 +53,9 @@ CHUNK = 2000  # records read from the store per step of a streamed timeline
 
 
 def _same_origin(request: web.Request) -> bool:
-    """No Origin (not a browser, or a same-origin GET), or this very server's."""
+    """No Origin (not a browser, or a same-origin GET), or this very server's host."""
     origin = request.headers.get("Origin")
-    return origin is None or origin == f"{request.scheme}://{request.host}"
+    return origin is None or origin.partition("://")[2] == request.host
 
 
 def _error_page(title: str, text: str) -> str:
@@ -62,6 +70,13 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _hostname(host: str) -> str:
+    """The name in a Host header: ``127.0.0.1:7141`` -> 127.0.0.1, ``[::1]:7141`` -> ::1."""
+    if host.startswith("["):
+        return host[1:host.find("]")]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
 
 
 def parse_selection(job: str, q) -> Selection:
@@ -103,14 +118,16 @@ def _iso_ns(v: str, name: str) -> int:
 
 
 class Api:
-    def __init__(self, store: Store, catalog: Catalog, *, token: str | None = None,
+    def __init__(self, store: Store, catalog: Catalog, *, token: str | tuple[str, ...] | None = None,
                  metrics: Callable[[], str] | None = None,
-                 call: Callable[..., Awaitable[Any]] | None = None, max_paste: int = MAX_PASTE) -> None:
+                 call: Callable[..., Awaitable[Any]] | None = None, max_paste: int = MAX_PASTE,
+                 redactor: Redactor | None = None) -> None:
         """``call(fn, *args)`` runs a store call on the store's own thread (the daemon
         passes the ingest server's, so one thread owns the SQLite connection)."""
         self.store = store
         self.catalog = catalog
-        self.token = token
+        self.tokens = (token,) if isinstance(token, str) else token
+        self.redactor = redactor  # reports, timelines and bundles (firstfault/common/redact.py)
         self.metrics = metrics
         self.call = call or asyncio.to_thread
         self.lock = asyncio.Lock()  # one store call at a time
@@ -121,14 +138,19 @@ class Api:
             return await self.call(fn, *args)
 
     def token_ok(self, authorization: str) -> bool:
-        return self.token is None or hmac.compare_digest(authorization.encode(), f"Bearer {self.token}".encode())
+        """An ``Authorization`` value (``Bearer <token>``) names a token in use; any does with none."""
+        scheme, _, given = authorization.partition(" ")
+        return self.tokens is None or (scheme == "Bearer" and accepts(self.tokens, given))
 
     @web.middleware
     async def auth(self, request: web.Request, handler):
         page = not request.path.startswith(("/api/", "/metrics", "/healthz"))
-        if request.method == "POST" and not _same_origin(request):
-            return web.Response(text="refused: a form of another site\n", status=403)
-        if self.token is not None and request.path != "/login":
+        if not _same_origin(request):
+            return web.json_response({"error": "requests from other origins are refused"}, status=403)
+        if self.tokens is None and not is_loopback(_hostname(request.host)):
+            return web.json_response({"error": "this API answers loopback names only "
+                                      "(Host); off loopback it needs a token"}, status=403)
+        if self.tokens is not None and request.path != "/login":
             got = request.headers.get("Authorization") or f"Bearer {request.cookies.get(COOKIE, '')}"
             if not self.token_ok(got):
                 if page and request.method == "GET":
@@ -162,7 +184,7 @@ class Api:
             raise ValueError(f"format: one of {', '.join(FORMATS)}")
         timeline = needs_timeline(fmt) or request.query.get("timeline") == "1"
         rep = await self._call(lambda: query.report(self.store, request.match_info["job"], self.catalog,
-                                                    timeline=timeline))
+                                                    redactor=self.redactor, timeline=timeline))
         if fmt == "json":
             return web.json_response(rep, dumps=lambda o: json.dumps(o, ensure_ascii=False))
         if fmt == "html":
@@ -176,7 +198,7 @@ class Api:
         if await self._call(self.store.job, job) is None:
             raise query.QueryError(f"no job {job!r} in the store")
         jsonl = request.query.get("format") == "jsonl"
-        rows = await self._call(lambda: iter(query.timeline(self.store, sel)))
+        rows = await self._call(lambda: iter(query.timeline(self.store, sel, self.redactor)))
         resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson" if jsonl else JSON_CT})
         await resp.prepare(request)
         if not jsonl:
@@ -194,13 +216,14 @@ class Api:
 
     async def bundle(self, request):
         job = request.match_info["job"]
-        data = await self._call(query.bundle, self.store, job, self.catalog)
+        data = await self._call(query.bundle, self.store, job, self.catalog, self.redactor)
         safe = re.sub(r"[^\w.-]", "_", job)
         return web.Response(body=data, content_type="application/gzip",
                             headers={"Content-Disposition": f'attachment; filename="firstfault-{safe}.tar.gz"'})
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.auth], client_max_size=self.max_paste + (64 << 10))
+        app.on_response_prepare.append(_closed_headers)
         app.add_routes(Web(self, max_paste=self.max_paste).routes())
         app.add_routes([
             web.get("/healthz", self.healthz),
@@ -213,9 +236,14 @@ class Api:
         return app
 
 
+async def _closed_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Cross-Origin-Resource-Policy"] = "same-origin"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+
+
 async def start(api: Api, host: str, port: int) -> web.AppRunner:
     """Serve the API on host:port; a non-loopback address needs a token."""
-    if not is_loopback(host) and api.token is None:
+    if not is_loopback(host) and api.tokens is None:
         raise ValueError(f"the HTTP API on {host} (not loopback) needs a token: give --token-file")
     runner = web.AppRunner(api.app(), access_log=None)
     await runner.setup()

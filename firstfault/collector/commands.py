@@ -19,9 +19,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 from firstfault.collector import query
 from firstfault.common.output import write_output
+from firstfault.common.redact import Redactor
+from firstfault.common.settings import read_token
+from firstfault.reports.escape import json_text, terminal, terminal_lines
 from firstfault.analysis.catalog import load_catalog
 from firstfault.reports import FORMATS, needs_timeline, render
 
@@ -90,24 +94,26 @@ class _Db:
         return query.jobs(self.store)
 
     def report(self, job: str, timeline: bool = False) -> dict:
-        return query.report(self.store, job, self.catalog, timeline=timeline)
+        return query.report(self.store, job, self.catalog, redactor=Redactor(), timeline=timeline)
 
     def bundle(self, job: str) -> bytes:
-        return query.bundle(self.store, job, self.catalog)
+        return query.bundle(self.store, job, self.catalog, Redactor())
 
     def timeline(self, job: str, params: dict) -> Iterator[dict]:
         from firstfault.collector.api import parse_selection
 
         if self.store.job(job) is None:
             raise query.QueryError(f"no job {job!r} in the store")
-        return query.timeline(self.store, parse_selection(job, params))
+        return query.timeline(self.store, parse_selection(job, params), Redactor())
 
 
 def _source(a: argparse.Namespace):
     token = None
     if a.token_file:
-        with open(a.token_file, encoding="utf-8") as f:
-            token = f.read().strip()
+        problems: list[str] = []
+        token = read_token(Path(a.token_file), problems)
+        if token is None:
+            raise query.QueryError("; ".join(problems))
     return _Db(a.db) if a.db else _Http(a.collector or DEFAULT_URL, token)
 
 
@@ -132,8 +138,8 @@ def cmd_jobs(a: argparse.Namespace) -> int:
         return 0
     lines = [f"{'JOB':<24} {'STATUS':<8} {'NODES':>5} {'RANKS':>5} {'RECORDS':>9}  FIRST -> LAST"]
     for j in rows:
-        lines.append(f"{j['job']:<24} {j['status']:<8} {len(j['nodes']):>5} {len(j['ranks']):>5} {j['records']:>9}"
-                     f"  {j['first_at']} -> {j['last_at']}")
+        lines.append(f"{terminal(j['job']):<24} {j['status']:<8} {len(j['nodes']):>5} {len(j['ranks']):>5} "
+                     f"{j['records']:>9}  {j['first_at']} -> {j['last_at']}")
     write_output("\n".join(lines) + "\n", None)
     return 0
 
@@ -158,16 +164,16 @@ def cmd_timeline(a: argparse.Namespace) -> int:
     if a.format == "json":
         w('{"records": [')
         for i, r in enumerate(rows):
-            w(("," if i else "") + json.dumps(r, ensure_ascii=False))
+            w(("," if i else "") + json_text(r, indent=None))
         w("]}\n")
     elif a.format == "jsonl":
         for r in rows:
-            w(json.dumps(r, ensure_ascii=False) + "\n")
-    else:
+            w(json_text(r, indent=None) + "\n")
+    else:  # log text is untrusted: inert on a terminal (firstfault/reports/escape.py)
         for r in rows:
-            who = f"rank {r['rank']}" if r.get("rank") is not None else r["source"]
-            for i, line in enumerate(r["message"].split("\n")):
-                w(f"{r['at']} {r['node']:<12} {who:<8} {line}\n" if i == 0 else f"{'':>47}{line}\n")
+            who = f"rank {r['rank']}" if r.get("rank") is not None else terminal(r["source"])
+            for i, line in enumerate(terminal_lines(r["message"]) or [""]):
+                w(f"{r['at']} {terminal(r['node']):<12} {who:<8} {line}\n" if i == 0 else f"{'':>47}{line}\n")
     return 0
 
 

@@ -8,7 +8,8 @@ A whole file (every key optional; these are the defaults, except token_file and 
                                        # postgresql://USER:PASSWORD@HOST:PORT/DB (or postgres://;
                                        # libpq URL syntax; needs firstfault[postgres]): one
                                        # database several collectors can share
-    token_file = "/etc/firstfault/token"   # required unless listen is loopback
+    token_file = "/etc/firstfault/token"   # required unless listen is loopback; one token a
+                                       # line, any accepted (rotation: firstfault/common/tokens.py)
     log_level = "info"                 # debug, info, warning, error
 
     [tls]                              # all absent: plain TCP
@@ -23,10 +24,16 @@ A whole file (every key optional; these are the defaults, except token_file and 
 
     [limits]
     max_connections = 1024
+    max_unauthenticated = 256          # connections before their hello; more close the oldest
     max_batch_records = 10000          # told to agents in welcome (<= the wire's 10000)
     max_frame_bytes = 8388608          # likewise (<= the wire's 8 MiB)
     max_inflight_records = 100000      # records read but not yet stored, all connections
     read_timeout_s = 120               # no whole frame for this long: close
+
+    [redact]                           # reports and bundles: secrets replaced (see the agent's)
+    enabled = true
+    defaults = true
+    patterns = []
 
     [clock]                            # NTP-style offsets of the nodes' clocks
     ping_interval_s = 10
@@ -41,8 +48,9 @@ Unknown keys and flags, wrong types and bad values are all collected and raised 
 one ConfigError listing every problem.
 
 Security: a token is required when ``listen`` is not a loopback address (the agents'
-hello carries it); without one the configuration is refused. The token is read from
-token_file at load time and kept out of repr().
+hello carries it); without one the configuration is refused. The tokens are read from
+token_file at load time (and again on SIGHUP: firstfault/collector/daemon.py) and kept
+out of repr().
 """
 
 from __future__ import annotations
@@ -54,6 +62,8 @@ from typing import Any
 
 from firstfault.common import settings
 from firstfault.common.settings import Address, HelpRequested, is_loopback_host  # noqa: F401 (re-exported)
+from firstfault.common.redact import PARSERS as REDACT_PARSERS, RedactConfig
+from firstfault.common.tokens import read_tokens
 from firstfault.wire import MAX_BATCH_RECORDS, MAX_FRAME_BYTES
 from firstfault.collector.store import display
 
@@ -96,6 +106,7 @@ class RetentionConfig:
 @dataclass(frozen=True, slots=True)
 class LimitsConfig:
     max_connections: int = 1024
+    max_unauthenticated: int = 256  # connections that have not sent a hello yet, at once
     max_batch_records: int = MAX_BATCH_RECORDS
     max_frame_bytes: int = MAX_FRAME_BYTES
     max_inflight_records: int = 100_000
@@ -121,7 +132,9 @@ class CollectorConfig:
     retention: RetentionConfig = RetentionConfig()
     limits: LimitsConfig = LimitsConfig()
     clock: ClockConfig = ClockConfig()
-    token: str | None = field(default=None, repr=False)  # read from token_file
+    redact: RedactConfig = RedactConfig()
+    token: str | None = field(default=None, repr=False)  # the first line of token_file
+    tokens: tuple[str, ...] | None = field(default=None, repr=False)  # every line: accepted
 
     @property
     def db_is_url(self) -> bool:
@@ -149,6 +162,7 @@ _PARSERS: dict[str | None, dict[str, settings.Parser]] = {
     "retention": {"max_age_days": _number(0), "max_bytes": _number(0, integer=True),
                   "prune_interval_s": _number(0, strict=True)},
     "limits": {"max_connections": _number(1, integer=True),
+               "max_unauthenticated": _number(1, integer=True),
                "max_batch_records": _number(1, integer=True, hi=MAX_BATCH_RECORDS),
                "max_frame_bytes": _number(1024, integer=True, hi=MAX_FRAME_BYTES),
                "max_inflight_records": _number(1, integer=True),
@@ -156,9 +170,10 @@ _PARSERS: dict[str | None, dict[str, settings.Parser]] = {
     "clock": {"ping_interval_s": _number(0, strict=True),
               "samples": _number(1, integer=True, hi=10_000),
               "drift_ppm": _number(0), "save_interval_s": _number(0, strict=True)},
+    "redact": REDACT_PARSERS,
 }
 _TABLE_TYPES = {"tls": TLSConfig, "retention": RetentionConfig, "limits": LimitsConfig,
-                "clock": ClockConfig}
+                "clock": ClockConfig, "redact": RedactConfig}
 _FLAGS: dict[str, tuple[str | None, str]] = {
     settings.flag_name(t, k): (t, k) for t, keys in _PARSERS.items() for k in keys}
 
@@ -200,12 +215,12 @@ def _check(cfg: CollectorConfig, problems: list[str]) -> CollectorConfig:
         problems.append(f"limits.read_timeout_s ({lim.read_timeout_s}) must exceed "
                         f"clock.ping_interval_s ({cfg.clock.ping_interval_s}): idle agents "
                         "send nothing but pongs")
-    token = settings.read_token(cfg.token_file, problems)
+    tokens = read_tokens(cfg.token_file, problems)
     if cfg.token_file is None and not cfg.listen.is_loopback:
         problems.append(f"listen {cfg.listen} is not a loopback address: a token is required "
                         "(set token_file or --token-file FILE; agents send the same token); "
                         "refusing to accept unauthenticated agents from the network")
-    return replace(cfg, token=token)
+    return replace(cfg, token=tokens[0] if tokens else None, tokens=tokens)
 
 
 def parse_args(argv: list[str]) -> tuple[CollectorConfig, bool]:
@@ -231,7 +246,7 @@ def describe(cfg: CollectorConfig) -> str:
     parts = []
     for f in fields(cfg):
         v = getattr(cfg, f.name)
-        if f.name == "token":
+        if f.name in ("token", "tokens"):
             continue
         if f.name == "db":  # a URL's password stays out of logs
             v = display(v)

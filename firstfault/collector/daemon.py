@@ -12,6 +12,13 @@ stored are finished and acked, clock estimates saved, the store closed; a second
 signal exits at once (nothing acked is lost: acks follow commits). Retention
 pruning runs at start and every ``retention.prune_interval_s``.
 
+SIGHUP (``systemctl reload``) reads ``token_file`` again: every line is accepted from
+then on by the ingest port and the HTTP API, and agent connections whose token is no
+longer among them are closed (firstfault/common/tokens.py says how to rotate a token
+without a restart). A file that cannot be read keeps the tokens in use (logged).
+Nothing else is reloaded. At start the soft limit on open files is raised (up to the
+hard limit) to what max_connections needs.
+
 Under systemd (``Type=notify``, deploy/systemd/firstfault-collector.service) it
 says READY=1 once both listeners (ingest and HTTP) are up, with a STATUS line;
 pings WATCHDOG=1 from the event loop every WatchdogSec / 2 (a blocked loop stops
@@ -31,11 +38,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from firstfault.common.sdnotify import Notifier
+from firstfault.common.tokens import read_tokens
 from firstfault.analysis.catalog import load_catalog
 from firstfault.collector.api import Api
 from firstfault.collector.api import start as start_http
@@ -157,21 +166,23 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
         ssl_context = make_ssl_context(cfg.tls)
     except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
         raise StartError(f"tls: cannot load cert/key/client_ca: {e}") from e
-    server = IngestServer(store, token=cfg.token, limits=cfg.limits, clock=cfg.clock,
+    raise_open_files(cfg.limits.max_connections + 2 * cfg.limits.max_unauthenticated + 64)
+    server = IngestServer(store, token=cfg.tokens, limits=cfg.limits, clock=cfg.clock,
                           ssl_context=ssl_context, writer=writer)
     try:
         await server.start(cfg.listen.host, cfg.listen.port)
     except OSError as e:
         raise StartError(f"cannot listen on {cfg.listen}: {e.strerror or e}") from e
-    api = Api(store, load_catalog(), token=None if is_loopback_host(cfg.http.host) else cfg.token,
-              metrics=server.metrics.render_prometheus, call=server.call)
+    api = Api(store, load_catalog(), token=None if is_loopback_host(cfg.http.host) else cfg.tokens,
+              metrics=server.metrics.render_prometheus, call=server.call,
+              redactor=cfg.redact.redactor())
     try:
         http = await start_http(api, cfg.http.host, cfg.http.port)
     except (OSError, ValueError) as e:
         await server.stop()
         raise StartError(f"cannot serve the HTTP API on {cfg.http}: {getattr(e, 'strerror', None) or e}") from e
     for host, port, *_ in http.addresses:
-        log.info("http listening address=%s:%s auth=%s", host, port, api.token is not None)
+        log.info("http listening address=%s:%s auth=%s", host, port, api.tokens is not None)
     stop = asyncio.Event()
     signals = []
 
@@ -186,6 +197,8 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
         signals.append(signum)
+    loop.add_signal_handler(signal.SIGHUP, reload_tokens, cfg, server, api)
+    signals.append(signal.SIGHUP)
     pruner = asyncio.create_task(_prune_loop(cfg, store, server), name="firstfault-prune")
     tasks = [pruner]
     if notifier.watchdog_s:
@@ -201,6 +214,35 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
         for signum in signals:
             loop.remove_signal_handler(signum)
     return 0
+
+
+def reload_tokens(cfg: CollectorConfig, server: IngestServer, api: Api) -> None:
+    """SIGHUP: read token_file again (see the module docstring)."""
+    if cfg.token_file is None:
+        log.info("reload: no token_file, nothing to reload")
+        return
+    problems: list[str] = []
+    tokens = read_tokens(cfg.token_file, problems)
+    if tokens is None:
+        log.error("reload failed, the tokens in use are kept: %s", "; ".join(problems))
+        return
+    closed = server.set_tokens(tokens)
+    if api.tokens is not None:
+        api.tokens = tokens
+    log.info("reloaded token_file=%s tokens=%d connections_closed=%d", cfg.token_file,
+             len(tokens), closed)
+
+
+def raise_open_files(wanted: int) -> None:
+    """Raise the soft RLIMIT_NOFILE to ``wanted`` (at most the hard limit): systemd and
+    shells start services at 1024, too few for 1024 agents and the rest."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < wanted:
+        log.warning("open files limited to %d (hard limit), below the %d that limits.max_connections "
+                    "needs: raise LimitNOFILE", target, wanted)
 
 
 async def _prune_loop(cfg: CollectorConfig, store: Store, server: IngestServer) -> None:

@@ -1,6 +1,12 @@
 """The read side, shared by the CLI and the HTTP API: jobs, a job's report, its
 timeline, and the bundle to attach to a bug report. Reads a Store; renders nothing
-but JSON-able dicts (firstfault/collector/reports renders text and Markdown)."""
+but JSON-able dicts (firstfault/collector/reports renders text and Markdown).
+
+With a ``redactor`` (the collector's ``[redact]``, firstfault/common/redact.py) the report,
+the timeline and the bundle have their secrets replaced, and the report's ``redaction``
+counts what was, with what the agents had redacted from the records the report read
+(their ``fields.redacted``; a report from marks reads only the records it needs, a
+bundle every record of the job)."""
 
 from __future__ import annotations
 
@@ -8,10 +14,14 @@ import io
 import json
 import tarfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict
 
 from firstfault.wire import KIND_AGENT_GAP, KIND_JOB_MARK, KIND_KERNEL_GAP, Record
+
+from firstfault.common import redact
+from firstfault.common.redact import Redactor
 
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.context import CONFIG_NEEDLE
@@ -45,12 +55,15 @@ def _gap(r: Record) -> dict:
             "reason": r.message or r.kind, **{k: v for k, v in r.fields.items() if k != "source"}}
 
 
-def _noting(records: Iterator[Record], inputs: Inputs, first_ns: int) -> Iterator[Record]:
+def _noting(records: Iterator[Record], inputs: Inputs, first_ns: int,
+            redacted: Counter) -> Iterator[Record]:
     """Pass records through, noting in ``inputs`` the gaps, the job's marks, which nodes sent
     records of the job and each rank's node, from its latest record (a rank that only
     logged plain lines is no finding, yet it was there). build_report reads them after it has read the records.
     A kernel gap noticed before the job's first record lost only what came before it."""
     for r in records:
+        if "redacted" in r.fields:
+            redacted.update(redact.parse_mark(r.fields["redacted"]))
         if r.rank is not None and r.job == inputs.job:
             inputs.rank_nodes[r.rank] = r.node  # the latest: a block's last of each rank is marked
         if r.kind in GAP_KINDS:
@@ -64,9 +77,10 @@ def _noting(records: Iterator[Record], inputs: Inputs, first_ns: int) -> Iterato
         yield r
 
 
-def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = None, *, timeline: bool = False) -> dict:
-    """The report (REPORT.md) of one job over every node that sent its records; ``timeline``
-    adds the swimlanes' ``timeline`` object (for HTML)."""
+def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = None,
+           redactor: Redactor | None = None, *, timeline: bool = False) -> dict:
+    """The report (REPORT.md) of one job over every node that sent its records, redacted by
+    ``redactor``; ``timeline`` adds the swimlanes' ``timeline`` object (for HTML)."""
     info = store.job(job)
     if info is None:
         raise QueryError(f"no job {job!r} in the store (firstfault jobs lists them)")
@@ -75,22 +89,27 @@ def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = Non
     sel = sel or Selection(job=job)
     # only the records the report reads (analysis/marks.py), where the store kept marks
     needed = needed_records(store, sel, ReportMarker(catalog).name)
-    events = events_from_records(_noting(needed, inputs, info.first_ns))
-    return build_report(events, catalog, inputs)
+    agents: Counter = Counter()
+    events = events_from_records(_noting(needed, inputs, info.first_ns, agents))
+    return redact.report(build_report(events, catalog, inputs), redactor, agents)
 
 
-def timeline(store: Store, sel: Selection) -> Iterator[dict]:
+def timeline(store: Store, sel: Selection, redactor: Redactor | None = None) -> Iterator[dict]:
     """Every matching record, in timeline order, as dicts (nothing cut unless sel.limit)."""
     for r in store.records(sel):
-        yield record_dict(r)
+        d = record_dict(r)
+        if redactor is not None:
+            d["message"] = redactor.text(d["message"], Counter())
+        yield d
 
 
-def bundle(store: Store, job: str, catalog: Catalog) -> bytes:
-    """A .tar.gz for a bug report: report.md, report.json, report.html, timeline.jsonl, config.txt, README.txt."""
-    rep = report(store, job, catalog, timeline=True)
+def bundle(store: Store, job: str, catalog: Catalog, redactor: Redactor | None = None) -> bytes:
+    """A .tar.gz for a bug report: report.md, report.json, report.html, timeline.jsonl, config.txt,
+    README.txt, every one redacted by ``redactor``."""
+    rep = report(store, job, catalog, redactor=redactor, timeline=True)
     page = render(rep, "html")
     rep = {k: v for k, v in rep.items() if k != "timeline"}
-    lines = [json.dumps(d, ensure_ascii=False) for d in timeline(store, Selection(job=job))]
+    lines = [json.dumps(d, ensure_ascii=False) for d in timeline(store, Selection(job=job), redactor)]
     config = [d["message"] for d in map(json.loads, lines) if CONFIG_NEEDLE in d["message"]]
     files = {
         "report.md": render(rep, "md"),

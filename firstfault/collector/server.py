@@ -2,11 +2,16 @@
 
 Per connection (one agent stream), in order:
 
+0. The listening sockets, TLS (and telling TLS from plain text) and the bound on
+   connections that have not yet sent their first bytes: firstfault/collector/listener.py.
 1. ``hello`` first, in a frame of at most HELLO_MAX_BYTES. A version this side does
-   not speak -> ``error`` ERR_VERSION; a token that is not the configured one
-   (``hmac.compare_digest``) -> ERR_AUTH; the connection is then closed. Without a
-   configured token every hello is accepted, which start() allows only on a
-   loopback address. The hello must come within HELLO_TIMEOUT_S.
+   not speak -> ``error`` ERR_VERSION; a token that is none of the configured ones
+   (firstfault/common/tokens.py: constant time) -> ERR_AUTH; the connection is then
+   closed. Without a configured token every hello is accepted, which start() allows
+   only on a loopback address. The hello must come within HELLO_TIMEOUT_S; at most
+   ``limits.max_unauthenticated`` connections wait for theirs, a new one beyond that
+   closes the oldest. ``set_tokens()`` (the daemon's SIGHUP) changes the tokens and
+   closes the sessions whose token is no longer one of them.
 2. ``welcome`` with ``store.high_seq(node, stream)`` and this session's limits; a
    first ``ping`` follows at once, then one every ``clock.ping_interval_s``.
 3. ``batch`` frames: node and stream must equal the hello's (else ERR_PROTOCOL).
@@ -15,11 +20,8 @@ Per connection (one agent stream), in order:
    store thread; ``ack`` with the batch's highest seq is sent only after it
    returned, i.e. once the rows are durable. ``pong`` frames feed ClockTracker
    (t4 stamped on decoding); an agent's own ``ping`` is answered with ``pong``.
-   Batches that queue while the store thread is busy are stored together (one
-   ``store.insert_columns_many([(node, stream, seqs, cols), ...])`` transaction
-   where the store has it: group commit), each still acked only once durable.
-   When nothing waits, the idle store thread runs ``store.mark_pending()`` steps
-   (where the store has it): the report marks group commits left for later.
+   Batches that queue while the store thread is busy are stored together (group
+   commit, firstfault/collector/storequeue.py), each still acked only once durable.
 
 Guarantees
     * An ack covers only records the store has committed; a store failure sends
@@ -43,8 +45,6 @@ the executor the store was opened on (SQLite connections belong to their thread)
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import hmac
 import logging
 import ssl
 import time
@@ -56,8 +56,11 @@ from firstfault.wire import (
     MAX_TEXT_BYTES, Ack, BatchColumns, Error, FrameDecoder, Hello, Ping, Pong, Welcome,
     WireError, encode_message,
 )
+from firstfault.common.tokens import accepts, digest
 from firstfault.collector.clock import ClockTracker
 from firstfault.collector.config import ClockConfig, LimitsConfig, TLSConfig, is_loopback_host
+from firstfault.collector.listener import Listener
+from firstfault.collector.storequeue import StoreQueue
 from firstfault.collector.metrics import LogLimiter, Metrics, RecordBudget
 from firstfault.collector.store.base import Store
 
@@ -84,7 +87,7 @@ class _Closing(Exception):
 
 class _Session:
     __slots__ = ("reader", "writer", "peer", "node", "stream", "decoder", "task",
-                 "reading", "held", "pings", "welcomed")
+                 "reading", "held", "pings", "welcomed", "token", "evicted")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
@@ -97,6 +100,8 @@ class _Session:
         self.held = 0  # records of the budget this session holds
         self.pings: dict[int, None] = {}  # t1 of pings not yet answered, oldest first
         self.welcomed = False
+        self.token = b""  # the digest of the token its hello carried
+        self.evicted: tuple[str, str] | None = None  # closed from outside: (code, reason)
 
 
 def make_ssl_context(tls: TLSConfig) -> ssl.SSLContext | None:
@@ -115,13 +120,13 @@ def make_ssl_context(tls: TLSConfig) -> ssl.SSLContext | None:
 class IngestServer:
     """The ingest server; see the module docstring for what it guarantees."""
 
-    def __init__(self, store: Store, *, token: str | None = None,
+    def __init__(self, store: Store, *, token: str | tuple[str, ...] | None = None,
                  limits: LimitsConfig = LimitsConfig(), clock: ClockConfig = ClockConfig(),
                  ssl_context: ssl.SSLContext | None = None,
                  writer: ThreadPoolExecutor | None = None,
                  metrics: Metrics | None = None) -> None:
         self.store = store
-        self.token = token
+        self.tokens = (token,) if isinstance(token, str) else token
         self.limits, self.clock_config = limits, clock
         self.ssl_context = ssl_context
         self.metrics = metrics or Metrics()
@@ -129,14 +134,9 @@ class IngestServer:
         self.budget = RecordBudget(limits.max_inflight_records, self.metrics)
         self._own_writer = writer is None
         self._writer = writer or ThreadPoolExecutor(1, thread_name_prefix="firstfault-store")
-        self._insert_columns = getattr(store, "insert_columns", None)
-        self._insert_many = getattr(store, "insert_columns_many", None)
-        self._mark_pending = getattr(store, "mark_pending", None)
-        self._marks_behind = self._mark_pending is not None  # the file may hold some
-        self._queued: list[tuple[BatchColumns, asyncio.Future]] = []  # batches for the store
-        self._storing = False  # a group of batches is on the store thread
-        self._server: asyncio.Server | None = None
-        self._sessions: set[_Session] = set()
+        self.queue = StoreQueue(store, self._writer)
+        self._listener: Listener | None = None
+        self._sessions: dict[_Session, None] = {}  # oldest first
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
         self._log_limiter = LogLimiter()
@@ -146,28 +146,30 @@ class IngestServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
         """Listen on host:port (0: any free port); returns the bound (host, port)."""
-        if self.token is None and not is_loopback_host(host):
+        if self.tokens is None and not is_loopback_host(host):
             raise ValueError(f"refusing to listen on {host}:{port} without a token: "
                              "agents could connect from the network unauthenticated")
-        self._server = await asyncio.start_server(
-            self._handle, host, port, ssl=self.ssl_context, backlog=1024,
-            ssl_handshake_timeout=self.limits.read_timeout_s if self.ssl_context else None)
-        self.address = self._server.sockets[0].getsockname()[:2]
+        lim = self.limits
+        self._listener = Listener(
+            self._handle, ssl_context=self.ssl_context, metrics=self.metrics,
+            first_bytes_s=min(lim.read_timeout_s, HELLO_TIMEOUT_S), log_limiter=self._log_limiter,
+            ssl_handshake_s=min(lim.read_timeout_s, HELLO_TIMEOUT_S), max_pending=lim.max_unauthenticated)
+        self.address = await self._listener.start(host, port)
         self._tasks = [asyncio.create_task(self._ping_loop(), name="firstfault-ping"),
                        asyncio.create_task(self._clock_save_loop(), name="firstfault-clocks")]
         log.info("ingest listening address=%s:%s tls=%s mtls=%s auth=%s", *self.address,
                  self.ssl_context is not None,
                  self.ssl_context is not None and self.ssl_context.verify_mode == ssl.CERT_REQUIRED,
-                 "token" if self.token is not None else "none (loopback)")
+                 "token" if self.tokens is not None else "none (loopback)")
         return self.address
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop accepting; finish the batches being stored; close every connection."""
         if self._stopping:
             return
-        self._stopping = True
-        if self._server is not None:
-            self._server.close()
+        self._stopping = self.queue.stopping = True
+        if self._listener is not None:
+            self._listener.close()
         for t in self._tasks:
             t.cancel()
         for s in list(self._sessions):
@@ -180,8 +182,6 @@ class IngestServer:
                 t.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=2.0)
-        if self._server is not None:
-            await self._server.wait_closed()
         await self._save_clocks()
         if self._own_writer:
             self._writer.shutdown(wait=True)
@@ -190,6 +190,28 @@ class IngestServer:
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` on the store thread (for the daemon's pruning, say)."""
         return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+
+    def set_tokens(self, tokens: tuple[str, ...]) -> int:
+        """Accept ``tokens`` from now on; close the sessions whose token is not one of
+        them (they reconnect with their new one). How many were closed."""
+        self.tokens = tokens
+        closed = 0
+        for s in list(self._sessions):
+            if s.welcomed and not any(digest(t) == s.token for t in tokens):
+                self._evict(s, ERR_AUTH, "token no longer accepted (rotated): reconnect with the new one")
+                closed += 1
+        return closed
+
+    def _bound_strangers(self) -> None:
+        """At most limits.max_unauthenticated sessions wait for their hello: close the oldest."""
+        waiting = [s for s in self._sessions if not s.welcomed and not s.evicted]
+        for s in waiting[:max(0, len(waiting) - self.limits.max_unauthenticated)]:
+            self._evict(s, ERR_INTERNAL, "too many connections waiting for their hello")
+
+    def _evict(self, s: _Session, code: str, why: str) -> None:
+        s.evicted = (code, why)
+        if s.reading and s.task is not None:
+            s.task.cancel()  # else it ends at its next read
 
     # --- one connection -----------------------------------------------------------
 
@@ -203,8 +225,8 @@ class IngestServer:
             await self._close(s, _Closing(ERR_SHUTDOWN if self._stopping else ERR_INTERNAL,
                                           why, count_as="rejected"))
             return
-        self._sessions.add(s)
-        m.connections += 1
+        self._sessions[s] = None
+        self._bound_strangers()
         m.connections_open += 1
         try:
             await self._session(s)
@@ -221,17 +243,16 @@ class IngestServer:
             log.exception("ingest session failed peer=%s node=%s", s.peer, s.node)
             await self._close(s, _Closing(ERR_INTERNAL, f"collector error: {type(e).__name__}"))
         finally:
-            self._sessions.discard(s)
+            self._sessions.pop(s, None)
             m.connections_open -= 1
 
     async def _session(self, s: _Session) -> None:
         msg = await self._read(s)
         if not isinstance(msg, Hello):
             raise _Closing(ERR_PROTOCOL, f"expected hello first, got {msg.TYPE}")
-        if self.token is not None and not hmac.compare_digest(
-                msg.token.encode(), self.token.encode()):
+        if self.tokens is not None and not accepts(self.tokens, msg.token):
             raise _Closing(ERR_AUTH, "bad or missing token" if msg.token else "missing token")
-        s.node, s.stream = msg.node, msg.stream
+        s.node, s.stream, s.token = msg.node, msg.stream, digest(msg.token)
         try:
             high = await self.call(self.store.high_seq, s.node, s.stream)
         except Exception as e:
@@ -274,6 +295,8 @@ class IngestServer:
 
     async def _read(self, s: _Session, budgeted: bool = False) -> Any:
         """The next message; a batch keeps its records' budget in s.held (until stored)."""
+        if s.evicted:
+            raise _Closing(*s.evicted, count_as="evicted")
         if self._stopping:
             raise _Closing(ERR_SHUTDOWN, "collector stopping", level=logging.INFO,
                            count_as="shutdown")
@@ -302,9 +325,11 @@ class IngestServer:
                 raise _Closing(None, "connection closed inside a frame",
                                count_as="truncated") from None
             except asyncio.CancelledError:
-                if not self._stopping:
+                if not (self._stopping or s.evicted):
                     raise
                 asyncio.current_task().uncancel()
+                if s.evicted:
+                    raise _Closing(*s.evicted, count_as="evicted") from None
                 raise _Closing(ERR_SHUTDOWN, "collector stopping", level=logging.INFO,
                                count_as="shutdown") from None
             self.metrics.bytes_received += _PREFIX_BYTES + n
@@ -331,7 +356,7 @@ class IngestServer:
         m = self.metrics
         m.records_received += n
         try:
-            new, seconds = await self._store_batch(b)
+            new, seconds = await self.queue.store_batch(b)
         except Exception as e:
             raise _Closing(ERR_INTERNAL, f"store failed: {type(e).__name__}: {e}",
                            level=logging.ERROR) from e
@@ -341,94 +366,6 @@ class IngestServer:
         m.batches += 1
         self._give_back(s)  # stored: no longer in flight
         await self._send(s, Ack(b.seqs[-1]))
-
-    # Group commit: batches that arrive while the store thread is busy wait in
-    # _queued and go to it together, as one insert_columns_many() (one transaction)
-    # where the store has it, else one insert each. Under load this amortizes the
-    # per-transaction cost; when idle a batch goes alone at once.
-
-    async def _store_batch(self, b: BatchColumns) -> tuple[int, float]:
-        """(records new, seconds of the store call it was part of) once durable."""
-        fut = asyncio.get_running_loop().create_future()
-        self._queued.append((b, fut))
-        if not self._storing:
-            self._store_queued()
-        return await fut
-
-    def _store_queued(self) -> None:
-        group, self._queued = self._queued, []
-        self._storing = True
-        loop = asyncio.get_running_loop()
-        try:
-            job = self._writer.submit(self._insert_group, [b for b, _ in group])
-        except RuntimeError as e:  # the store thread is shut down
-            job = concurrent.futures.Future()
-            job.set_exception(e)
-            self._stored(group, job)
-            return
-        job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._stored, group, done))
-
-    def _stored(self, group: list[tuple[BatchColumns, asyncio.Future]], done: Any) -> None:
-        self._storing = False
-        try:
-            results = done.result()
-        except BaseException as e:  # the executor is gone (stop past its grace)
-            results = [e] * len(group)
-        for (_, fut), result in zip(group, results):
-            if fut.done():
-                continue  # its session was cancelled
-            if isinstance(result, BaseException):
-                fut.set_exception(result)
-            else:
-                fut.set_result(result)
-        self._marks_behind |= self._insert_many is not None and len(group) > 1  # unmarked
-        self._next()
-
-    def _next(self) -> None:
-        """Store what queued; else, while the store thread is idle, a step of marks."""
-        if self._queued:
-            self._store_queued()
-        elif self._marks_behind and not self._stopping:
-            self._storing = True  # batches arriving meanwhile queue, then go at once
-            loop = asyncio.get_running_loop()
-            try:
-                job = self._writer.submit(self._mark_pending)
-            except RuntimeError:  # the store thread is shut down
-                self._storing = self._marks_behind = False
-                return
-            job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._marked, done))
-
-    def _marked(self, done: Any) -> None:
-        self._storing = False
-        try:
-            self._marks_behind = done.result() > 0
-        except Exception as e:  # marks only speed reports up: log, go on without
-            log.warning("store marking failed error=%s", e)
-            self._marks_behind = False
-        self._next()
-
-    def _insert_group(self, batches: list[BatchColumns]) -> list[Any]:  # on the store thread
-        """Per batch (records new, seconds) or the exception its insert raised."""
-        t0 = time.perf_counter()
-        if self._insert_many is not None and len(batches) > 1:
-            try:
-                news = self._insert_many([(b.node, b.stream, b.seqs, b.cols) for b in batches])
-            except Exception as e:
-                return [e] * len(batches)
-            seconds = time.perf_counter() - t0
-            return [(new, seconds) for new in news]
-        out: list[Any] = []
-        for b in batches:
-            try:
-                if self._insert_columns is not None:
-                    new = self._insert_columns(b.node, b.stream, b.seqs, b.cols)
-                else:  # the Store protocol: Records are built here, off the event loop
-                    new = self.store.insert(b.records())
-                out.append((new, time.perf_counter() - t0))
-            except Exception as e:
-                out.append(e)
-            t0 = time.perf_counter()
-        return out
 
     async def _send(self, s: _Session, msg: Any) -> None:
         s.writer.write(encode_message(msg))

@@ -22,6 +22,8 @@ from __future__ import annotations
 import time
 import uuid
 import zlib
+from collections import Counter
+from dataclasses import replace
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -35,6 +37,7 @@ from firstfault.analysis.parse import looks_srun_labelled, strip_prefixes
 from firstfault.analysis.report import Inputs, build_report, iso, scan_needles
 from firstfault.analysis.scan import StreamInfo, scan_stream
 from firstfault.collector import query
+from firstfault.common import redact
 from firstfault.reports.html import CSS, csp, e, render_html
 
 MAX_PASTE = 32 << 20
@@ -81,7 +84,7 @@ class Web:
         for j in jobs[:500]:
             first = self._first_line(j)
             if first is None and time.monotonic() < deadline:
-                rep = query.report(self.api.store, j.job, self.api.catalog)
+                rep = query.report(self.api.store, j.job, self.api.catalog, redactor=self.api.redactor)
                 ff = rep.get("first_failure")
                 first = "none found" if ff is None else (
                     f"rank {ff['rank'] if ff.get('rank') is not None else '?'}"
@@ -114,7 +117,8 @@ class Web:
         info = await self.api._call(self.api.store.job, job)
         if info is None:
             raise query.QueryError(f"no job {job!r} in the store")
-        rep = await self.api._call(lambda: query.report(self.api.store, job, self.api.catalog, timeline=True))
+        rep = await self.api._call(lambda: query.report(self.api.store, job, self.api.catalog,
+                                                         redactor=self.api.redactor, timeline=True))
         return html_response(render_html(rep, live=True, status=info.status), connect="'self'")
 
     # --- paste ----------------------------------------------------------------------------
@@ -138,12 +142,17 @@ class Web:
             raise ValueError(f"unknown time zone {fields.get('tz')!r} (e.g. UTC, Europe/Berlin)") from None
         if not data.strip():
             raise ValueError("nothing to analyse: paste a log or choose a file")
+        redactor = self.api.redactor  # as the agents do before spooling: no secret is stored or shown
         if fields.get("keep") == "1":
             job = f"paste-{uuid.uuid4().hex[:12]}"
-            await self.api._call(self.api.store.insert, paste_records(data, job))
+            records = paste_records(data, job)
+            if redactor is not None:
+                counts: Counter = Counter()
+                records = [replace(r, message=redactor.text(r.message, counts)) for r in records]
+            await self.api._call(self.api.store.insert, records)
             raise web.HTTPSeeOther(f"/jobs/{job}")
         rep = await self.api._call(analyze_paste, data, self.api.catalog, tz)
-        return html_response(render_html(rep))
+        return html_response(render_html(redact.report(rep, redactor)))
 
     async def _read_paste(self, request: web.Request) -> tuple[bytes, dict]:
         fields: dict[str, str] = {}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from firstfault.wire import MAX_NAME_BYTES
+from firstfault.common.tokens import read_tokens
 
 
 class ConfigError(Exception):
@@ -157,22 +157,9 @@ def read_toml(path: str | Path | None, problems: list[str]) -> dict[str, Any]:
 
 
 def read_token(path: Path | None, problems: list[str]) -> str | None:
-    """The shared secret in ``path``: one word of at most MAX_NAME_BYTES bytes."""
-    if path is None:
-        return None
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as e:
-        problems.append(f"token_file: cannot read {path}: {getattr(e, 'strerror', None) or e}")
-        return None
-    if not token:
-        problems.append(f"token_file: {path} is empty")
-        return None
-    if len(token.encode()) > MAX_NAME_BYTES or any(c.isspace() for c in token):
-        problems.append(f"token_file: the token in {path} must be one word of at most "
-                        f"{MAX_NAME_BYTES} bytes")
-        return None
-    return token
+    """The token an agent sends: the first of the token file (firstfault/common/tokens.py)."""
+    tokens = read_tokens(path, problems)
+    return tokens[0] if tokens else None
 
 
 def read_values(parsers: dict[str | None, dict[str, Parser]], doc: dict[str, Any],

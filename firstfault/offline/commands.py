@@ -21,6 +21,9 @@ from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from firstfault.common.output import write_output
+from firstfault.common import redact
+from firstfault.common.redact import Redactor
+from firstfault.reports.escape import terminal
 from firstfault.offline import logfiles
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.checkpoint import checkpoint_from_disk
@@ -115,15 +118,20 @@ def report_from_logs(paths: list[str], *, node: str | None = None, kernel: list[
 
 
 def cmd_analyze(a: argparse.Namespace) -> int:
+    try:
+        redactor = Redactor.from_settings(not a.no_redact, True, a.redact)
+    except ValueError as e:
+        print(f"firstfault analyze: {e}", file=sys.stderr)
+        return 2
     report, gaps, problem = report_from_logs(a.paths, node=a.node, kernel=a.kernel, checkpoint_dir=a.checkpoint_dir,
                                              tz=a.tz, kernel_boot_ns=a.kernel_boot_time, job=a.job, meter=True,
                                              timeline=needs_timeline(a.format))
     for g in gaps:
-        print(f"firstfault: {g.get('file')}: {g.get('reason')}", file=sys.stderr)
+        print(f"firstfault: {terminal(g.get('file'))}: {terminal(g.get('reason'))}", file=sys.stderr)
     if problem:
         print(f"firstfault: {problem}", file=sys.stderr)
         return 1
-    write_output(render(report, a.format), a.output)
+    write_output(render(redact.report(report, redactor), a.format), a.output)
     return 0
 
 
@@ -167,6 +175,10 @@ def add_parsers(sub) -> None:
     an.add_argument("--kernel-boot-time", type=_parse_time, metavar="TIME",
                     help="boot time of the node whose dmesg/kmsg is given (default: this machine's)")
     an.add_argument("--job", help="job id to print in the report")
+    an.add_argument("--redact", action="append", default=[], metavar="NAME=REGEX",
+                    help="another secret pattern to replace (repeatable; the built-in ones stay)")
+    an.add_argument("--no-redact", action="store_true",
+                    help="print secrets found in the logs as they are (default: [redacted:NAME])")
     an.set_defaults(func=cmd_analyze)
     ck = sub.add_parser("checkpoint", help="check a DeepSpeed checkpoint folder on disk")
     ck.add_argument("dir", metavar="DIR")

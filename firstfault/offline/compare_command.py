@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from firstfault.analysis.compare import compare_reports
 from firstfault.analysis.report import iso
 from firstfault.common.output import write_output
+from firstfault.reports.escape import terminal
 from firstfault.offline.commands import report_from_logs, time_zone
 from firstfault.reports.compare import render_compare
 
@@ -90,7 +91,8 @@ def _report(a: argparse.Namespace, which: str, paths: list[str] | None, jobs: Jo
         paths, node=a.node, kernel=getattr(a, f"{which}_kernel"), checkpoint_dir=getattr(a, f"{which}_checkpoint_dir"),
         tz=a.tz)
     for g in gaps:
-        print(f"firstfault: {which.upper()}: {g.get('file')}: {g.get('reason')}", file=sys.stderr)
+        print(f"firstfault: {which.upper()}: {terminal(g.get('file'))}: {terminal(g.get('reason'))}",
+              file=sys.stderr)
     if problem:
         raise SideError(f"{which.upper()}: {problem}")
     src = {"logs": paths}

@@ -7,7 +7,9 @@ What a path can be:
   (detected from its first lines: /dev/kmsg records, dmesg, dmesg -T,
   journalctl -k), a torchelastic ``error.json``, a PyTorch Flight Recorder dump
   (``<prefix><rank>``, pickle or JSON: firstfault/offline/flight_files.py); ``.gz`` files
-  are read through gzip.
+  are read through gzip, at most MAX_GZ_RATIO times their size (at least MIN_GZ_LIMIT): a
+  gzip bomb stops there, with a gap saying so, after what was read (real logs compress
+  5-50x; deflate at most ~1000x).
 - a folder, walked in name order: torchrun ``--log-dir`` layouts
   (``<run>/attempt_<k>/<local_rank>/{stdout,stderr}.log`` and ``error.json``),
   DeepSpeed ``--enable_each_rank_log`` files (``<timestamp>_rank<N>.log``), and
@@ -43,6 +45,8 @@ from firstfault.analysis.scan import Needles, StreamInfo, scan_stream
 from firstfault.offline.flight_files import dump_rank, flight_recorder_events, looks_like_dump
 
 CHUNK = 1 << 20
+MAX_GZ_RATIO = 200  # a .gz is read up to this many times its own size ...
+MIN_GZ_LIMIT = 64 << 20  # ... or this many bytes, whichever is more
 _SKIP_DIRS = re.compile(r"^(global_step\d+|\..*|__pycache__)$")
 # Not logs: checkpoints and other binary data, and the sources and configs that often sit
 # beside logs (a training script's own "raise ValueError" is no failure).
@@ -131,10 +135,18 @@ def _open(path: str):
     return f
 
 
-def _chunks(f, res: ReadResult, progress: Callable[[int], None] | None) -> Iterator[bytes]:
+def _chunks(f, res: ReadResult, progress: Callable[[int], None] | None,
+            path: str = "") -> Iterator[bytes]:
+    limit = max(MIN_GZ_LIMIT, MAX_GZ_RATIO * os.path.getsize(path)) if path.endswith(".gz") else None
+    done = 0
     while True:
         b = f.read(CHUNK)
         if not b:
+            return
+        done += len(b)
+        if limit is not None and done > limit:
+            res.gaps.append({"file": path, "reason": f"gzip expands past {limit:,} bytes "
+                             f"({MAX_GZ_RATIO}x its size): a gzip bomb? read stopped there"})
             return
         res.bytes_read += len(b)
         if progress:
@@ -202,7 +214,7 @@ def read_events(
             if src.attempt is not None:
                 res.launcher = res.launcher or "torchrun"
             try:
-                yield from scan_stream(_chunks(f, res, progress), info, needles)
+                yield from scan_stream(_chunks(f, res, progress, src.path), info, needles)
             except OSError as e:
                 res.gaps.append({"file": src.path, "reason": f"read failed part way: {e.strerror or e}"})
 
@@ -231,7 +243,7 @@ def _mostly_kernel(lines: list[str]) -> bool:
 
 def _kernel(f, src: Source, year: int, tz, boot_ns, res: ReadResult, progress) -> Iterator[Event]:
     st = ParseStats()
-    data = b"".join(_chunks(f, res, progress))
+    data = b"".join(_chunks(f, res, progress, src.path))
     lines = data.split(b"\n")
     fmt = detect_kernel_format(lines[:50])
     text = lines if fmt == "journal-export" else [ln.decode("utf-8", "replace") for ln in lines]

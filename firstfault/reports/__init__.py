@@ -1,12 +1,12 @@
 """Render a report (REPORT.md's dict) as text, Markdown, JSON or HTML. Render only: no analysis here.
+Log text is untrusted: every format makes it inert for its medium (firstfault/reports/escape.py).
 
 HTML draws the report's ``timeline`` object, which the analysis builds only when asked
 (``Inputs.timeline``): ask for it when the format is ``html`` (``needs_timeline``)."""
 
 from __future__ import annotations
 
-import json
-
+from firstfault.reports.escape import json_text
 from firstfault.reports.html import render_html
 from firstfault.reports.markdown import render_markdown
 from firstfault.reports.text import render_text
@@ -20,7 +20,7 @@ def needs_timeline(fmt: str) -> bool:
 
 def render(report: dict, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+        return json_text(report) + "\n"
     if fmt == "md":
         return render_markdown(report)
     if fmt == "text":

@@ -1,29 +1,36 @@
-"""The report as plain text for a terminal: the root cause first, then per-rank firsts and the checkpoint."""
+"""The report as plain text for a terminal: the root cause first, then per-rank firsts and the checkpoint.
+
+Every value from the report goes through firstfault/reports/escape.py ``terminal`` (``_t``):
+log text cannot move the cursor, retitle the terminal, reorder or forge a line.
+"""
 
 from __future__ import annotations
 
+from firstfault.reports.escape import terminal as _t
+from firstfault.reports.escape import terminal_lines
 from firstfault.reports.memtable import HEADER, memory_rows
 
 
 def _rank_line(r: str, info: dict) -> str:
     fe = info.get("first_error")
     ex = info.get("exit")
-    where = f" ({info['node']})" if info.get("node") else ""
+    where = f" ({_t(info['node'])})" if info.get("node") else ""
     tail = ""
     if ex:
-        tail = f"  exit {ex.get('code')}" + (f" {ex['signal']}" if ex.get("signal") else "")
+        tail = f"  exit {_t(ex.get('code'))}" + (f" {_t(ex['signal'])}" if ex.get("signal") else "")
     if fe is None:
-        return f"  rank {r}{where}: no error seen{tail}"
-    first_line = (fe.get("text") or "").strip().splitlines()
+        return f"  rank {_t(r)}{where}: no error seen{tail}"
+    first_line = terminal_lines((fe.get("text") or "").strip())
     text = first_line[-1] if first_line else ""
-    return f"  rank {r}{where}: [{fe['role']}] {fe['signature']} at {fe.get('at') or '?'}{tail}\n      {text[:160]}"
+    return (f"  rank {_t(r)}{where}: [{_t(fe['role'])}] {_t(fe['signature'])} at "
+            f"{_t(fe.get('at') or '?')}{tail}\n      {text[:160]}")
 
 
 def nodes_line(nodes: list[dict]) -> str:
     """``gpu-01 (ranks 0, 1), gpu-02 (sent nothing)``: the notes themselves are listed as gaps."""
     def one(n: dict) -> str:
         what = f"ranks {', '.join(map(str, n['ranks']))}" if n.get("ranks") else "sent nothing" if n.get("note") else ""
-        return n["node"] + (f" ({what})" if what else "")
+        return _t(n["node"]) + (f" ({_t(what)})" if what else "")
     return ", ".join(map(one, nodes))
 
 
@@ -44,41 +51,41 @@ def _memory(rep: dict) -> list[str]:
 def render_text(rep: dict) -> str:
     out: list[str] = []
     ff = rep.get("first_failure")
-    job = f" of job {rep['job']}" if rep.get("job") else ""
+    job = f" of job {_t(rep['job'])}" if rep.get("job") else ""
     if ff is None:
         out.append(f"No failure found{job} in the given logs.")
     else:
-        rank = "unknown rank" if ff.get("rank") is None else f"rank {ff['rank']}"
-        node = f" on {ff['node']}" if ff.get("node") else ""
+        rank = "unknown rank" if ff.get("rank") is None else f"rank {_t(ff['rank'])}"
+        node = f" on {_t(ff['node'])}" if ff.get("node") else ""
         out.append(f"FIRST FAILURE{job}: {rank}{node}" + (" (inferred)" if ff.get("inferred") else ""))
-        out.append(f"  {ff['summary']}")
-        out.append(f"  signature   {ff['signature']}")
-        out.append(f"  category    {ff['category']}    blame: {rep['blame']}    phase: {ff['phase']}")
-        when = ff.get("occurred_at") or "unknown"
-        unc = f" ±{ff['uncertainty_ms']} ms" if ff.get("uncertainty_ms") else ""
-        out.append(f"  occurred    {when}{unc} (clock: {ff.get('clock') or 'none'})" if ff.get("occurred_at")
-                   else f"  occurred    unknown: {ff.get('time_note') or 'no timestamp'}")
+        out.append(f"  {_t(ff['summary'])}")
+        out.append(f"  signature   {_t(ff['signature'])}")
+        out.append(f"  category    {_t(ff['category'])}    blame: {_t(rep['blame'])}    phase: {_t(ff['phase'])}")
+        when = _t(ff.get("occurred_at") or "unknown")
+        unc = f" ±{_t(ff['uncertainty_ms'])} ms" if ff.get("uncertainty_ms") else ""
+        out.append(f"  occurred    {when}{unc} (clock: {_t(ff.get('clock') or 'none')})" if ff.get("occurred_at")
+                   else f"  occurred    unknown: {_t(ff.get('time_note') or 'no timestamp')}")
         tie = ""
         if ff.get("within_clock_uncertainty"):
-            with_ = ", ".join(map(str, ff.get("tied_with") or []))
+            with_ = _t(", ".join(map(str, ff.get("tied_with") or [])))
             tie = f"; tied within clock uncertainty with {'rank(s) ' + with_ if with_ else 'another failure'}"
-        out.append(f"  confidence  {ff['confidence']}{tie}")
+        out.append(f"  confidence  {_t(ff['confidence'])}{tie}")
         if len(ff.get("ranks_sharing") or []) > 1:
-            out.append(f"  shared by   ranks {', '.join(map(str, ff['ranks_sharing']))}")
+            out.append(f"  shared by   ranks {_t(', '.join(map(str, ff['ranks_sharing'])))}")
         for how in ff.get("inferred_from") or []:
-            out.append(f"  inferred    {how}")
-        out.append(f"  do first    {ff['first_action']}")
+            out.append(f"  inferred    {_t(how)}")
+        out.append(f"  do first    {_t(ff['first_action'])}")
         for e in ff.get("evidence", [])[:3]:
-            text = (e.get("text") or "").strip().splitlines()
-            out.append(f"  evidence    {e.get('origin') or e.get('source')}: {text[-1][:200] if text else ''}")
+            text = terminal_lines((e.get("text") or "").strip())
+            out.append(f"  evidence    {_t(e.get('origin') or e.get('source'))}: {text[-1][:200] if text else ''}")
             if e.get("linked_by"):
-                out.append(f"              linked: {e['linked_by']}")
+                out.append(f"              linked: {_t(e['linked_by'])}")
     others = rep.get("distinct_failures", [])[1:]
     if others:
         out.append("")
         out.append("Other distinct failures, earliest first:")
         for d in others:
-            out.append(f"  {d['signature']} ({d['category']}) ranks {d['ranks']} at {d.get('first_at')}")
+            out.append(f"  {_t(d['signature'])} ({_t(d['category'])}) ranks {_t(d['ranks'])} at {_t(d.get('first_at'))}")
     if rep.get("ranks"):
         out.append("")
         out.append("First error of every rank:")
@@ -90,20 +97,20 @@ def render_text(rep: dict) -> str:
     out += _memory(rep)
     ck = rep.get("checkpoint") or {}
     out.append("")
-    resume = f"; resume from {ck['resume_from']}" if ck.get("resume_from") else ""
-    out.append(f"Checkpoint: {ck.get('verdict', 'unknown')}{resume}")
+    resume = f"; resume from {_t(ck['resume_from'])}" if ck.get("resume_from") else ""
+    out.append(f"Checkpoint: {_t(ck.get('verdict', 'unknown'))}{resume}")
     if ck.get("reason"):
-        out.append(f"  {ck['reason']}")
+        out.append(f"  {_t(ck['reason'])}")
     ctx = rep.get("context") or {}
-    vers = ", ".join(f"{k} {v}" for k, v in (ctx.get("versions") or {}).items() if v)
+    vers = ", ".join(f"{_t(k)} {_t(v)}" for k, v in (ctx.get("versions") or {}).items() if v)
     out.append("")
-    out.append(f"Context: launcher {ctx.get('launcher') or '?'}, world size {ctx.get('world_size') or '?'}, "
-               f"ZeRO stage {ctx.get('zero_stage') if ctx.get('zero_stage') is not None else '?'}"
+    out.append(f"Context: launcher {_t(ctx.get('launcher') or '?')}, world size {_t(ctx.get('world_size') or '?')}, "
+               f"ZeRO stage {_t(ctx.get('zero_stage') if ctx.get('zero_stage') is not None else '?')}"
                + (f", {vers}" if vers else ""))
     if rep.get("partial"):
         out.append("")
         out.append("Partial analysis, inputs missing or unreadable:")
         for g in rep.get("gaps", []):
             what = g.get("file") or (f"rank {g['rank']}" if "rank" in g else g.get("node") or "?")
-            out.append(f"  {what}: {g.get('reason')}")
+            out.append(f"  {_t(what)}: {_t(g.get('reason'))}")
     return "\n".join(out) + "\n"

@@ -9,9 +9,11 @@ a line) says where it came from.
 
 What the model allows to be lost (the tailer's documented known issues), and only that:
   * a file renamed away before any poll opened it: all of it;
-  * copytruncate/truncate: the bytes after what the tailer had read (it flushes the
-    partial line it held); if the agent was restarted since and had not read the
-    file again, everything after the last confirmed line;
+  * truncate without a copy, or copytruncate of a content whose first bytes no tailer
+    saw (so its copy cannot be recognised): the bytes after what the tailer had read
+    (it flushes the partial line it held); if the agent was restarted since and had
+    not read the file again, everything after the last confirmed line. A copy of a
+    content whose first bytes were seen is found beside the path and read to its end;
   * a restart: in a deleted file or a truncated-away content, what was not confirmed
     (the bytes are gone, so it cannot come again). Everything else arrives exactly
     once, in order, with the offsets of the bytes in the file.
@@ -73,6 +75,7 @@ class Gen:
         self.read_to = 0  # how far the current tailer has read
         self.fp_known = False  # a tailer saw its first bytes (saved): it can be found by them
         self.dead = False
+        self.copied = False  # copytruncate left a copy of it beside the path
 
     def limit(self, end: int) -> None:
         self.deliver_to = end if self.deliver_to is None else min(self.deliver_to, end)
@@ -220,7 +223,10 @@ class Model:
             shutil.copyfile(self.paths[name], f"{self.paths[name]}.{self.rotations}")
         os.truncate(self.paths[name], 0)
         g = f.gen
-        if f.open_now:
+        g.copied = copy
+        if copy and g.fp_known:
+            pass  # its copy is recognised by its first bytes and read to its end
+        elif f.open_now:
             g.limit(g.read_to)  # the tailer flushes what it held; the rest is gone
         else:
             self._gone_unread(f, g)
@@ -298,7 +304,7 @@ class Model:
             for f in self.files[name]:
                 for g in f.gens:
                     g.bounds = {b for b in g.bounds if b <= g.confirmed}
-                    if g.dead:
+                    if g.dead and not (g.copied and g.fp_known):
                         g.limit(g.confirmed)
                     g.read_to = 0
                 if f.where not in (None, self.paths[name]) and not f.drained and not f.gen.fp_known:

@@ -5,6 +5,7 @@ lines; rank log lines followed through ``--ranklog GLOB``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -20,8 +21,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from tests.collector.server.ingest_helpers import CollectorProcess
+from tests.collector.server.ingest_helpers import Agent, CollectorProcess
 
+from firstfault.wire import Hello
 from firstfault.collector.store.base import Selection
 from firstfault.collector.store.sqlite import SqliteStore
 
@@ -278,6 +280,99 @@ def test_rank_log_lines_arrive_exactly_once_across_agent_sigkills(tmp_path):
     finally:
         stop.set()
         writer.join()
+        if agent.proc.poll() is None:
+            agent.stop(signal.SIGKILL)
+        col.stop()
+
+
+def test_a_token_is_rotated_on_both_daemons_without_a_restart(tmp_path):
+    """The README's rotation, done with SIGHUP only: the collector accepts old and new, the
+    agent moves to new, the collector drops old and closes the agent's old session; the agent
+    reconnects with the new token and every line arrives once. An agent left with the old
+    token is refused."""
+    col_token, agent_token = tmp_path / "col-token", tmp_path / "agent-token"
+    col_token.write_text("old-token\n")
+    agent_token.write_text("old-token\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "rank0.log"
+    log.touch()
+    db = tmp_path / "c.db"
+    col = CollectorProcess(db, "--token-file", str(col_token))
+    agent = AgentProcess(tmp_path / "agent", col.ingest, *QUIET, "--kmsg-enabled", "false",
+                         "--job", "train-7", "--ranklog", str(logs / "rank{rank}.log"),
+                         "--token-file", str(agent_token))
+    written = 0
+
+    def lines(n: int) -> None:
+        nonlocal written
+        with open(log, "a") as f:
+            f.write("".join(f"[rank0]: rotation step {written + i:04d}\n" for i in range(n)))
+        written += n
+
+    def stored() -> list[str]:
+        return _stored_lines(db, "node-a").get(str(log), [])
+    try:
+        lines(50)
+        settle(lambda: len(stored()) == written, what="the first lines")
+        col_token.write_text("old-token\nnew-token\n")
+        col.proc.send_signal(signal.SIGHUP)
+        settle(lambda: any("tokens=2 connections_closed=0" in ln for ln in col.lines), what="reload 1")
+        agent_token.write_text("new-token\n")
+        agent.proc.send_signal(signal.SIGHUP)
+        settle(lambda: any("reloaded token_file" in ln for ln in agent.lines), what="agent reload")
+        col_token.write_text("new-token\n")
+        col.proc.send_signal(signal.SIGHUP)
+        settle(lambda: any("tokens=1 connections_closed=1" in ln for ln in col.lines), what="reload 2")
+        lines(50)
+        settle(lambda: len(stored()) == written, what="the lines after the rotation")
+        assert sorted(stored()) == [f"[rank0]: rotation step {i:04d}" for i in range(written)]
+        assert agent.proc.poll() is None and col.proc.poll() is None  # neither restarted
+        stale = Agent(col.ingest, node="node-b")
+        stale.send(Hello(node="node-b", stream="s", token="old-token", agent_ns=1,
+                         agent_name="t", agent_version="0"))
+        assert stale.expect_error().code == "auth"
+        stale.close()
+    finally:
+        if agent.proc.poll() is None:
+            agent.stop(signal.SIGKILL)
+        col.stop()
+
+
+def test_secrets_are_redacted_before_the_spool_and_counted_in_the_report(tmp_path):
+    """A rank prints its launch command with a Hugging Face token and an environment dump with
+    an AWS key: no byte of either reaches the agent's spool or the collector, the records say
+    what was redacted, and the collector's report counts it."""
+    hf, aws = "hf_" + "Ab3dEf6hIj9lMn2pQr5tUv8xYz1Bc4De7F", "AKIA" + "Z7Q2M4K8P1R5T9W3"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rank0.log").write_text(
+        f"[rank0]: args: Namespace(local_rank=0, hf_token='{hf}', deepspeed_config='ds.json')\n"
+        f"[rank0]: env AWS_ACCESS_KEY_ID={aws} AWS_REGION=us-east-1\n"
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/job/train.py", line 9, in <module>\n'
+        f"[rank0]: ValueError: login failed for token={hf}\n")
+    db, state = tmp_path / "c.db", tmp_path / "agent"
+    col = CollectorProcess(db)
+    agent = AgentProcess(state, col.ingest, *QUIET, "--kmsg-enabled", "false", "--job", "train-7",
+                         "--ranklog", str(logs / "rank{rank}.log"))
+    try:
+        settle(lambda: len(_stored_lines(db, "node-a").get(str(logs / "rank0.log"), [])) == 5,
+               what="the lines")
+        assert agent.stop() == 0
+        spooled = b"".join(p.read_bytes() for p in (state / "spool").glob("*.seg"))
+        assert spooled and hf.encode() not in spooled and aws.encode() not in spooled
+        with SqliteStore(db) as store:
+            recs = [r for r in store.records(Selection(nodes=("node-a",))) if r.source == "ranklog"]
+        assert not [r for r in recs if hf in r.message or aws in r.message]
+        marks = sorted(r.fields.get("redacted") for r in recs if "redacted" in r.fields)
+        assert marks == ["aws-access-key-id:1", "hf-token:1", "hf-token:1"], marks  # the traceback too
+        with urllib.request.urlopen(f"http://{col.http[0]}:{col.http[1]}/api/jobs/train-7/report",
+                                    timeout=30) as r:
+            rep = json.loads(r.read())
+        assert rep["redaction"]["secrets"] >= 1 and rep["redaction"]["enabled"]
+        assert hf not in json.dumps(rep)
+    finally:
         if agent.proc.poll() is None:
             agent.stop(signal.SIGKILL)
         col.stop()

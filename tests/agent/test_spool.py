@@ -665,23 +665,30 @@ def test_disk_full_injected_partial_write(tmp_path, monkeypatch):
         got = read_all(sp)
         (g,) = gaps(got)
         assert g["reason"] == "disk_full" and g["dropped_records"] == 2507
+        assert json.loads(g["origins"]) == {"ranklog": 2507}  # no path field: its source
         assert (g["first_seq"], g["last_seq"]) == (11, 2517)
         assert (g["from_ns"], g["to_ns"]) == (T0, T0 + 2509 * 10**6)
         assert [r.seq for r in got] == list(range(1, 11)) + [2518, 2519] and seq == 2519
         assert sp.stats().pending_gaps == 0
 
 
-def test_disk_full_in_the_middle_of_an_append_keeps_what_was_written(tmp_path, monkeypatch):
+def _whole_writes_until_full(monkeypatch) -> list:
+    """Spool writes (to its segment files) take whole entries until ``budget[0]`` bytes were
+    written, then ENOSPC; None: no limit."""
     real_write, budget = os.write, [None]
 
     def write(fd, data):
-        if budget[0] is not None and fd == sp._fd:
+        if budget[0] is not None and os.readlink(f"/proc/self/fd/{fd}").endswith(".seg"):
             if budget[0] < len(data):
                 raise OSError(errno.ENOSPC, "No space left on device")
             budget[0] -= len(data)
         return real_write(fd, data)
-
     monkeypatch.setattr(spool_mod.os, "write", write)
+    return budget
+
+
+def test_disk_full_in_the_middle_of_an_append_keeps_what_was_written(tmp_path, monkeypatch):
+    budget = _whole_writes_until_full(monkeypatch)
     with open_spool(tmp_path, segment_bytes=1 << 20) as sp:
         budget[0] = 200_000  # room for the first entry (1000 records) only
         with pytest.raises(SpoolFullError) as err:
@@ -692,6 +699,50 @@ def test_disk_full_in_the_middle_of_an_append_keeps_what_was_written(tmp_path, m
         got = read_all(sp)
         assert [r.seq for r in data(got)] == list(range(1, 1001)) + [2502]
         assert (gaps(got)[0]["first_seq"], gaps(got)[0]["last_seq"]) == (1001, 2500)
+
+
+def test_a_disk_full_gap_says_from_which_files_its_records_came(tmp_path, monkeypatch):
+    full = [False]
+    real_write = os.write
+    monkeypatch.setattr(spool_mod.os, "write", lambda fd, data: (_ for _ in ()).throw(
+        OSError(errno.ENOSPC, "No space left on device")) if full[0] and fd == sp._fd
+        else real_write(fd, data))
+    paths = [f"/scratch/job/rank{r}.log" for r in range(12)]
+    with open_spool(tmp_path) as sp:
+        sp.append([row(0)])
+        full[0] = True
+        for i in range(540):  # 36 files (12 names, 3 lengths), 15 records each
+            with pytest.raises(SpoolFullError):
+                sp.append([(*row(i)[:-1], {"path": paths[i % 12] * (1 + i // 12 % 3)})])
+        with pytest.raises(SpoolFullError):
+            sp.append([("kmsg", "kernel.line", "x", None, T0, None, None, None, None, None,
+                        None, 6, {})] * 2)
+        full[0] = False
+        sp.append([row(1)])
+        got = read_all(sp)
+    (g,) = gaps(got)
+    origins = json.loads(g["origins"])
+    assert g["dropped_records"] == 542 and sum(origins.values()) == 542
+    assert len(g["origins"].encode()) <= 1000 and origins["(more)"] > 0  # 37 origins do not fit
+    assert set(list(origins.values())[:-1]) == {15}  # the largest first: kmsg's 2 is not among them
+    assert "from /scratch/job/rank" in next(r.message for r in got if r.kind == "agent.gap")
+
+
+def test_a_held_append_spends_no_seq_and_writes_no_gap(tmp_path, monkeypatch):
+    budget = _whole_writes_until_full(monkeypatch)
+    with open_spool(tmp_path, segment_bytes=1 << 20) as sp:
+        rows = [row(i) for i in range(2500)]
+        budget[0] = 200_000  # room for the first entry (1000 records) only
+        with pytest.raises(SpoolFullError) as err:
+            sp.append(rows, hold_on_full=True)
+        assert err.value.held and err.value.accepted_seq == 1000
+        assert err.value.dropped_records == 1500
+        budget[0] = None
+        assert sp.append(rows[1000:], hold_on_full=True) == 2500  # offered again: no hole
+        got = read_all(sp)
+        assert [r.seq for r in got] == list(range(1, 2501)) and not gaps(got)
+        assert [r.message for r in got] == [r[2] for r in rows]
+        assert sp.stats().disk_full_errors == 1 and sp.stats().disk_full_records == 0
 
 
 # --- durability modes and threads ------------------------------------------------------

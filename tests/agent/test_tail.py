@@ -225,12 +225,12 @@ def test_rename_rotation_drains_old_then_reads_new_from_zero(log, state):
         assert [e.kind for e in t.take_events()] == [ROTATED]
 
 
-def test_copytruncate_starts_again_from_zero_and_says_so(log, state):
+def test_truncate_starts_again_from_zero_and_says_so(log, state):
     write(log, b"a\nb\npart")
     with Tailer(state) as t:
         t.add(str(log))
         assert datas(t.poll_file(str(log))) == [b"a", b"b"]
-        shutil.copyfile(log, str(log) + ".1")
+        write(log, b"ial\nunread\n")  # gone with the truncation: no copy of it anywhere
         os.truncate(log, 0)
         write(log, b"fresh\n")
         lines = t.poll_file(str(log))
@@ -239,6 +239,42 @@ def test_copytruncate_starts_again_from_zero_and_says_so(log, state):
         assert lines[1].file != lines[0].file  # a new content of the same inode
         events = t.take_events()
         assert [e.kind for e in events] == [TRUNCATED] and events[0].offset == 8
+        assert events[0].detail.endswith("reading from 0")
+
+
+def test_copytruncate_reads_the_rest_of_the_old_content_from_its_copy(log, state):
+    write(log, b"a\nb\npart")
+    with Tailer(state) as t:
+        t.add(str(log))
+        assert datas(t.poll_file(str(log))) == [b"a", b"b"]
+        write(log, b"ial\nunread 1\nunread 2\n")  # written before logrotate's copy, not yet read
+        shutil.copyfile(log, str(log) + "-20261202")
+        os.truncate(log, 0)
+        write(log, b"fresh\n")
+        lines = poll_all(t, log)
+        assert datas(lines) == [b"partial", b"unread 1", b"unread 2", b"fresh"]
+        assert [ln.offset for ln in lines] == [4, 12, 21, 0]  # offsets of the old content go on
+        assert lines[0].file == lines[2].file != lines[3].file
+        events = t.take_events()
+        assert [e.kind for e in events] == [ROTATED] and events[0].offset == 8  # nothing lost
+        assert events[0].detail.endswith(f"the rest is read from its copy {log}-20261202")
+        t.commit(t.positions())
+    with Tailer(state) as t:  # nothing comes twice
+        t.add(str(log))
+        assert poll_all(t, log) == []
+
+
+def test_a_copy_is_known_by_its_first_bytes_and_the_held_line(log, state):
+    write(log, b"head\npart")
+    with Tailer(state) as t:
+        t.add(str(log))
+        assert datas(t.poll_file(str(log))) == [b"head"]
+        write(log.with_name(log.name + ".1"), b"head\nother\n")  # same first bytes, not the copy
+        write(log.with_name("other" + log.name), b"head\npart two\n")  # not named after the log
+        os.truncate(log, 0)
+        write(log, b"fresh\n")
+        assert datas(t.poll_file(str(log))) == [b"part", b"fresh"]
+        assert t.take_events()[0].detail.endswith("reading from 0")
 
 
 def test_truncate_then_rewrite_past_the_old_offset_is_seen_by_the_fingerprint(log, state):
@@ -296,7 +332,22 @@ def test_restart_reports_a_file_deleted_while_stopped_as_lost(log, state):
         assert [e.kind for e in events] == [LOST] and events[0].offset == 2
 
 
-def test_restart_after_copytruncate_while_stopped_reads_the_new_content(log, state):
+def test_restart_after_copytruncate_while_stopped_reads_the_copy_then_the_new_content(log, state):
+    write(log, b"old one\nold two\n")
+    with Tailer(state) as t:
+        t.add(str(log))
+        t.commit_through(t.poll_file(str(log))[0])
+    write(log, b"old three\n")
+    shutil.copyfile(log, str(log) + ".1")
+    write(log, b"new\n", "wb")
+    with Tailer(state) as t:
+        t.add(str(log))
+        assert datas(poll_all(t, log)) == [b"old two", b"old three", b"new"]
+        events = t.take_events()
+        assert [e.kind for e in events] == [ROTATED] and f"now {log}.1" in events[0].detail
+
+
+def test_restart_after_truncate_while_stopped_reads_the_new_content(log, state):
     write(log, b"old one\nold two\n")
     with Tailer(state) as t:
         t.add(str(log))
@@ -353,6 +404,22 @@ def test_advance_after_copytruncate_ignores_the_old_content(log, state):
         assert t.advance(str(log), *kept)  # the same inode, but its old bytes
         t.add(str(log))
         assert datas(t.poll_file(str(log)))[0] == b"new one"
+
+
+def test_advance_after_copytruncate_while_stopped_resumes_in_the_copy(log, state):
+    write(log, b"old one\nold two\nold three\n")
+    with Tailer(state) as t:
+        t.add(str(log))
+        lines = t.poll_file(str(log))
+        t.commit_through(lines[0])
+        kept = _where(t, lines[1])  # the consumer took "old two" too, then the agent died
+    write(log, b"old four\n")
+    shutil.copyfile(log, str(log) + ".1")
+    write(log, b"new one\n", "wb")
+    with Tailer(state) as t:
+        assert t.advance(str(log), *kept)
+        t.add(str(log))
+        assert datas(poll_all(t, log)) == [b"old three", b"old four", b"new one"]
 
 
 def test_advance_into_a_rotated_files_successor_drops_the_drained_file(log, state):

@@ -41,7 +41,7 @@ def _keys(text: str) -> set[str]:
 def _fields(cls, prefix: str = "") -> set[str]:
     out = set()
     for f in dataclasses.fields(cls):
-        if f.name in ("token", "sources"):
+        if f.name in ("token", "tokens", "sources"):  # read from token_file; tables of their own
             continue
         default = f.default if f.default is not dataclasses.MISSING else None
         if dataclasses.is_dataclass(default) and type(default).__name__.endswith("Config"):  # a table
@@ -100,10 +100,11 @@ def verify_root(tmp_path: Path) -> Path:
     (root / "etc/systemd/system").mkdir(parents=True)
     for unit in UNITS:
         shutil.copy(DEPLOY / "systemd" / unit, root / "etc/systemd/system" / unit)
-    exe = root / "opt/firstfault/bin/firstfault"
-    exe.parent.mkdir(parents=True)
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
+    for name in ("opt/firstfault/bin/firstfault", "bin/kill"):  # what ExecStart/ExecReload run
+        exe = root / name
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
     return root
 
 

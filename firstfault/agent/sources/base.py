@@ -56,7 +56,9 @@ raises ValueError naming the option for a bad value.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -113,12 +115,25 @@ class Draft:
 Emit = Callable[[Draft], None]
 
 
-def emit_many(emit: Emit) -> Callable[[list], None]:
+class SinkFull(Exception):
+    """The sink cannot take more now (the spool's disk is full); the first ``accepted``
+    rows were taken. Raised only to a source that asked to hold (``emit_many(emit,
+    hold=True)``): it offers the rest again later. Others lose them in a gap record."""
+
+    def __init__(self, message: str, accepted: int) -> None:
+        super().__init__(message)
+        self.accepted = accepted
+
+
+def emit_many(emit: Emit, *, hold: bool = False) -> Callable[[list], None]:
     """The batch form of ``emit``: the agent's sink takes a whole list (one spool append)
-    through its ``many`` method; any other callable (a test's list.append) gets the rows
-    one by one."""
+    through its ``many`` method (with ``hold``, where ``many`` takes it: SinkFull when
+    the disk is full, instead of a gap); any other callable (a test's list.append) gets
+    the rows one by one."""
     many = getattr(emit, "many", None)
     if many is not None:
+        if hold and "hold" in inspect.signature(many).parameters:
+            return functools.partial(many, hold=True)
         return many
 
     def one_by_one(rows: list) -> None:

@@ -25,7 +25,8 @@ stamp, firstfault/analysis/records.py; ``observed_ns`` when the chunk was read):
 - ``rank.gap`` (severity 4): lines that will never come: fields ``reason`` (the
   tailer's event: ``lost``, ``truncated`` (copytruncate: what was written just
   before it may be gone), ``error``, ``state_reset`` (positions forgotten: lines
-  may come twice)), ``path``, ``offset``, ``detail``.
+  may come twice)), ``path``, ``ino`` and ``offset`` (the file and the byte after
+  which its lines are gone), ``detail``.
 
 Identity, on every record: fields ``path`` (and the glob's other named parts,
 ``attempt`` for torchrun); ``job``: the ``{job}`` part, else torchrun's run id
@@ -44,7 +45,11 @@ Lines held for an open traceback are not committed, and nothing after the first
 held line is emitted before it (a path's records leave in one
 prefix of its stream, so the committed offset never passes an emitted line).
 A stop, or an emit that raises, at any point: the restarted source reads again
-exactly what the spool lacks. An agent *killed* between a spool append and the
+exactly what the spool lacks (the positions of what it spooled are kept in memory
+across its runs, as the catch-up below would find them). A position that cannot be
+saved (the state dir's disk is full) is logged and left to the spool. The spool's
+disk full: the rows are held and offered again every HOLD_RETRY_S, reading waits
+(the lines stay in their files), nothing is lost and no gap is written. An agent *killed* between a spool append and the
 next commit: the positions are in the spool too. In each ``emit_many`` call the
 last row of each path carries where that path's stream then stands, fields
 ``dev``, ``ino`` (the file), ``end_offset`` (just past the row's last line: the
@@ -85,13 +90,13 @@ from itertools import repeat
 from firstfault.agent.follow import FollowLoop, compile_glob
 from firstfault.common.layouts import TORCHRUN, layout_globs, parse_log_path
 from firstfault.agent.tail import (ERROR, LOST, MIN_LINE_BYTES, STATE_RESET, TRUNCATED, Event, LineBatch,
-                        Position, Tailer, committed_at_ns, cut_line)
+                        Position, StateError, Tailer, committed_at_ns, cut_line)
 from firstfault.analysis.stacks import DUMP_MARK, DumpGrouping, starts_dump
 from firstfault.analysis.traceback import END, HELD, Grammar, may_open, opening, split_prefix, visible
 from firstfault.wire import (COLUMNS, KIND_RANK_LINE, KIND_RANK_STACKS, KIND_RANK_TRACEBACK, MAX_MESSAGE_BYTES,
                         MAX_NAME_BYTES, SOURCE_RANKLOG)
 
-from firstfault.agent.sources.base import Emit, Source, emit_many, printable, register
+from firstfault.agent.sources.base import Emit, SinkFull, Source, emit_many, printable, register
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +105,7 @@ GAP_EVENTS = (LOST, TRUNCATED, ERROR, STATE_RESET)
 MAX_TRACEBACK_BYTES = 4 * MAX_MESSAGE_BYTES  # a traceback held longer is shipped as it is
 COMMIT_S = 0.25  # positions are committed at most this often while lines flow...
 COMMIT_BYTES = 1 << 20  # ...or once this many bytes of lines were read since the last
+HOLD_RETRY_S = 0.5  # the spool's disk full: rows offered again this often
 MAX_PATHS_KNOWN = 4096  # identities cached; the cache starts over beyond (paths come and go)
 _GLOB_CHARS = set("*?[]{}")
 _DUMP_MARK = DUMP_MARK.encode()
@@ -172,11 +178,20 @@ class RankLines:
 
     def __init__(self, tailer: Tailer, emit: Emit, *, job_label: str | None = None,
                  traceback_flush_s: float = 1.0, commit_s: float = COMMIT_S,
-                 clock: Callable[[], float] | None = None, watch: Watch | None = None) -> None:
-        self.tailer, self.emit_rows, self.commit_s = tailer, emit_many(emit), commit_s
+                 clock: Callable[[], float] | None = None, watch: Watch | None = None,
+                 hold: Callable[[float], bool] | None = None,
+                 spooled: dict[str, tuple] | None = None) -> None:
+        """``watch``: told of every chunk of lines (the stacks source's trigger); ``hold(seconds)``
+        (a stop event's wait): when the spool's disk is full, wait and offer the rows again
+        (True: stopping, give up) instead of losing them; ``spooled`` (path -> advance()'s
+        position) is kept up to date with every emit."""
+        self.tailer, self.commit_s = tailer, commit_s
+        self.emit_rows, self.hold = emit_many(emit, hold=hold is not None), hold
+        self.spooled = spooled if spooled is not None else {}
         self.watch = watch
         self.job_label, self.traceback_flush_s = job_label, traceback_flush_s
         self.clock = clock or tailer.clock
+        self._holding = False  # the spool's disk is full: rows wait
         self._ident: dict[str, tuple] = {}
         self._pending: dict[str, _Pending] = {}
         self._emitted: dict[str, Position] = {}  # emitted, not yet committed
@@ -244,7 +259,7 @@ class RankLines:
             rows.append((SOURCE_RANKLOG, KIND_RANK_GAP, fit_message(f"{e.kind}: {e.detail}"), None,
                          e.observed_ns, None, None, job, rank, local, None, 4,
                          {**fields, "reason": e.kind, "offset": e.offset,
-                          "detail": printable(e.detail)}))
+                          "ino": e.file.ino if e.file else None, "detail": printable(e.detail)}))
         if rows:
             self.emit_rows(rows)
 
@@ -282,22 +297,41 @@ class RankLines:
         it reaches; once the spool has them, their positions are to be committed."""
         if not rows:
             return
-        for pos, i in commit.values():
+        where = {}
+        for path, (pos, i) in commit.items():
             fp = self.tailer.fingerprint(pos.path, pos.file)
             if fp is not None:
-                row = rows[i]
-                rows[i] = (*row[:-1], {**row[-1], "dev": pos.file.dev, "ino": pos.file.ino,
-                                       "end_offset": pos.offset, "fp_len": fp[0], "fp": fp[1]})
-        self.emit_rows(rows)  # returns once the spool has them: only then commit
+                where[path] = (pos.file.dev, pos.file.ino, pos.offset, *fp)
+                rows[i] = (*rows[i][:-1], {**rows[i][-1], **dict(zip(_POSITION, where[path]))})
+        while True:
+            try:
+                self.emit_rows(rows)  # returns once the spool has them: only then commit
+                break
+            except SinkFull as e:  # disk full: the rows wait here, the files keep the rest
+                rows = rows[e.accepted:]
+                if not self._holding:
+                    log.warning("ranklog: the spool's disk is full; reading waits until there "
+                                "is room (nothing is lost) error=%s", e)
+                self._holding = True
+                if self.hold(HOLD_RETRY_S):
+                    raise
+        if self._holding:
+            log.info("ranklog: the spool takes lines again")
+            self._holding = False
         for path, (pos, _) in commit.items():
             self._emitted[path] = pos
+            if path in where:
+                self.spooled[printable(path)] = where[path]
 
     def commit(self) -> None:
         """Commit the positions of everything emitted (one state file write)."""
         self._emitted_bytes, self._commit_at = 0, self.clock() + self.commit_s
         if self._emitted:
             positions, self._emitted = self._emitted, {}
-            self.tailer.commit(positions)
+            try:
+                self.tailer.commit(positions)
+            except StateError as e:  # the spool has the positions too: only the catch-up grows
+                log.warning("ranklog: positions not saved, kept in the spool error=%s", e)
 
     def _group(self, p: _Pending, b: LineBatch, texts: list[str]) -> None:
         now = self.clock()
@@ -470,7 +504,8 @@ class RanklogSource(Source):
                 if pos is not None:
                     tailer.advance(path, *pos)
             engine = RankLines(tailer, emit, job_label=self.job_label,
-                               traceback_flush_s=self.traceback_flush_s, watch=self.watch)
+                               traceback_flush_s=self.traceback_flush_s, watch=self.watch, hold=stop.wait,
+                               spooled=self._spooled)
             loop = FollowLoop(tailer, self.patterns(), None, stop, on_batches=engine.batches,
                               on_events=engine.events, on_tick=engine.tick,
                               safety_poll_s=self.safety_poll_s, min_wake_s=self.read_gap_s)
@@ -479,5 +514,8 @@ class RanklogSource(Source):
             raise
         try:
             loop.run()  # closes the tailer
+        except SinkFull:
+            if not stop.is_set():
+                raise  # (hold returns True only when stopping)
         finally:
             engine.commit()  # what was emitted before a stop (or a failed emit)

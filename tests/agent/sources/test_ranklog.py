@@ -401,17 +401,24 @@ def test_rotation_by_rename_copytruncate_and_delete_recreate(tmp_path, running):
         os.rename(log, tmp_path / "rank0.log.1")  # logrotate create: a3 is drained from the old file
         write(log, b"b1\n")
         rows.wait_for(lambda r: len(lines_of(r.records)) == 4)
+        write(log, b"b2\n")
         shutil.copyfile(log, tmp_path / "rank0.log.2")
-        os.truncate(log, 0)  # copytruncate
+        os.truncate(log, 0)  # copytruncate: b2, if not read yet, is read from the copy
         write(log, b"c1\n")
-        rows.wait_for(lambda r: len(lines_of(r.records)) == 5)
+        rows.wait_for(lambda r: len(lines_of(r.records)) == 6)
+        assert not rows.of(KIND_RANK_GAP)
+        os.truncate(log, 0)  # a truncation with no copy: what was not read is gone, a gap
+        ino = log.stat().st_ino
+        write(log, b"t1\n")
+        rows.wait_for(lambda r: len(lines_of(r.records)) == 7)
         write(log, b"c2\n")
         os.unlink(log)
         write(log, b"d1\n")  # delete-recreate: c2 is drained from the deleted file
-        rows.wait_for(lambda r: len(lines_of(r.records)) == 7)
-    assert lines_of(rows.records) == ["a1", "a2", "a3", "b1", "c1", "c2", "d1"]
+        rows.wait_for(lambda r: len(lines_of(r.records)) == 9)
+    assert lines_of(rows.records) == ["a1", "a2", "a3", "b1", "b2", "c1", "t1", "c2", "d1"]
     (gap,) = rows.of(KIND_RANK_GAP)
     assert gap.fields["reason"] == "truncated" and gap.rank == 0 and gap.severity == 4
+    assert (gap.fields["ino"], gap.fields["offset"]) == (ino, 3)  # the file, after "c1\n"
 
 
 def test_both_launcher_layouts_are_detected_under_dirs(tmp_path, running):
@@ -503,6 +510,50 @@ def test_restart_mid_stream_with_a_real_spool_delivers_every_line_exactly_once(t
         tbs = [r for r in ours if r.kind == KIND_RANK_TRACEBACK and r.fields["path"] == str(p)]
         assert len(tbs) == 8 and all(len(tb.message.split("\n")) == 4 for tb in tbs)
     assert [r.seq for r in records] == list(range(1, len(records) + 1))
+
+
+def test_a_full_disk_holds_the_lines_in_their_files_and_loses_none(tmp_path, running, monkeypatch):
+    """The spool's disk (and the state dir's) full for a while: reading waits, the rows are
+    offered again, no gap is written and the source is never restarted; every line once."""
+    import errno
+    from firstfault.agent import spool as spool_mod
+    from firstfault.agent import tailstate
+    from firstfault.agent.sink import SpoolSink
+
+    logs = [tmp_path / f"rank{r}.log" for r in range(3)]
+    spool = Spool(tmp_path / "spool", node="n1", max_bytes=64 << 20, fsync="never")
+    sink, full = SpoolSink(spool), threading.Event()
+    for mod in (spool_mod, tailstate):
+        real = mod.os.write
+
+        def write(fd, data, real=real):
+            if full.is_set():
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(fd, data)
+        monkeypatch.setattr(mod.os, "write", write)
+    _write_ranks(logs, 0, 200)
+    source = RanklogSource(globs=[str(tmp_path / "rank{rank}.log")], state_dir=str(tmp_path),
+                           traceback_flush_s=0.2)
+    with running(source, sink) as runner:
+        time.sleep(0.5)
+        full.set()
+        _write_ranks(logs, 200, 1200)
+        deadline = time.monotonic() + 10
+        while not sink.spool_full_held and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(1.2)  # held: offered again every HOLD_RETRY_S, commits fail meanwhile
+        full.clear()
+        total = sum(len(file_lines(p)) for p in logs)
+        deadline = time.monotonic() + 20
+        while len(lines_of(read_all(spool))) < total and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert runner.failures == 0
+    records = read_all(spool)
+    spool.close()
+    assert sink.spool_full_held >= 2 and sink.spool_full_records == 0
+    assert not [r for r in records if r.kind in ("agent.gap", KIND_RANK_GAP)]
+    for p in logs:
+        assert lines_of(records, str(p)) == file_lines(p), p
 
 
 def test_a_kill_before_the_commit_is_caught_up_from_the_spool(tmp_path, running):

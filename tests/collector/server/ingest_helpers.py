@@ -264,7 +264,10 @@ class CollectorProcess:
 
 
 def make_pki(d):
-    """A CA, a server cert for localhost and a client cert, all signed by the CA."""
+    """Certificates made here: a CA (``ca``) and, signed by it, ``server`` (localhost) and
+    ``client``; for the refusals, ``server-expired``, ``server-wrong-name`` (only
+    other.example), ``client-expired``, and ``other-ca`` with ``server-other-ca`` and
+    ``client-other-ca`` signed by that one. Each as NAME.pem and NAME.key in ``d``."""
     import datetime
 
     from cryptography import x509
@@ -273,14 +276,15 @@ def make_pki(d):
     from cryptography.x509.oid import NameOID
 
     now = datetime.datetime.now(datetime.timezone.utc)
+    day = datetime.timedelta(days=1)
 
-    def cert(name, issuer_key, issuer_name, key, ca=False, san=None):
+    def cert(name, issuer_key, issuer_name, key, ca=False, san=None, expired=False):
         b = (x509.CertificateBuilder().subject_name(
             x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
             .issuer_name(issuer_name).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
+            .not_valid_before(now - (10 * day if expired else day))
+            .not_valid_after(now - 5 * day if expired else now + day)
             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
         if san:
             b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(san)]), critical=False)
@@ -292,10 +296,17 @@ def make_pki(d):
             serialization.NoEncryption()))
         (d / f"{name}.pem").write_bytes(crt.public_bytes(serialization.Encoding.PEM))
 
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
-    write("ca", ca_key, cert("test-ca", ca_key, ca_name, ca_key, ca=True))
-    for name in ("server", "client"):
-        key = ec.generate_private_key(ec.SECP256R1())
-        write(name, key, cert(name, ca_key, ca_name, key, san="localhost"))
+    for ca_file, prefix in (("ca", ""), ("other-ca", "-other-ca")):
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"test {ca_file}")])
+        write(ca_file, ca_key, cert(f"test {ca_file}", ca_key, ca_name, ca_key, ca=True))
+        made = [("server", "localhost", False), ("client", "localhost", False)]
+        if not prefix:
+            made += [("server-expired", "localhost", True), ("client-expired", "localhost", True),
+                     ("server-wrong-name", "other.example", False)]
+        for name, san, expired in made:
+            key = ec.generate_private_key(ec.SECP256R1())
+            base = name.split("-")[0]
+            write(name if not prefix else base + prefix, key,
+                  cert(base, ca_key, ca_name, key, san=san, expired=expired))
     return d

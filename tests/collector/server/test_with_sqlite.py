@@ -17,7 +17,7 @@ def test_agents_into_sqlite(serve, tmp_path):
 
     store = SqliteStore(tmp_path / "ff.db")
     srv = serve(store, clock=ClockConfig(ping_interval_s=0.1, save_interval_s=0.2))
-    assert srv.server._insert_columns is not None  # the fast path is taken
+    assert srv.server.queue._insert_columns is not None  # the fast path is taken
     errors = []
 
     def run(i):
@@ -84,7 +84,7 @@ def test_group_commits_are_marked_when_the_store_is_idle(serve, tmp_path):
     srv.settle(lambda: calls == ["one"])
     for i, a in enumerate(agents[1:], 1):
         a.send_batch(make_records(f"gpu-{i}", "s", 0, 300))
-    srv.settle(lambda: srv.server._queued and len(srv.server._queued) == 3)
+    srv.settle(lambda: srv.server.queue.waiting and len(srv.server.queue.waiting) == 3)
     gate.set()
     for a in agents:
         a.wait_ack(299)
@@ -94,4 +94,4 @@ def test_group_commits_are_marked_when_the_store_is_idle(serve, tmp_path):
     assert db.execute("SELECT count(*) FROM blocks WHERE mid IS NOT NULL").fetchone()[0] >= 4
     db.close()
     srv.stop()
-    assert not srv.server._marks_behind
+    assert not srv.server.queue.marks_behind

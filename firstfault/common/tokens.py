@@ -1,0 +1,58 @@
+"""The shared secret between agents, collector and the query API: the token file and the check.
+
+A token file holds one token a line (blank lines and lines starting with ``#`` ignored),
+each one word of at most 256 bytes. An agent sends the first; the collector (ingest
+and HTTP API) accepts any of them, so a token can be rotated without a restart:
+
+1. add the new token as a second line on the collector, reload it (SIGHUP);
+2. give every agent the new token (first line), reload them (SIGHUP);
+3. remove the old line on the collector, reload it: connections still using the old
+   token are closed, and agents that kept it are refused until they have the new one.
+
+``accepts(tokens, given)`` compares in constant time: both sides are hashed (SHA-256),
+so the time depends neither on where they differ nor on the given token's length, and
+every accepted token is compared (no early exit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Sequence
+from pathlib import Path
+
+MAX_TOKEN_BYTES = 256  # wire.MAX_NAME_BYTES: a hello's token field
+
+
+def read_tokens(path: Path | None, problems: list[str]) -> tuple[str, ...] | None:
+    """The tokens in ``path`` (None when no file is given); a problem is appended for a
+    file that cannot be read, holds none, or holds something that is not a token."""
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        problems.append(f"token_file: cannot read {path}: {getattr(e, 'strerror', None) or e}")
+        return None
+    tokens = tuple(ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#"))
+    if not tokens:
+        problems.append(f"token_file: {path} is empty")
+        return None
+    if any(len(t.encode()) > MAX_TOKEN_BYTES or any(c.isspace() for c in t) for t in tokens):
+        problems.append(f"token_file: each line of {path} must be one token, one word of at most "
+                        f"{MAX_TOKEN_BYTES} bytes")
+        return None
+    return tokens
+
+
+def digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+def accepts(tokens: Sequence[str], given: str) -> bool:
+    """Whether ``given`` is one of ``tokens``, in constant time (see the module docstring)."""
+    want = digest(given)
+    ok = False
+    for t in tokens:
+        ok |= hmac.compare_digest(digest(t), want)
+    return ok
