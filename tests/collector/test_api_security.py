@@ -56,10 +56,13 @@ def remote(tmp_path_factory):
 
 
 def test_every_route_answers_get_only():
-    """Structural: whatever routes the app has (issue 9's page included), GET/HEAD only."""
+    """Structural: every route of the API answers GET/HEAD only; of the web page's, only the
+    paste form and the login form take a POST (same-origin only: test_web.py)."""
     app = Api(None, load_catalog()).app()
-    methods = {r.method for r in app.router.routes()}
-    assert methods <= {"GET", "HEAD"}, methods
+    methods = {(r.resource.canonical, r.method) for r in app.router.routes()}
+    assert {m for _, m in methods} <= {"GET", "HEAD", "POST"}, methods
+    assert {path for path, m in methods if m == "POST"} == {"/paste", "/login"}, methods
+    assert all(m in ("GET", "HEAD") for path, m in methods if path.startswith(("/api/", "/metrics", "/healthz")))
 
 
 def test_writes_are_refused_and_change_nothing(loopback):
