@@ -306,7 +306,8 @@ def _wait_for_marks(db: str, timeout_s: float = 300) -> float:
         first = None
         deadline = time.monotonic() + timeout_s
         while True:
-            left = con.execute("SELECT coalesce(sum(n), 0) FROM blocks WHERE mid IS NULL").fetchone()[0]
+            left = con.execute("SELECT coalesce(sum(n), 0) FROM pending JOIN blocks USING (bid)"
+                               ).fetchone()[0]
             first = left if first is None else first
             if not left or time.monotonic() > deadline:
                 return first / total
@@ -318,11 +319,15 @@ def _wait_for_marks(db: str, timeout_s: float = 300) -> float:
 def phase(name: str, tmp: str, profile: bool, clients: int, seconds: float, **kw) -> dict:
     db = "null" if name.startswith("null") else os.path.join(tmp, f"{name}.db")
     child = Child(db, profile)
-    cpu0, sw0 = child.cpu_s(), child.switches()
-    stats, wall = asyncio.run(run_agents(child.port, clients, seconds, **kw))
-    cpu, switches = child.cpu_s() - cpu0, child.switches() - sw0
-    unmarked, marks_cpu = _wait_for_marks(db), child.cpu_s() - cpu0 - cpu
-    rss = child.peak_rss_mb()
+    try:
+        cpu0, sw0 = child.cpu_s(), child.switches()
+        stats, wall = asyncio.run(run_agents(child.port, clients, seconds, **kw))
+        cpu, switches = child.cpu_s() - cpu0, child.switches() - sw0
+        unmarked, marks_cpu = _wait_for_marks(db), child.cpu_s() - cpu0 - cpu
+        rss = child.peak_rss_mb()
+    except BaseException:
+        child.proc.kill()
+        raise
     server = child.stop()
     assert server["records_stored"] == stats.acked, (server, stats.acked)
     lat = sorted(stats.latencies)

@@ -18,8 +18,10 @@ Per connection (one agent stream), in order:
    Batches that queue while the store thread is busy are stored together (one
    ``store.insert_columns_many([(node, stream, seqs, cols), ...])`` transaction
    where the store has it: group commit), each still acked only once durable.
-   When nothing waits, the idle store thread runs ``store.mark_pending()`` steps
-   (where the store has it): the report marks group commits left for later.
+   ``cols`` is a wire.PackedColumns: a store may keep the columns' bytes as the
+   frame carried them. When nothing waits, the idle store thread runs
+   ``store.mark_pending()`` steps (where the store has it): report marks of blocks
+   stored without them (migrated files).
 
 Guarantees
     * An ack covers only records the store has committed; a store failure sends
@@ -381,7 +383,6 @@ class IngestServer:
                 fut.set_exception(result)
             else:
                 fut.set_result(result)
-        self._marks_behind |= self._insert_many is not None and len(group) > 1  # unmarked
         self._next()
 
     def _next(self) -> None:
@@ -490,11 +491,15 @@ class IngestServer:
 
     async def _save_clocks(self) -> None:
         now = time.time_ns()
-        for node in self.clocks.take_updated():
+        nodes = self.clocks.take_updated()
+        for i, node in enumerate(nodes):
             est = self.clocks.estimate(node, now)
             if est is None:
                 continue
             try:
                 await self.call(self.store.save_clock, est)
+            except asyncio.CancelledError:  # stop() cancelled the save loop: stop saves them
+                self.clocks.give_back(nodes[i:])  # (node i may be saved twice: harmless)
+                raise
             except Exception as e:
                 log.error("clock save failed node=%s error=%s: %s", node, type(e).__name__, e)

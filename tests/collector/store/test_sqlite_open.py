@@ -96,6 +96,58 @@ def test_a_version_1_file_is_migrated_to_blocks(tmp_path, rec):
     db.close()
 
 
+def test_a_version_2_file_is_migrated_in_place_with_its_marks(tmp_path, rec):
+    """Blocks of schema version 2 (columns without the job, marks in the row) come back
+    the same from version 3; a block marked under the current marker keeps its marks
+    (a report reads only them), unmarked ones wait in ``pending`` until marked."""
+    from firstfault.analysis.catalog import load_catalog
+    from firstfault.analysis.marks import ReportMarker
+
+    marker = ReportMarker(load_catalog())
+    path = tmp_path / "ff.db"
+    db = sqlite3.connect(path, isolation_level=None)
+    sq.MIGRATIONS[0](db)
+    kept = [rec(i, rank=i % 3, t=T0 + (i % 7) * S) for i in range(12)]
+    kept += [rec(20 + i, job=None, stream="k") for i in range(3)]
+    db.execute("INSERT INTO streams (sid, node, stream, high_seq, free_first_ns, free_last_ns) "
+               "VALUES (1, 'gpu-01', 's1', 11, NULL, NULL), (2, 'gpu-01', 'k', 22, ?, ?)",
+               (T0 + 20 * S, T0 + 22 * S))
+    db.execute("INSERT INTO jobs VALUES (1, 'job-1', ?, ?, 12, 0)", (T0, T0 + 6 * S))
+    db.execute("INSERT INTO job_nodes VALUES (1, 'gpu-01')")
+    for r in kept:
+        db.execute("INSERT INTO records (sid, seq, t_ns, jid, rank, source, kind, message, "
+                   "occurred_ns, observed_ns, boot_id, mono_ns, local_rank, pid, severity, "
+                   "fields) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                   (2 if r.job is None else 1, r.seq, r.occurred_ns, None if r.job is None else 1,
+                    r.rank, r.source, r.kind, r.message, r.occurred_ns, r.observed_ns, r.boot_id,
+                    r.mono_ns, r.local_rank, r.pid, r.severity))
+    sq.MIGRATIONS[1](db)  # version 2: two blocks, unmarked
+    (bid, data), = db.execute("SELECT bid, data FROM blocks WHERE jid = 1").fetchall()
+    cols = msgpack.unpackb(data)  # (seq, t_ns, source, ...): mark its first and last record
+    db.execute("INSERT INTO markers (mid, name) VALUES (1, ?)", (marker.name,))
+    db.execute("UPDATE blocks SET mid = 1, marked = ? WHERE bid = ?",
+               (msgpack.packb([[c[0], c[-1]] for c in cols]), bid))
+    db.execute("PRAGMA user_version = 2")
+    db.execute(f"PRAGMA application_id = {sq.APPLICATION_ID}")
+    db.close()
+    want = sorted(kept[:12], key=lambda r: (r.occurred_ns, r.seq))
+    with SqliteStore(path, marker=marker) as s:
+        assert list(s.records(Selection(job="job-1"))) == sorted(
+            kept, key=lambda r: (r.occurred_ns, r.node, r.stream, r.seq))
+        assert list(s.needed(Selection(job="job-1", nodes=("gpu-01",), since_ns=T0,
+                                        until_ns=T0 + 6 * S), marker.name)) == [want[0], want[-1]]
+        assert s.insert(kept) == 0  # still idempotent over the migrated records
+        assert s._db.execute("SELECT bid FROM pending").fetchall() == [(bid + 1,)]
+        assert s.mark_pending() == 1 and not s._db.execute("SELECT * FROM pending").fetchall()
+        assert s.insert([rec(12, rank=0, t=T0 + 7 * S)]) == 1  # new blocks in the new layout
+        assert [r.seq for r in s.records(Selection(job="job-1", until_ns=T0 + 7 * S))][-1] == 12
+    assert pragma(path, "user_version") == len(sq.MIGRATIONS) == 3
+    db = sqlite3.connect(path)
+    names = {n for (n,) in db.execute("SELECT name FROM sqlite_master")}
+    assert {"blocks", "marks", "pending"} <= names and "blocks_v2" not in names
+    db.close()
+
+
 def test_a_failed_migration_changes_nothing(tmp_path, rec, monkeypatch):
     path = tmp_path / "ff.db"
     SqliteStore(path).close()
