@@ -61,7 +61,15 @@ class Counting:
     def many(self, rows: list) -> None:
         if self.spool is not None:
             self.spool.append(rows)
-        self.rows += len(rows)
+        self._count(len(rows))
+
+    def columns(self, records) -> None:  # the agent's sink: columns as they are
+        if self.spool is not None:
+            self.spool.append_columns(records)
+        self._count(records.n)
+
+    def _count(self, n: int) -> None:
+        self.rows += n
         if self.want is not None and self.rows >= self.want:
             self.done.set()
 

@@ -267,7 +267,7 @@ class _Session:
 
     async def _write(self) -> None:
         spool, stats = self.s.spool, self.s.stats
-        max_records, woken = self.max_records, False
+        max_records, woken = self.max_records, 0
         while True:
             if self.sent is not None and self.sent - self.acked >= self.s.window_records:
                 self.ack_event.clear()
@@ -282,15 +282,15 @@ class _Session:
                 max_records //= 2
                 continue
             if batch is None:
-                if woken:  # told there is more, found none (its segment went): no spinning
+                if woken > 1:  # told there is more, found none, again (its segment went): no spinning
                     await asyncio.sleep(0.1)
                 try:
                     await asyncio.wait_for(self.s.readable.wait(), 1.0)
-                    woken = True
+                    woken += 1
                 except asyncio.TimeoutError:
-                    woken = False
+                    woken = 0
                 continue
-            woken = False
+            woken = 0
             seqs, frame = batch
             max_records = self.max_records
             self.writer.write(frame)

@@ -1,7 +1,7 @@
 """The sources' ``emit``: puts records into the spool and counts what went through.
 
-``sink(draft)`` and ``sink.many(rows)`` (firstfault/agent/sources/base.py ``emit_many``)
-append to the spool in the caller's thread: when they return, the records are
+``sink(draft)``, ``sink.many(rows)`` (firstfault/agent/sources/base.py ``emit_many``) and
+``sink.columns(records)`` (``emit_columns``) append to the spool in the caller's thread: when they return, the records are
 spooled (durable as the spool's fsync setting says), so a source may commit its
 own position. A full disk is not the source's problem: the spool keeps a gap
 record naming what was lost (firstfault/agent/spool.py), the sink counts it, logs it (at most
@@ -21,6 +21,7 @@ import threading
 import time
 from collections import Counter, deque
 
+from firstfault.agent.columns import Columns, Runs
 from firstfault.agent.sources.base import Draft
 from firstfault.agent.spool import Spool, SpoolFullError
 from firstfault.wire import KIND_AGENT_STATUS
@@ -54,9 +55,19 @@ class SpoolSink:
         if not rows:
             return
         first = rows[0]
-        source = first.source if type(first) is Draft else first[0]
+        self._spool(self.spool.append, rows, len(rows),
+                    first.source if type(first) is Draft else first[0])
+
+    def columns(self, records: Columns) -> None:
+        """Spool ``records`` of one source given as columns (firstfault/agent/columns.py)."""
+        if records.n:
+            source = records.cols[0]
+            self._spool(self.spool.append_columns, records, records.n,
+                        source[0][0] if type(source) is Runs else source[0])
+
+    def _spool(self, append, records, n: int, source: str) -> None:
         try:
-            seq = self.spool.append(rows)
+            seq = append(records)
         except SpoolFullError as e:
             self.spool_full_records += e.dropped_records
             if e.accepted_seq is not None:
@@ -66,7 +77,7 @@ class SpoolSink:
                 self._warned = now
                 log.error("spool full, records dropped (a gap record names them) error=%s", e)
             return
-        self.records[source] += len(rows)
+        self.records[source] += n
         self._mark(seq)
 
     def _mark(self, seq: int) -> None:

@@ -20,7 +20,9 @@ import msgpack
 
 from firstfault import wire
 from firstfault.agent.osthread import name_this_thread
-from firstfault.agent.spoolfile import COLUMNS, ENTRY_MAX_RECORDS, HEADER_BYTES, OBSERVED, encode_entry, gap_row, pack_column
+from firstfault.agent.columns import Columns, Runs
+from firstfault.agent.spoolfile import (COLUMNS, ENTRY_MAX_RECORDS, HEADER_BYTES, OBSERVED, check_values,
+                                        encode_entry, gap_row, pack_column)
 from firstfault.agent.spoolopen import (InvalidRecordError, SpoolError, SpoolFullError, SpoolOpen, SpoolStats,
                                         _fsync_dir, _merge, _Segment)
 from firstfault.agent.spoolread import DEFAULT_READ_BYTES, SpoolReads
@@ -178,8 +180,9 @@ class Spool(SpoolOpen, SpoolReads):
         self._segs.append(new)
         self._vis_size = 0
         if old.last_seq is not None:
-            self._vis_seq = max(self._vis_seq, old.last_seq)
-            self._readable()
+            if old.last_seq > self._vis_seq:  # its unsynced tail is durable now
+                self._vis_seq = old.last_seq
+                self._readable()
             if self._acked is not None and old.last_seq <= self._acked:
                 self._delete(old)
 
@@ -294,32 +297,38 @@ class Spool(SpoolOpen, SpoolReads):
         if len(cols) != len(COLUMNS) or len(rows[0]) != len(rows[-1]):
             raise InvalidRecordError(f"spool append: a record has {len(rows[0])} or "
                                      f"{len(rows[-1])} columns, not {len(COLUMNS)}")
-        n = len(rows)
-        head = msgpack.packb(n)
+        self._encode_columns(Columns(len(rows), cols), out)
+
+    def _encode_columns(self, c: Columns, out: list) -> None:
+        """Append the entries of ``c`` (at most ENTRY_MAX_RECORDS records) to ``out``."""
+        n, cols = c.n, c.cols
         try:
             packed, checked = zip(*map(pack_column, cols))
         except (TypeError, ValueError, OverflowError) as e:
             raise InvalidRecordError(f"spool append: cannot encode: {e}") from None
+        lengths = [sum(k for _, k in col) if type(col) is Runs else len(col) for col in cols]
+        if lengths.count(n) != len(COLUMNS):
+            raise InvalidRecordError(f"spool append: columns of {lengths} values for {n} records")
         if self.validate:
             for name, values in zip(COLUMNS, checked):
                 try:
-                    wire.check_column(name, values)
+                    check_values(name, values)
                 except WireError as e:
                     raise InvalidRecordError(f"spool append: {e}") from None
-        payload = b"".join([b"\x9e", head, *packed])
-        if len(payload) > self._entry_limit and len(rows) > 1:
-            half = len(rows) // 2
-            self._encode(rows[:half], out)
-            self._encode(rows[half:], out)
+        payload = b"".join([b"\x9e", msgpack.packb(n), *packed])
+        if len(payload) > self._entry_limit and n > 1:
+            half = n // 2
+            self._encode_columns(c.cut(0, half), out)
+            self._encode_columns(c.cut(half, n), out)
             return
         if HEADER_BYTES + len(payload) + GAP_RESERVE_BYTES > self.max_bytes:
             raise InvalidRecordError(f"spool append: a record of {len(payload)} bytes does "
                                      f"not fit max_bytes={self.max_bytes}")
-        obs = cols[OBSERVED]
+        obs = checked[OBSERVED]
         try:
-            out.append((payload, len(rows), min(obs), max(obs)))
+            out.append((payload, n, min(obs), max(obs)))
         except TypeError:  # validate=False and a bad observed_ns
-            out.append((payload, len(rows), None, None))
+            out.append((payload, n, None, None))
 
     def append(self, records: Iterable[Any]) -> int:
         """Store ``records``, give them seqs; the last seq (the current one if none).
@@ -339,6 +348,22 @@ class Spool(SpoolOpen, SpoolReads):
         entries: list = []
         for i in range(0, len(rows), ENTRY_MAX_RECORDS):
             self._encode(rows[i:i + ENTRY_MAX_RECORDS], entries)
+        return self._write_entries(entries)
+
+    def append_columns(self, records: Columns) -> int:
+        """append() for records given as columns (firstfault/agent/columns.py): no tuple
+        per record; a Runs column is packed and checked a run at a time."""
+        n = records.n
+        if len(records.cols) != len(COLUMNS):
+            raise InvalidRecordError(f"spool append: {len(records.cols)} columns, not "
+                                     f"{len(COLUMNS)}")
+        entries: list = []
+        for i in range(0, n, ENTRY_MAX_RECORDS):
+            self._encode_columns(records if n <= ENTRY_MAX_RECORDS
+                                 else records.cut(i, min(n, i + ENTRY_MAX_RECORDS)), entries)
+        return self._write_entries(entries)
+
+    def _write_entries(self, entries: list) -> int:
         with self._lock:
             self._check_open()
             last, done = None, 0

@@ -67,6 +67,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Iterable
 
+from firstfault.agent.columns import Columns
 from firstfault.agent.hostpaths import HostPaths
 from firstfault.agent.osthread import name_this_thread
 from firstfault.wire import KIND_AGENT_STATUS, MAX_TEXT_BYTES, SOURCE_AGENT, Record
@@ -125,6 +126,16 @@ def emit_many(emit: Emit) -> Callable[[list], None]:
         for row in rows:
             emit(row)
     return one_by_one
+
+
+def emit_columns(emit: Emit) -> Callable[[Columns], None]:
+    """The columns form of ``emit`` (firstfault/agent/columns.py): the agent's sink spools
+    them as they are through its ``columns`` method; anything else gets rows."""
+    columns = getattr(emit, "columns", None)
+    if columns is not None:
+        return columns
+    many = emit_many(emit)
+    return lambda c: many(c.rows())
 
 
 def clip(text: str, limit: int = MAX_TEXT_BYTES) -> str:
