@@ -248,7 +248,8 @@ class _Session:
 
     async def _read(self) -> None:
         while True:
-            data = await asyncio.wait_for(self.reader.read(1 << 16), self.s.idle_timeout_s)
+            async with asyncio.timeout(self.s.idle_timeout_s):  # (wait_for: a task per read)
+                data = await self.reader.read(1 << 16)
             if not data:
                 raise SessionError("the collector closed the connection")
             for msg in self.decoder.feed(data):
@@ -275,7 +276,8 @@ class _Session:
                 continue
             self.s.readable.clear()  # before the read: news after it sets it again
             try:
-                batch = spool.read_frame_after(self.sent, max_records, self.max_bytes)
+                batch = (None if self.sent is not None and spool.visible_seq <= self.sent
+                         else spool.read_frame_after(self.sent, max_records, self.max_bytes))
             except wire.WireError as e:
                 if e.code != wire.ERR_TOO_LARGE or max_records == 1:
                     raise
@@ -285,9 +287,10 @@ class _Session:
                 if woken > 1:  # told there is more, found none, again (its segment went): no spinning
                     await asyncio.sleep(0.1)
                 try:
-                    await asyncio.wait_for(self.s.readable.wait(), 1.0)
+                    async with asyncio.timeout(1.0):
+                        await self.s.readable.wait()
                     woken += 1
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     woken = 0
                 continue
             woken = 0

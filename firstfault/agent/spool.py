@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from operator import attrgetter
 from typing import Any, Callable, Iterable
 
@@ -85,6 +86,8 @@ class Spool(SpoolOpen, SpoolReads):
         self.fsync, self.fsync_interval_ms, self.validate = fsync, fsync_interval_ms, validate
         self._entry_limit = min(4 * 1024 * 1024, segment_bytes // 4)
         self._dirty = threading.Event()  # written since the flusher's last look
+        self._synced_at = -float("inf")  # monotonic time the last fsync began ("interval")
+        self._syncing = False  # an appending thread is fsyncing
         self._lock = threading.Lock()
         self._watcher: Callable[[], None] | None = None
         self._closed = False
@@ -98,6 +101,8 @@ class Spool(SpoolOpen, SpoolReads):
         self._pending: list[dict[str, Any]] = []  # gaps not yet written
         self._reported: set[tuple[str, int]] = set()  # corruption a reader found
         self._cursor: tuple[int, str, int, int] | None = None  # after, path, offset, floor
+        self._recent: deque[tuple[int, int, tuple[bytes, ...]]] = deque()  # spoolread.py
+        self._recent_bytes = 0
         self._counts = dict(dropped_records=0, corrupt_ranges=0, disk_full_errors=0,
                             disk_full_records=0, gaps_written=0, fsyncs=0)
         os.makedirs(self.path, exist_ok=True)
@@ -127,7 +132,6 @@ class Spool(SpoolOpen, SpoolReads):
     # --- writing (the caller holds the lock) -----------------------------------
 
     def _write(self, data: bytes) -> None:
-        self._dirty.set()
         view, done = memoryview(data), 0
         try:
             while done < len(data):
@@ -140,8 +144,10 @@ class Spool(SpoolOpen, SpoolReads):
                           self._segs[-1].path, e)
             raise
 
-    def _put(self, payload: bytes, count: int, lo_ns, hi_ns, room: bool = True) -> int:
-        """Write one entry (rolling and making room first); its first seq."""
+    def _put(self, payload: bytes, count: int, lo_ns, hi_ns, room: bool = True,
+             packed: tuple[bytes, ...] | None = None) -> int:
+        """Write one entry (rolling and making room first); its first seq. ``packed``:
+        its columns' bytes, kept for the next read (spoolread.py)."""
         n = HEADER_BYTES + len(payload)
         if self._segs[-1].size and self._segs[-1].size + n > self.segment_bytes:
             self._roll()
@@ -151,6 +157,7 @@ class Spool(SpoolOpen, SpoolReads):
                 self._roll()
         seq = self._next_seq
         self._write(encode_entry(seq, payload))
+        self._keep_recent(seq, count, packed, n)
         act = self._segs[-1]
         if act.first_seq is None:
             act.first_seq, act.first_ns = seq, lo_ns
@@ -243,11 +250,15 @@ class Spool(SpoolOpen, SpoolReads):
             self._segs[-1].carry(g)
             self._counts["gaps_written"] += 1
 
-    def _sync(self) -> None:
-        """After writes: fsync if "always", then show readers what is durable."""
-        if self.fsync == "interval":
-            return
+    def _sync(self, inline: bool = False) -> None:
+        """After writes: fsync if "always", then show readers what is durable ("interval":
+        the flusher will, once an interval passed since the last fsync, unless the
+        writing thread does at once: ``inline``)."""
         act = self._segs[-1]
+        if self.fsync == "interval":
+            if self._vis_size < act.size and not inline:
+                self._dirty.set()
+            return
         if self._vis_size == act.size:
             return
         if self.fsync == "always":
@@ -257,37 +268,52 @@ class Spool(SpoolOpen, SpoolReads):
         self._vis_seq = max(self._vis_seq, act.last_seq or 0)
         self._readable()
 
+    def _fsync_now(self) -> bool:
+        """"interval", after writes (under the lock): whether the writing thread fsyncs
+        them itself, now: the last fsync is an interval old and none is under way
+        (one wake appends and syncs, the flusher sleeps); else the flusher will."""
+        if (self._syncing or self._vis_size >= self._segs[-1].size
+                or time.monotonic() - self._synced_at < self.fsync_interval_ms / 1000):
+            return False
+        self._syncing = True
+        return True
+
     def _flush_loop(self) -> None:
-        """fsync after appends, fsync_interval_ms apart at least; asleep while none come."""
+        """fsync what appends left unsynced, fsync_interval_ms after the last fsync;
+        asleep while none come."""
         name_this_thread()
-        last = -float("inf")
         while not self._stop.is_set():
             self._dirty.wait()
             self._dirty.clear()
-            if self._stop.wait(last + self.fsync_interval_ms / 1000 - time.monotonic()):
+            if self._stop.wait(self._synced_at + self.fsync_interval_ms / 1000 - time.monotonic()):
                 return
-            last = time.monotonic()
-            try:
-                self._flush_once()
-            except OSError as e:
-                log.error("spool fsync failed path=%s error=%s", self.path, e)
-                self._dirty.set()  # try again in an interval
+            self._flush_once()
 
-    def _flush_once(self) -> None:
-        with self._lock:
-            act = self._segs[-1] if not self._closed else None
-            if act is None or self._vis_size >= act.size:
-                return
-            fd, size, last = os.dup(self._fd), act.size, act.last_seq
+    def _flush_once(self, inline: bool = False) -> None:
+        """fsync the active segment and show readers what it holds; an error is logged
+        and the flusher tries again an interval later."""
         try:
-            os.fsync(fd)  # outside the lock: appends go on meanwhile
+            with self._lock:
+                act = self._segs[-1] if not self._closed else None
+                if act is None or self._vis_size >= act.size:
+                    return
+                fd, size, last = os.dup(self._fd), act.size, act.last_seq
+                self._synced_at = time.monotonic()
+            try:
+                os.fsync(fd)  # outside the lock: appends go on meanwhile
+            finally:
+                os.close(fd)
+            with self._lock:
+                self._counts["fsyncs"] += 1
+                if self._segs and self._segs[-1] is act and size > self._vis_size:
+                    self._vis_size, self._vis_seq = size, max(self._vis_seq, last or 0)
+                    self._readable()
+        except OSError as e:
+            log.error("spool fsync failed path=%s error=%s", self.path, e)
+            self._dirty.set()  # try again in an interval
         finally:
-            os.close(fd)
-        with self._lock:
-            self._counts["fsyncs"] += 1
-            if self._segs and self._segs[-1] is act and size > self._vis_size:
-                self._vis_size, self._vis_seq = size, max(self._vis_seq, last or 0)
-                self._readable()
+            if inline:
+                self._syncing = False
 
     # --- the writer's API ------------------------------------------------------
 
@@ -326,9 +352,9 @@ class Spool(SpoolOpen, SpoolReads):
                                      f"not fit max_bytes={self.max_bytes}")
         obs = checked[OBSERVED]
         try:
-            out.append((payload, n, min(obs), max(obs)))
+            out.append((payload, n, min(obs), max(obs), packed))
         except TypeError:  # validate=False and a bad observed_ns
-            out.append((payload, n, None, None))
+            out.append((payload, n, None, None, packed))
 
     def append(self, records: Iterable[Any]) -> int:
         """Store ``records``, give them seqs; the last seq (the current one if none).
@@ -364,15 +390,22 @@ class Spool(SpoolOpen, SpoolReads):
         return self._write_entries(entries)
 
     def _write_entries(self, entries: list) -> int:
+        last, inline = self._write_entries_locked(entries)
+        if inline:  # "interval" and due: this thread fsyncs, outside the lock
+            self._flush_once(inline=True)
+        return last
+
+    def _write_entries_locked(self, entries: list) -> tuple[int, bool]:
         with self._lock:
             self._check_open()
             last, done = None, 0
             try:
                 self._flush_pending()
-                for payload, count, lo, hi in entries:
-                    last = self._put(payload, count, lo, hi) + count - 1
+                for payload, count, lo, hi, packed in entries:
+                    last = self._put(payload, count, lo, hi, packed=packed) + count - 1
                     done += 1
-                self._sync()
+                inline = self.fsync == "interval" and self._fsync_now()
+                self._sync(inline)
             except OSError as e:
                 if e.errno not in _DISK_FULL or done == len(entries):  # e.g. fsync failed
                     raise SpoolError(f"spool write failed in {self.path}: {e}; records up "
@@ -386,7 +419,7 @@ class Spool(SpoolOpen, SpoolReads):
                     f"disk full writing spool {self.path}: {lost} records not stored; a gap "
                     f"record will name them when space returns; free disk space or lower "
                     f"max_bytes", dropped_records=lost, accepted_seq=last) from e
-            return last if last is not None else self._next_seq - 1
+            return (last if last is not None else self._next_seq - 1), inline
 
     def _disk_full(self, entries: list) -> int:
         n = sum(e[1] for e in entries)
@@ -444,6 +477,11 @@ class Spool(SpoolOpen, SpoolReads):
         """More is readable (or the spool closed): tell the watcher. Under the lock."""
         if self._watcher is not None:
             self._watcher()
+
+    @property
+    def visible_seq(self) -> int:
+        """The last seq a reader can see now (0: none yet); a read after it finds nothing."""
+        return self._vis_seq
 
     def watch(self, fn: Callable[[], None] | None) -> None:
         """Call ``fn()`` (None: stop calling) whenever more becomes readable or the

@@ -51,12 +51,14 @@ Invariants
 Durability (``fsync``)
     "always"    fsync before append() returns: an accepted record survives power
                 loss; costs an fsync (~ms) per append, so append in batches.
-    "interval"  a flusher thread fsyncs what was appended, at once when the last
-                fsync is fsync_interval_ms old, else when it is (one fsync an
-                interval at most); append returns once the bytes are written (a
-                process crash loses nothing); a power loss may lose the last
-                interval of accepted records, and readers see records only after
-                their fsync (up to one interval and an fsync late).
+    "interval"  one fsync an interval (fsync_interval_ms) at most: an append made
+                when the last fsync is an interval old fsyncs before it returns,
+                in the appending thread (one wake writes and syncs); else a flusher
+                thread fsyncs once the interval is over; otherwise append returns
+                once the bytes are written (a process crash loses nothing); a power
+                loss may lose the last interval of accepted records, and readers
+                see records only after their fsync (up to one interval and an
+                fsync late).
     "never"     the OS writes back when it likes; readers see records at once. For
                 tests and benchmarks: after a power loss seqs the collector already
                 holds may be reused and new records dropped as duplicates.

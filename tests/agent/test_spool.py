@@ -188,6 +188,43 @@ def test_frames_carry_what_column_reads_carry(tmp_path):
             assert got == want and len(want) >= 1
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 150), st.booleans()), min_size=1, max_size=16),
+       st.lists(st.tuples(st.integers(-1, 40), st.integers(200, 3000), st.integers(20_000, 400_000)),
+                min_size=1, max_size=6))
+def test_frames_from_memory_are_the_frames_from_disk(tmp_path_factory, appends, reads):
+    """The latest entries' columns, kept in memory for the shipper, make exactly the
+    frames the segment files give (batch bounds, seqs, bytes), with gap records and
+    entries not yet durable ("interval") in between."""
+    path = tmp_path_factory.mktemp("recent")
+    with open_spool(path, fsync="interval", fsync_interval_ms=10_000, segment_bytes=256 << 10,
+                    max_bytes=8 << 20) as sp:
+        k = 0
+        for n, gap in appends:
+            sp.append_columns(as_columns([row(k + i) for i in range(n)]))
+            k += n
+            if gap:  # a gap record (not kept in memory) breaks the chain
+                sp._pending.append({"reason": "corrupt", "dropped_records": None, "dropped_bytes": 1,
+                                    "first_seq": 1, "last_seq": 1, "from_ns": None, "to_ns": None})
+                sp.append_columns(as_columns([row(k)]))
+                k += 1
+            if n % 3:
+                sp._flush_once()  # durable up to here; what follows is not (yet)
+        for after, max_records, max_bytes in reads:  # each a shipper's walk from there
+            a = after * 37 if after >= 0 else None
+            while True:
+                got = sp.read_frame_after(a, max_records, max_bytes)
+                recent, sp._recent = sp._recent, type(sp._recent)()
+                try:
+                    want = sp.read_frame_after(a, max_records, max_bytes)
+                finally:
+                    sp._recent = recent
+                assert got == want
+                if got is None:
+                    break
+                a = got[0][-1]
+
+
 def test_seqs_increase_across_restarts(tmp_path):
     with open_spool(tmp_path) as sp:
         stream = sp.stream
