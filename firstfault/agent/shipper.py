@@ -233,10 +233,11 @@ class _Session:
         self.sent = welcome.high_seq
         self.acked = welcome.high_seq if welcome.high_seq is not None else -1
         self.ack_event = asyncio.Event()
+        self.heard = asyncio.get_running_loop().time()  # when the collector last sent bytes
 
     async def run(self, stop: asyncio.Event) -> None:
         tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._write()),
-                 asyncio.create_task(stop.wait())]
+                 asyncio.create_task(self._idle()), asyncio.create_task(stop.wait())]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
@@ -246,10 +247,18 @@ class _Session:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def _idle(self) -> None:
+        """TimeoutError once nothing was heard for idle_timeout_s (one timer, not one a read)."""
+        loop, limit = asyncio.get_running_loop(), self.s.idle_timeout_s
+        while (left := self.heard + limit - loop.time()) > 0:
+            await asyncio.sleep(left)
+        raise TimeoutError(f"nothing heard from the collector for {limit:g} s")
+
     async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            async with asyncio.timeout(self.s.idle_timeout_s):  # (wait_for: a task per read)
-                data = await self.reader.read(1 << 16)
+            data = await self.reader.read(1 << 16)
+            self.heard = loop.time()
             if not data:
                 raise SessionError("the collector closed the connection")
             for msg in self.decoder.feed(data):
