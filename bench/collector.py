@@ -284,13 +284,54 @@ async def agent(port: int, node: str, *, batch: int, window: int, until: float, 
     reading.cancel()
 
 
-async def run_agents(port: int, clients: int, seconds: float, **kw) -> tuple[Stats, float]:
+async def run_agents(port: int | list[int], clients: int, seconds: float,
+                     **kw) -> tuple[Stats, float]:
+    """``clients`` agents for ``seconds``; with several ports, spread over them in turn."""
+    ports = port if isinstance(port, list) else [port]
     stats = Stats()
     t0 = time.perf_counter()
     until = t0 + seconds
-    await asyncio.gather(*(agent(port, f"gpu-{i:03d}", until=until, stats=stats, **kw)
-                           for i in range(clients)))
+    await asyncio.gather(*(agent(ports[i % len(ports)], f"gpu-{i:03d}", until=until, stats=stats,
+                                 **kw) for i in range(clients)))
     return stats, time.perf_counter() - t0
+
+
+def postgres_phases(counts: list[int], clients: int, seconds: float, repeat: int, **kw) -> list[dict]:
+    """Throughput of 1, 2, 4... collectors (children, PostgresStore) on one PostgreSQL
+    server (tests/collector/pg_server.py) pinned to core 1 with the agents; the
+    collectors share core 0. Each run on a fresh database; ``repeat`` rounds over the
+    counts, in turn."""
+    sys.path.insert(0, str(ROOT))
+    from bench.store import _server_cpu
+    from tests.collector.pg_server import PgServer
+
+    out = []
+    server = PgServer()
+    try:
+        os.sched_setaffinity(int((server.data / "postmaster.pid").read_text().split()[0]), {1})
+        for rnd in range(repeat):
+            for n in counts:
+                url = server.create_database(f"c{n}r{rnd}")
+                children = [Child(url, False) for _ in range(n)]
+                try:
+                    c0 = [c.cpu_s() for c in children]
+                    s0 = _server_cpu(server.data)
+                    stats, wall = asyncio.run(run_agents([c.port for c in children], clients,
+                                                         seconds, **kw))
+                    cpu = sum(c.cpu_s() - a for c, a in zip(children, c0))
+                    time.sleep(2)  # the server's deferred work counts too
+                    srv = _server_cpu(server.data) - s0
+                finally:
+                    stored = sum(c.stop()["records_stored"] for c in children)
+                assert stored == stats.acked, (stored, stats.acked)
+                out.append({"phase": f"postgres-{n}", "collectors": n, "round": rnd,
+                            "records": stats.acked, "rate": stats.acked / wall,
+                            "collector_us_per_record": cpu / stats.acked * 1e6,
+                            "server_us_per_record": srv / stats.acked * 1e6})
+                print(json.dumps(out[-1]), flush=True)
+    finally:
+        server.close()
+    return out
 
 
 def _wait_for_marks(db: str, timeout_s: float = 300) -> float:
@@ -363,12 +404,27 @@ def main() -> None:
                     help="also run the throughput phase into a store that keeps nothing")
     ap.add_argument("--store-only", metavar="DB", help=argparse.SUPPRESS)
     ap.add_argument("--store-records", type=int, default=400_000)
+    ap.add_argument("--postgres", metavar="N,N", help="only: N collectors on one PostgreSQL, "
+                    "for each N (e.g. 1,2,4)")
+    ap.add_argument("--repeat", type=int, default=1, help="with --postgres: rounds over the counts")
     args = ap.parse_args()
     if args.serve:
         return serve(args.serve, args.profile)
     if args.store_only:
         return store_only(args.store_only, args.store_records, args.batch)
     os.sched_setaffinity(0, {1})  # the agents; the collector child has core 0
+    if args.postgres:
+        runs = postgres_phases([int(n) for n in args.postgres.split(",")], args.clients,
+                               args.seconds, args.repeat, batch=args.batch, window=args.window)
+        for n in sorted({r["collectors"] for r in runs}):
+            got = [r for r in runs if r["collectors"] == n]
+            med = {k: statistics.median(r[k] for r in got)
+                   for k in ("rate", "collector_us_per_record", "server_us_per_record")}
+            print(f"{n} collector(s) on one PostgreSQL: {med['rate']:,.0f} records/s (median of "
+                  f"{len(got)}), collectors {med['collector_us_per_record']:.2f} + server "
+                  f"{med['server_us_per_record']:.2f} CPU us/record")
+        print(f"load average during the run: {os.getloadavg()[0]:.1f} (2 cores)")
+        return
     wire_bytes = len(msgpack.packb(_columns(random.Random(1), 1000))) / 1000
     print(f"records: ~{wire_bytes:.0f} bytes each on the wire (columnar)")
     with tempfile.TemporaryDirectory(prefix="ff-bench-") as tmp:
