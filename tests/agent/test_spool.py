@@ -827,6 +827,27 @@ def test_interval_mode_shows_records_after_their_fsync(tmp_path):
         assert readable.wait(10)  # close tells the watcher too
 
 
+def test_interval_mode_syncs_in_the_appending_thread_when_due_and_tells_only_of_news(tmp_path):
+    """An append made when the last fsync is an interval old is durable (and readable)
+    when append returns, the flusher asleep; one sooner waits for the flusher. A segment
+    roll whose records were all readable already tells the reader nothing (a reader told
+    of news that finds none backs off)."""
+    with open_spool(tmp_path, fsync="interval", fsync_interval_ms=300,
+                    segment_bytes=4096, max_bytes=1 << 20) as sp:
+        told = []
+        sp.watch(lambda: told.append(sp.visible_seq))
+        first = sp.append([row(0)])
+        assert sp.visible_seq == first and told == [first]  # synced by append itself
+        second = sp.append([row(1, message="x" * 3900)])  # rolls first: it does not fit
+        assert len(segments(tmp_path)) == 2
+        assert sp.visible_seq == first and told == [first]  # the roll found nothing new
+        deadline = time.monotonic() + 5  # not due when appended: the flusher syncs it later
+        while sp.visible_seq < second and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sp.visible_seq == second and told == [first, second]
+        assert [r.seq for r in read_all(sp)] == [first, second]
+
+
 def test_always_mode_fsyncs_every_append(tmp_path):
     with open_spool(tmp_path, fsync="always") as sp:
         before = sp.stats().fsyncs
