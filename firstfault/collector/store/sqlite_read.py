@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
@@ -25,7 +25,7 @@ from firstfault.collector.store.base import Selection, check_selection
 from firstfault.collector.store.shared import JOB_MARGIN_NS, merge, regex
 from firstfault.collector.store.blocks import (
     BOOT_ID, FIELDS, KIND, LOCAL_RANK, MESSAGE, MONO, OBSERVED, OCCURRED, PID, RANK,
-    SEVERITY, SOURCE, read_block,
+    SEVERITY, SOURCE, unpack,
 )
 
 T_MIN, T_MAX = -(2**63), 2**63 - 1
@@ -137,20 +137,28 @@ class _Scan:
             if self.ranks is not None and (ranks is None or
                                            self.ranks.isdisjoint(msgpack.unpackb(ranks))):
                 continue
-            marked = mid is not None and mid == self.mid and a <= t_lo and t_hi <= b
+            inside = a <= t_lo and t_hi <= b
+            marked = mid is not None and mid == self.mid and inside
             self.sources.append((max(a, t_lo), functools.partial(
-                self._block, bid, sid, jid, a, b, marked)))
+                self._block, bid, sid, jid, None if inside else (a, b), marked)))
 
-    def _block(self, bid: int, sid: int, jid: int | None, a: int, b: int,
+    def _block(self, bid: int, sid: int, jid: int | None, window: tuple[int, int] | None,
                marked: bool) -> Iterator[tuple]:
-        """(t_ns, node, stream, seq, columns, i, jid) of the block's matching records."""
+        """(t_ns, node, stream, seq, columns, i, jid) of the block's matching records
+        within ``window`` (None: the whole block is inside the selection's)."""
         store = self.store
         row = store._conn().execute(
             "SELECT seqs, data, NULL FROM marks WHERE bid = ?" if marked else
             "SELECT seqs, data, idx FROM blocks WHERE bid = ?", (bid,)).fetchone()
         if row is None:
             return  # pruned meanwhile
-        c, pos, seqs, ts = read_block(*row)
+        c = unpack(row[1])
+        s = unpack(row[0])
+        pos: Sequence[int] = range(len(c[SOURCE])) if row[2] is None else unpack(row[2])
+        occurred, observed = c[OCCURRED], c[OBSERVED]
+        if window is not None:  # only the records in the window: bisect the block's times
+            ts = [observed[i] if occurred[i] is None else occurred[i] for i in pos]
+            pos = pos[bisect_left(ts, window[0]):bisect_right(ts, window[1])]
         names = store._streams.get(sid)
         if names is None:
             store._load_names()  # a stream another connection added meanwhile
@@ -158,10 +166,11 @@ class _Scan:
         node, stream = names
         ranks, messages = c[RANK], c[MESSAGE]
         want, grep = self.ranks, self.grep
-        for k in range(bisect_left(ts, a), bisect_right(ts, b)):
-            i = pos[k]
+        for i in pos:  # times and seqs only of the records that match
             if want is not None and ranks[i] not in want:
                 continue
             if grep is not None and grep.search(messages[i]) is None:
                 continue
-            yield ts[k], node, stream, seqs[k], c, i, jid
+            t = occurred[i]
+            yield (observed[i] if t is None else t), node, stream, (
+                s + i if type(s) is int else s[i]), c, i, jid
