@@ -614,23 +614,14 @@ def _unpack_columns(body: bytes) -> tuple[Any, dict[str, bytes] | None]:
     m: dict[str, Any] = {}
     packed: dict[str, bytes] = {}
     try:
-        n = u.read_map_header()
-        if n > MAX_MAP_LEN:
-            raise ValueError
-        for _ in range(n):
-            key = u.unpack()
-            if type(key) is not str:
-                raise ValueError
+        for _ in range(_map_header(u)):
+            key = _map_key(u)
             if key != "cols":
                 m[key] = u.unpack()
                 continue
-            cols, k = {}, u.read_map_header()
-            if k > MAX_MAP_LEN:
-                raise ValueError
-            for _ in range(k):
-                name = u.unpack()
-                if type(name) is not str:
-                    raise ValueError
+            cols = {}
+            for _ in range(_map_header(u)):
+                name = _map_key(u)
                 start = u.tell()
                 cols[name] = u.unpack()
                 packed[name] = body[start:u.tell()]
@@ -640,6 +631,20 @@ def _unpack_columns(body: bytes) -> tuple[Any, dict[str, bytes] | None]:
     except (ValueError, TypeError, msgpack.UnpackException):
         return _unpack(body), None
     return m, packed
+
+
+def _map_header(u: msgpack.Unpacker) -> int:
+    n = u.read_map_header()
+    if n > MAX_MAP_LEN:
+        raise ValueError(f"a map of {n} entries")
+    return n
+
+
+def _map_key(u: msgpack.Unpacker) -> str:
+    key = u.unpack()
+    if type(key) is not str:
+        raise ValueError("a map key that is not a str")
+    return key
 
 
 class FrameDecoder:
