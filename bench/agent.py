@@ -31,7 +31,11 @@ VmRSS / VmHWM from /proc/PID/status.
 
     python3 bench/agent.py [--lines 1000000] [--rate 10000] [--seconds 30]
         [--idle 20] [--fsync-interval-ms 20] [--write-ms 2] [--no-samplers]
-        [--phases throughput,steady,backlog] [--no-rsyslog]
+        [--phases throughput,steady,backlog] [--no-rsyslog] [--read-gap-s S]
+        [--base DIR (also the agent of another checkout: before/after)] [--repeat N]
+
+``--repeat N`` runs every phase for every shipper N times, in turn (the order rotates
+each round so the machine's noise hits all alike), and prints the medians.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -57,6 +62,7 @@ sys.path.insert(0, ROOT)
 from firstfault import wire  # noqa: E402
 
 FILES = 8
+GAP: list[float | None] = [None]  # --read-gap-s
 TICK = os.sysconf("SC_CLK_TCK")
 LINE = ("[2026-12-02 10:{m:02d}:{s:02d},{ms:03d}] [INFO] [logging.py:96:log_dist] [Rank {r}] "
         "step={i}, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)] t_ns={t}\n")
@@ -241,8 +247,8 @@ class LineSink:
 class Shipper:
     """A pinned child process: agent or rsyslogd."""
 
-    def __init__(self, argv: list[str], cpu: int, env: dict | None = None) -> None:
-        self.proc = subprocess.Popen(["taskset", "-c", str(cpu), *argv], cwd=ROOT,
+    def __init__(self, argv: list[str], cpu: int, env: dict | None = None, cwd: str = ROOT) -> None:
+        self.proc = subprocess.Popen(["taskset", "-c", str(cpu), *argv], cwd=cwd,
                                      env={**os.environ, **(env or {})}, stderr=subprocess.PIPE,
                                      text=True)
         self.err: list[str] = []
@@ -264,8 +270,11 @@ class Shipper:
             self.proc.wait()
 
 
-def start_agent(work: str, port: int, cpu: int, fsync_ms: int, samplers: bool) -> Shipper:
+def start_agent(work: str, port: int, cpu: int, fsync_ms: int, samplers: bool,
+                tree: str = ROOT) -> Shipper:
+    """The agent of the checkout ``tree`` (another one than this: a before/after run)."""
     off = ["--kmsg-enabled", "false"]
+    extra = ["--ranklog-read-gap-s", str(GAP[0])] if GAP[0] is not None and tree == ROOT else []
     if samplers:
         off += ["--cgroup-interval-s", "1"]
     else:
@@ -274,8 +283,8 @@ def start_agent(work: str, port: int, cpu: int, fsync_ms: int, samplers: bool) -
                  "--state-dir", os.path.join(work, "state"), "--node", "bench", "--metrics", "",
                  "--log-level", "warning",
                  "--ranklog", os.path.join(work, "logs", "rank{rank}.log"),
-                 "--spool-fsync-interval-ms", str(fsync_ms), *off], cpu,
-                env={"PYTHONPATH": ROOT})
+                 "--spool-fsync-interval-ms", str(fsync_ms), *off, *extra], cpu,
+                env={"PYTHONPATH": tree}, cwd=tree)
     return a
 
 
@@ -420,11 +429,18 @@ def latency(r: dict, lat: list[float]) -> dict:
             "max_ms": round(max(lat), 2) if lat else None, "latency_n": len(lat)}
 
 
+def tree_of(kind: str, args) -> str | None:
+    """The checkout whose agent ``kind`` runs ("agent": this one, "agent@base": --base),
+    None for rsyslog."""
+    return ROOT if kind == "agent" else args.base if kind == "agent@base" else None
+
+
 def phase_throughput(work: str, kind: str, args) -> dict:
     paths = fresh(work)
-    if kind == "agent":
+    tree = tree_of(kind, args)
+    if tree:
         sink = AckSink().start()
-        sh = start_agent(work, sink.port, args.cpu, args.fsync_interval_ms, samplers=False)
+        sh = start_agent(work, sink.port, args.cpu, args.fsync_interval_ms, samplers=False, tree=tree)
     else:
         sink = LineSink()
         sh = start_rsyslog(work, sink.port, args.cpu)
@@ -438,7 +454,7 @@ def phase_throughput(work: str, kind: str, args) -> dict:
         return r
     finally:
         sh.stop()
-        if kind == "agent":
+        if tree:
             sink.stop()
 
 
@@ -462,12 +478,13 @@ def _listening(port: int) -> bool:
 def phase_steady(work: str, kind: str, args) -> dict:
     paths = fresh(work)
     col = None
-    if kind == "agent":
+    tree = tree_of(kind, args)
+    if tree:
         cport = free_port()
         col = start_collector(work, cport)
         sink = AckSink(upstream=("127.0.0.1", cport)).start()
         sh = start_agent(work, sink.port, args.cpu, args.fsync_interval_ms,
-                         samplers=not args.no_samplers)
+                         samplers=not args.no_samplers, tree=tree)
     else:
         sink = LineSink()
         sh = start_rsyslog(work, sink.port, args.cpu)
@@ -483,7 +500,7 @@ def phase_steady(work: str, kind: str, args) -> dict:
         r = latency(r, sink.latencies_ms)
         if col is not None:
             r["collector_cpu_pct"] = round(100 * (cpu_s(col.pid) - col_c0) / r["wall_s"], 1)
-        if kind == "agent":
+        if tree:
             r["read_p50_ms"], r["read_p99_ms"] = pct(sink.read_ms, 50), pct(sink.read_ms, 99)
             r["sent_p50_ms"], r["sent_p99_ms"] = pct(sink.sent_ms, 50), pct(sink.sent_ms, 99)
         if args.idle:  # no writes; a rank-like process alive, so cgroup samples at 1 Hz
@@ -495,7 +512,7 @@ def phase_steady(work: str, kind: str, args) -> dict:
         return r
     finally:
         sh.stop()
-        if kind == "agent":
+        if tree:
             sink.stop()
             col.terminate()
             col.wait(30)
@@ -544,24 +561,52 @@ def main() -> None:
     ap.add_argument("--no-rsyslog", action="store_true")
     ap.add_argument("--no-samplers", action="store_true", help="steady: ranklog only")
     ap.add_argument("--out", default=os.path.join(HERE, "out", "agent"))
+    ap.add_argument("--base", metavar="DIR", help="also the agent of this checkout (before/after)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of every phase and shipper, in turn; medians printed at the end")
+    ap.add_argument("--read-gap-s", type=float, help="this checkout's ranklog read_gap_s")
     args = ap.parse_args()
+    GAP[0] = args.read_gap_s
     os.sched_setaffinity(0, {1 - args.cpu})
-    kinds = ["agent"] + ([] if args.no_rsyslog or not shutil.which("rsyslogd") else ["rsyslog"])
+    kinds = ["agent"] + (["agent@base"] if args.base else []) + (
+        [] if args.no_rsyslog or not shutil.which("rsyslogd") else ["rsyslog"])
     res: dict = {"date": time.strftime("%Y-%m-%d"), "lines": args.lines, "rate": args.rate,
                  "write_ms": args.write_ms, "fsync_interval_ms": args.fsync_interval_ms,
-                 "loadavg": os.getloadavg()[0]}
+                 "loadavg": [os.getloadavg()[0]]}
     phases = args.phases.split(",")
-    for kind in kinds:
+    runs: dict[str, list[dict]] = {}
+    for rep in range(args.repeat):
+        order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]  # interleaved, in turn
         for ph in ("throughput", "steady"):
-            if ph in phases:
+            if ph not in phases:
+                continue
+            for kind in order:
                 f = phase_throughput if ph == "throughput" else phase_steady
-                res[f"{ph}.{kind}"] = r = f(os.path.join(args.out, kind), kind, args)
+                r = f(os.path.join(args.out, kind.replace("@", "-")), kind, args)
+                runs.setdefault(f"{ph}.{kind}", []).append(r)
                 print(f"{ph}.{kind}: {json.dumps(r)}", flush=True)
+        res["loadavg"].append(os.getloadavg()[0])
     if "backlog" in phases:
         res["backlog.agent"] = r = phase_backlog(os.path.join(args.out, "agent"), args)
         print(f"backlog.agent: {json.dumps(r)}", flush=True)
     shutil.rmtree(args.out, ignore_errors=True)
+    res["runs"] = runs
     print(json.dumps(res))
+    print(f"\nmedians of {args.repeat} interleaved run(s); load average {res['loadavg']}")
+    for key, got in runs.items():
+        med = {k: statistics.median(r[k] for r in got) for k in MEDIANS if k in got[0]
+               and all(r.get(k) is not None for r in got)}
+        threads = {}
+        for r in got:
+            for t, v in r["thread_cpu_s"].items():
+                threads.setdefault(t, []).append(v)
+        med["thread_cpu_s"] = {t: round(statistics.median(v), 3) for t, v in threads.items()}
+        print(f"{key}: {json.dumps(med)}")
+
+
+MEDIANS = ("cpu_us_per_line", "lines_per_cpu_s", "cpu_pct", "hwm_mib", "rss_mib", "p50_ms", "p99_ms",
+           "read_p50_ms", "read_p99_ms", "sent_p50_ms", "sent_p99_ms", "collector_cpu_pct",
+           "lines_per_s_wall")
 
 
 if __name__ == "__main__":

@@ -4,27 +4,32 @@ A collector child (this file with ``--serve``: IngestServer + SqliteStore wired 
 firstfault/collector/daemon.py wires them, default limits) runs pinned to core 0
 (``taskset -c 0``); the agents are asyncio connections in this process, pinned to
 core 1, each sending pre-built realistic batches (~150-byte DeepSpeed log lines,
-5% kernel lines, occurred/observed times rising) and answering pings. Two phases,
-each on a fresh database file:
+5% kernel lines, occurred/observed times rising) and answering pings. Phases, each
+on a fresh database file:
 
 1. throughput: CLIENTS agents, batches of BATCH records, WINDOW batches unacked
    per agent, for SECONDS: records acked per second, the child's CPU per record.
-2. latency: a steady RATE records/s, each agent sending a batch every 50 ms;
+   Blocks stored without their report marks (a store that leaves them for later)
+   are marked when the agents stop: the phase waits for that and counts that CPU
+   too (``marks_after``): records/s per free core = 1e6 / (CPU per record with it).
+2. store-only: the same batches, decoded as the server decodes them, straight into
+   ``insert_columns``: the store's own cost, no sockets.
+3. sqlite-bound, the anchor: what SQLite alone costs per record to take each batch
+   durably as the store keeps it (one row holding the frame's column bytes, its
+   index entries, the stream's high_seq, one transaction), every value computed
+   beforehand: no store can take these batches into this schema for less.
+4. latency: a steady RATE records/s, each agent sending a batch every 50 ms;
    latency = batch written to the socket -> its ack read (p50/p99/max).
 
-Reported with the child's peak RSS (VmHWM) and, from its counters, the time
-spent inside store inserts. Batches stored by group commit are marked for reports
-later, while the collector is idle (firstfault/collector/server.py): after the agents stop,
-the phase waits for that and reports its CPU apart (``marks_after``). ``--profile`` prints cProfile's top functions of the
-event loop thread and of the store thread for the throughput phase.
+``--base DIR`` runs the throughput and store-only phases for the collector of
+another checkout too (before/after), ``--repeat N`` every phase N times in turn
+(the order rotating), with medians at the end. ``--postgres 1,2,4`` instead runs
+that many collectors (PostgresStore) on one private PostgreSQL server.
 
     python3 bench/collector.py [--clients 8] [--seconds 20] [--batch 1000]
                                [--rate 20000] [--latency-seconds 30] [--profile]
-                               [--null-store]
-
-``--null-store`` adds throughput phases into a store that keeps nothing (the
-server's own cost). The store alone (insert_columns on the same batches, no
-sockets) is measured too.
+                               [--null-store] [--base DIR] [--repeat N] [--skip-latency]
+                               [--postgres 1,2,4]
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ import msgpack
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from firstfault.wire import COLUMNS, Ack, FrameDecoder, Hello, Ping, Pong, Welcome, encode_message  # noqa: E402
+from firstfault.wire import (COLUMNS, Ack, FrameDecoder, Hello, Ping, Pong, Welcome,  # noqa: E402
+                             array_header, encode_message)
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -129,40 +135,86 @@ def serve(db: str, profile: bool) -> None:
     print("STATS " + json.dumps(asyncio.run(main())), flush=True)
 
 
-def store_only(db: str, records: int, batch: int) -> None:
-    """The same batches straight into SqliteStore.insert_columns: the store's own bound."""
-    from firstfault.collector.daemon import open_store
+def _frames(records: int, batch: int):
+    """(node, seqs, decoded columns) of the bench's batches as the server decodes them
+    (FrameDecoder: with the frame's column bytes where this checkout keeps them)."""
+    from firstfault.wire import FrameDecoder
 
-    store = open_store(db)  # as the daemon opens it
     batches = [_columns(random.Random(f"gpu-{i:03d}"), batch) for i in range(8)]
     offsets = list(range(batch))
     seqs = [0] * 8
-    done, busy = 0, 0.0
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    while done < records:
+    decoder = FrameDecoder(batch_columns=True)
+    for done in range(0, records, batch):
         i = (done // batch) % 8
         cols = dict(batches[i])
         now_ns = time.time_ns()
         cols["occurred_ns"] = [None if s == "kmsg" else now_ns + o
                                for s, o in zip(cols["source"], offsets)]
         cols["observed_ns"] = [now_ns + o + 5000 for o in offsets]
-        t0 = time.perf_counter()
-        store.insert_columns(f"gpu-{i:03d}", "bench", range(seqs[i], seqs[i] + batch), cols)
-        busy += time.perf_counter() - t0
+        body = msgpack.packb({"type": "batch", "node": f"gpu-{i:03d}", "stream": "bench",
+                              "count": batch, "seq": seqs[i], "cols": cols})
+        (b,) = decoder.feed(len(body).to_bytes(4, "big") + body)
+        yield b.node, b.seqs, b.cols
         seqs[i] += batch
-        done += batch
-    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+
+
+def store_only(db: str, records: int, batch: int) -> None:
+    """The same batches straight into SqliteStore.insert_columns: the store's own cost."""
+    from firstfault.collector.daemon import open_store
+
+    store = open_store(db)  # as the daemon opens it
+    done, busy, cpu = 0, 0.0, 0.0
+    for node, seqs, cols in _frames(records, batch):
+        c0, t0 = time.process_time(), time.perf_counter()
+        store.insert_columns(node, "bench", seqs, cols)
+        busy += time.perf_counter() - t0
+        cpu += time.process_time() - c0
+        done += len(seqs)
     store.close()
-    print(json.dumps({"phase": "store-only", "records": done, "wall_s": wall,
-                      "rate": done / wall, "cpu_us_per_record": cpu / done * 1e6,
+    print(json.dumps({"phase": "store-only", "records": done, "wall_s": busy,
+                      "rate": done / busy, "cpu_us_per_record": cpu / done * 1e6,
                       "insert_us_per_record": busy / done * 1e6}))
 
 
+def sqlite_bound(db: str, records: int, batch: int) -> None:
+    """The anchor: what SQLite alone costs to take each batch durably as the store keeps
+    it (one ``blocks`` row holding the frame's column bytes, its three index entries,
+    the stream's high_seq, one transaction), with every value computed beforehand."""
+    import sqlite3
+
+    from firstfault.collector.store.sqlite import SqliteStore
+
+    SqliteStore(db).close()  # the schema, pragmas as the store sets them
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("PRAGMA synchronous=NORMAL")
+    con.execute("PRAGMA cache_size=-65536")
+    con.execute("INSERT INTO streams (node, stream) VALUES ('gpu', 'bench')")
+    rows = []
+    for node, seqs, cols in _frames(records, batch):
+        data = array_header(len(cols.packed)) + b"".join(cols.packed)
+        t = [o if o is not None else b for o, b in zip(cols["occurred_ns"], cols["observed_ns"])]
+        rows.append((1, seqs[0], seqs[-1], min(t), max(t), len(seqs), msgpack.packb(seqs[0]), data))
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for row in rows:
+        con.execute("BEGIN IMMEDIATE")
+        con.execute("INSERT INTO blocks (sid, jid, seq_lo, seq_hi, t_lo, t_hi, n, seqs, data) "
+                    "VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?)", row)
+        con.execute("UPDATE streams SET high_seq = ? WHERE sid = 1", (row[2],))
+        con.execute("COMMIT")
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    con.close()
+    n = len(rows) * batch
+    print(json.dumps({"phase": "sqlite-bound", "records": n, "wall_s": wall, "rate": n / wall,
+                      "cpu_us_per_record": cpu / n * 1e6}))
+
+
 class Child:
-    def __init__(self, db: str, profile: bool) -> None:
-        cmd = ["taskset", "-c", "0", sys.executable, __file__, "--serve", db]
+    def __init__(self, db: str, profile: bool, tree: Path = ROOT) -> None:
+        """The collector of the checkout ``tree`` (its own bench/collector.py --serve)."""
+        cmd = ["taskset", "-c", "0", sys.executable, str(tree / "bench" / "collector.py"),
+               "--serve", db]
         self.proc = subprocess.Popen(cmd + (["--profile"] if profile else []),
-                                     stdout=subprocess.PIPE, text=True, cwd=ROOT)
+                                     stdout=subprocess.PIPE, text=True, cwd=tree)
         line = self.proc.stdout.readline()
         assert line.startswith("READY"), line
         self.port = int(line.split()[1])
@@ -284,13 +336,54 @@ async def agent(port: int, node: str, *, batch: int, window: int, until: float, 
     reading.cancel()
 
 
-async def run_agents(port: int, clients: int, seconds: float, **kw) -> tuple[Stats, float]:
+async def run_agents(port: int | list[int], clients: int, seconds: float,
+                     **kw) -> tuple[Stats, float]:
+    """``clients`` agents for ``seconds``; with several ports, spread over them in turn."""
+    ports = port if isinstance(port, list) else [port]
     stats = Stats()
     t0 = time.perf_counter()
     until = t0 + seconds
-    await asyncio.gather(*(agent(port, f"gpu-{i:03d}", until=until, stats=stats, **kw)
-                           for i in range(clients)))
+    await asyncio.gather(*(agent(ports[i % len(ports)], f"gpu-{i:03d}", until=until, stats=stats,
+                                 **kw) for i in range(clients)))
     return stats, time.perf_counter() - t0
+
+
+def postgres_phases(counts: list[int], clients: int, seconds: float, repeat: int, **kw) -> list[dict]:
+    """Throughput of 1, 2, 4... collectors (children, PostgresStore) on one PostgreSQL
+    server (tests/collector/pg_server.py) pinned to core 1 with the agents; the
+    collectors share core 0. Each run on a fresh database; ``repeat`` rounds over the
+    counts, in turn."""
+    sys.path.insert(0, str(ROOT))
+    from bench.store import _server_cpu
+    from tests.collector.pg_server import PgServer
+
+    out = []
+    server = PgServer()
+    try:
+        os.sched_setaffinity(int((server.data / "postmaster.pid").read_text().split()[0]), {1})
+        for rnd in range(repeat):
+            for n in counts:
+                url = server.create_database(f"c{n}r{rnd}")
+                children = [Child(url, False) for _ in range(n)]
+                try:
+                    c0 = [c.cpu_s() for c in children]
+                    s0 = _server_cpu(server.data)
+                    stats, wall = asyncio.run(run_agents([c.port for c in children], clients,
+                                                         seconds, **kw))
+                    cpu = sum(c.cpu_s() - a for c, a in zip(children, c0))
+                    time.sleep(2)  # the server's deferred work counts too
+                    srv = _server_cpu(server.data) - s0
+                finally:
+                    stored = sum(c.stop()["records_stored"] for c in children)
+                assert stored == stats.acked, (stored, stats.acked)
+                out.append({"phase": f"postgres-{n}", "collectors": n, "round": rnd,
+                            "records": stats.acked, "rate": stats.acked / wall,
+                            "collector_us_per_record": cpu / stats.acked * 1e6,
+                            "server_us_per_record": srv / stats.acked * 1e6})
+                print(json.dumps(out[-1]), flush=True)
+    finally:
+        server.close()
+    return out
 
 
 def _wait_for_marks(db: str, timeout_s: float = 300) -> float:
@@ -303,10 +396,13 @@ def _wait_for_marks(db: str, timeout_s: float = 300) -> float:
     con = sqlite3.connect(db, timeout=30)
     try:
         total = con.execute("SELECT sum(n) FROM blocks").fetchone()[0] or 1
+        v3 = con.execute("SELECT 1 FROM sqlite_master WHERE name = 'pending'").fetchone()
+        unmarked_sql = ("SELECT coalesce(sum(n), 0) FROM pending JOIN blocks USING (bid)" if v3 else
+                     "SELECT coalesce(sum(n), 0) FROM blocks WHERE mid IS NULL")  # schema 2
         first = None
         deadline = time.monotonic() + timeout_s
         while True:
-            left = con.execute("SELECT coalesce(sum(n), 0) FROM blocks WHERE mid IS NULL").fetchone()[0]
+            left = con.execute(unmarked_sql).fetchone()[0]
             first = left if first is None else first
             if not left or time.monotonic() > deadline:
                 return first / total
@@ -315,14 +411,22 @@ def _wait_for_marks(db: str, timeout_s: float = 300) -> float:
         con.close()
 
 
-def phase(name: str, tmp: str, profile: bool, clients: int, seconds: float, **kw) -> dict:
+def phase(name: str, tmp: str, profile: bool, clients: int, seconds: float,
+          tree: Path = ROOT, **kw) -> dict:
     db = "null" if name.startswith("null") else os.path.join(tmp, f"{name}.db")
-    child = Child(db, profile)
-    cpu0, sw0 = child.cpu_s(), child.switches()
-    stats, wall = asyncio.run(run_agents(child.port, clients, seconds, **kw))
-    cpu, switches = child.cpu_s() - cpu0, child.switches() - sw0
-    unmarked, marks_cpu = _wait_for_marks(db), child.cpu_s() - cpu0 - cpu
-    rss = child.peak_rss_mb()
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(db + suffix):
+            os.unlink(db + suffix)
+    child = Child(db, profile, tree)
+    try:
+        cpu0, sw0 = child.cpu_s(), child.switches()
+        stats, wall = asyncio.run(run_agents(child.port, clients, seconds, **kw))
+        cpu, switches = child.cpu_s() - cpu0, child.switches() - sw0
+        unmarked, marks_cpu = _wait_for_marks(db), child.cpu_s() - cpu0 - cpu
+        rss = child.peak_rss_mb()
+    except BaseException:
+        child.proc.kill()
+        raise
     server = child.stop()
     assert server["records_stored"] == stats.acked, (server, stats.acked)
     lat = sorted(stats.latencies)
@@ -358,55 +462,97 @@ def main() -> None:
                     help="also run the throughput phase into a store that keeps nothing")
     ap.add_argument("--store-only", metavar="DB", help=argparse.SUPPRESS)
     ap.add_argument("--store-records", type=int, default=400_000)
+    ap.add_argument("--postgres", metavar="N,N", help="only: N collectors on one PostgreSQL, "
+                    "for each N (e.g. 1,2,4)")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds of every phase, in turn")
+    ap.add_argument("--base", metavar="DIR", help="also the collector of this checkout (before/after)")
+    ap.add_argument("--sqlite-bound", metavar="DB", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
         return serve(args.serve, args.profile)
     if args.store_only:
         return store_only(args.store_only, args.store_records, args.batch)
+    if args.sqlite_bound:
+        return sqlite_bound(args.sqlite_bound, args.store_records, args.batch)
     os.sched_setaffinity(0, {1})  # the agents; the collector child has core 0
+    if args.postgres:
+        runs = postgres_phases([int(n) for n in args.postgres.split(",")], args.clients,
+                               args.seconds, args.repeat, batch=args.batch, window=args.window)
+        for n in sorted({r["collectors"] for r in runs}):
+            got = [r for r in runs if r["collectors"] == n]
+            med = {k: statistics.median(r[k] for r in got)
+                   for k in ("rate", "collector_us_per_record", "server_us_per_record")}
+            print(f"{n} collector(s) on one PostgreSQL: {med['rate']:,.0f} records/s (median of "
+                  f"{len(got)}), collectors {med['collector_us_per_record']:.2f} + server "
+                  f"{med['server_us_per_record']:.2f} CPU us/record")
+        print(f"load average during the run: {os.getloadavg()[0]:.1f} (2 cores)")
+        return
     wire_bytes = len(msgpack.packb(_columns(random.Random(1), 1000))) / 1000
     print(f"records: ~{wire_bytes:.0f} bytes each on the wire (columnar)")
+    trees = {"this": ROOT, **({"base": Path(args.base).resolve()} if args.base else {})}
+    runs: dict[str, list[dict]] = {}
+    loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="ff-bench-") as tmp:
-        results = [phase("throughput", tmp, args.profile, args.clients, args.seconds,
-                         batch=args.batch, window=args.window)]
+        for rep in range(args.repeat):
+            names = list(trees)[rep % len(trees):] + list(trees)[:rep % len(trees)]
+            for name in names:  # in turn, the order rotating each round
+                r = phase("throughput", tmp, args.profile, args.clients, args.seconds,
+                          tree=trees[name], batch=args.batch, window=args.window)
+                runs.setdefault(f"throughput.{name}", []).append(r)
+                print(f"throughput.{name}: {json.dumps(r)}", flush=True)
+            for name in names:
+                r = child_phase(["--store-only", os.path.join(tmp, "store-only.db")], args, trees[name])
+                runs.setdefault(f"store-only.{name}", []).append(r)
+                print(f"store-only.{name}: {json.dumps(r)}", flush=True)
+            r = child_phase(["--sqlite-bound", os.path.join(tmp, "bound.db")], args, ROOT)
+            runs.setdefault("sqlite-bound", []).append(r)
+            print(f"sqlite-bound: {json.dumps(r)}", flush=True)
+            loads.append(os.getloadavg()[0])
         if args.null_store:
             for size in (args.batch, max(1, round(args.rate * 0.05 / args.latency_clients))):
-                results.append(phase(f"null-store-{size}", tmp, False, args.clients,
-                                     min(args.seconds, 10), batch=size, window=args.window))
-        out = subprocess.run(["taskset", "-c", "0", sys.executable, __file__, "--store-only",
-                              os.path.join(tmp, "store-only.db"), "--batch", str(args.batch),
-                              "--store-records", str(args.store_records)],
-                             capture_output=True, text=True, check=True, cwd=ROOT).stdout
-        store = json.loads(out)
+                r = phase(f"null-store-{size}", tmp, False, args.clients, min(args.seconds, 10),
+                          batch=size, window=args.window)
+                runs[r["phase"]] = [r]
         if not args.skip_latency:
             per_batch = max(1, round(args.rate * 0.05 / args.latency_clients))
-            results.append(phase("latency", tmp, False, args.latency_clients,
-                                 args.latency_seconds, batch=per_batch, window=1000,
-                                 interval_s=0.05))
-    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in store.items()}))
-    for r in results:
-        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}))
-    t, lat = results[0], results[-1]
-    split = ", ".join(f"{k} {v:.2f}" for k, v in t["thread_us_per_record"].items())
-    print(f"\nthroughput: {t['rate']:,.0f} records/s over {t['wall_s']:.1f} s "
-          f"({t['records']:,} records, {args.clients} agents), collector CPU "
-          f"{t['cpu_us_per_record']:.2f} us/record ({split}) = {1e6 / t['cpu_us_per_record']:,.0f} "
-          f"records/s per free core; it had {t['cpu_s'] / t['wall_s']:.0%} of its core; "
-          f"peak RSS {t['peak_rss_mb']:.0f} MB, db {t['db_mb']:.0f} MB; "
-          f"{t['unmarked_at_end']:.0%} of the records waited for marks, marked after in "
-          f"{t['marks_after_us_per_record']:.2f} us/record")
-    print(f"store alone (insert_columns, same batches, no sockets): {store['rate']:,.0f} "
-          f"records/s, CPU {store['cpu_us_per_record']:.2f} us/record")
-    for r in results:
-        if r["phase"].startswith("null-store"):
-            print(f"server alone ({r['phase']}): {r['rate']:,.0f} records/s, CPU "
-                  f"{r['cpu_us_per_record']:.2f} us/record ({r['cpu_s'] / r['wall_s']:.0%} of its core)")
-    if not args.skip_latency:
-        print(f"latency at {lat['rate']:,.0f} records/s: p50 {lat['p50_ms']:.1f} ms, p99 "
-              f"{lat['p99_ms']:.1f} ms, max {lat['max_ms']:.1f} ms; collector CPU "
-              f"{lat['cpu_us_per_record']:.2f} us/record = {lat['cpu_s'] / lat['wall_s']:.0%} of "
-              f"its core, peak RSS {lat['peak_rss_mb']:.0f} MB")
-    print(f"load average during the run: {os.getloadavg()[0]:.1f} (2 cores)")
+            runs["latency"] = [phase("latency", tmp, False, args.latency_clients,
+                                     args.latency_seconds, batch=per_batch, window=1000,
+                                     interval_s=0.05)]
+    print(f"\nmedians of {args.repeat} round(s); load average {[round(x, 1) for x in loads]} (2 cores)")
+    for key, got in runs.items():
+        med = {k: statistics.median(r[k] for r in got) for k in got[0] if isinstance(got[0][k], (int, float))}
+        if key.startswith("throughput"):
+            counted = med["cpu_us_per_record"] + med["marks_after_us_per_record"]
+            split = ", ".join(f"{k} {statistics.median(r['thread_us_per_record'][k] for r in got):.2f}"
+                              for k in got[0]["thread_us_per_record"])
+            print(f"{key}: {med['rate']:,.0f} records/s, collector CPU {med['cpu_us_per_record']:.2f} "
+                  f"us/record ({split}) + marks left for later {med['marks_after_us_per_record']:.2f} "
+                  f"= {counted:.2f} us/record = {1e6 / counted:,.0f} records/s per free core (marks "
+                  f"counted in); {med['unmarked_at_end']:.0%} stored unmarked; it had "
+                  f"{med['cpu_s'] / med['wall_s']:.0%} of its core; peak RSS {med['peak_rss_mb']:.0f} MB")
+        elif key.startswith(("store-only", "sqlite-bound")):
+            print(f"{key}: CPU {med['cpu_us_per_record']:.2f} us/record = "
+                  f"{1e6 / med['cpu_us_per_record']:,.0f} records/s per core")
+        elif key.startswith("null-store"):
+            print(f"server alone ({key}): {med['rate']:,.0f} records/s, CPU "
+                  f"{med['cpu_us_per_record']:.2f} us/record")
+        else:
+            print(f"latency at {med['rate']:,.0f} records/s: p50 {med['p50_ms']:.1f} ms, p99 "
+                  f"{med['p99_ms']:.1f} ms, max {med['max_ms']:.1f} ms; collector CPU "
+                  f"{med['cpu_us_per_record']:.2f} us/record, peak RSS {med['peak_rss_mb']:.0f} MB")
+
+
+def child_phase(what: list[str], args, tree: Path) -> dict:
+    """A store-only or sqlite-bound measurement in a child pinned to core 0 (the
+    checkout ``tree``'s bench for store-only), on a fresh database file."""
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(what[1] + suffix):
+            os.unlink(what[1] + suffix)
+    out = subprocess.run(["taskset", "-c", "0", sys.executable, str(tree / "bench" / "collector.py"),
+                          *what, "--batch", str(args.batch), "--store-records",
+                          str(args.store_records)],
+                         capture_output=True, text=True, check=True, cwd=tree).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ process time: every thread, the spool's fsync flusher and watchdog included):
   source    RanklogSource.run end to end in its thread, woken by inotify, while a
             child appends the data (1 MiB writes), into a Spool as in "spool";
             wall time until the last line is in the spool
+  wake      one steady wake's work (31 new lines in each file, polled and emitted
+            into a spool), 300 times back to back and 300 times 25 ms apart: the
+            same work costs more after the thread slept (bench/RESULTS.md)
 
 Every phase reads the same files from the page cache; the spool is a fresh folder
 each time (removed after). Goal (issue 4): >= 300k lines/s per core, i.e. <= 3.3
@@ -61,7 +64,15 @@ class Counting:
     def many(self, rows: list) -> None:
         if self.spool is not None:
             self.spool.append(rows)
-        self.rows += len(rows)
+        self._count(len(rows))
+
+    def columns(self, records) -> None:  # the agent's sink: columns as they are
+        if self.spool is not None:
+            self.spool.append_columns(records)
+        self._count(records.n)
+
+    def _count(self, n: int) -> None:
+        self.rows += n
         if self.want is not None and self.rows >= self.want:
             self.done.set()
 
@@ -130,6 +141,43 @@ def run_source(srcs: list[str], out: str, total: int) -> dict:
     return res
 
 
+def run_wakes(out: str, files: int, wakes: int, sleep_s: float) -> dict:
+    """What one FollowLoop wake does at a steady rate (31 new lines in each file: 10k
+    lines/s over 8 files read every 25 ms), done ``wakes`` times with ``sleep_s`` between
+    them, in this thread: CPU per wake of the polls and of the engine with its spool
+    append (fsync off: the disk is not what is measured)."""
+    d = os.path.join(out, "wakes")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    paths = [os.path.join(d, f"rank{r}.log") for r in range(files)]
+    fds = [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) for p in paths]
+    spool = Spool(os.path.join(d, "spool"), node="bench", max_bytes=4 << 30, fsync="never")
+    sink = Counting(spool)
+    poll = emit = 0.0
+    with Tailer(os.path.join(d, "state.json"), fsync=False) as t:
+        engine = RankLines(t, sink)
+        for p in paths:
+            t.add(p)
+        for k in range(wakes):
+            for r, fd in enumerate(fds):
+                os.write(fd, b"".join(b"[2026-12-02 10:11:59,782] [INFO] [logging.py:96:log_dist] "
+                                      b"[Rank %d] step=%d, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]\n"
+                                      % (r, k * 31 + i) for i in range(31)))
+            if sleep_s:
+                time.sleep(sleep_s)
+            c0 = time.thread_time()
+            batches = [b for p in paths for b in t.poll_batches(p)]
+            c1 = time.thread_time()
+            engine.batches(batches)
+            poll, emit = poll + c1 - c0, emit + time.thread_time() - c1
+    spool.close()
+    for fd in fds:
+        os.close(fd)
+    shutil.rmtree(d, ignore_errors=True)
+    return {"sleep_s": sleep_s, "lines_per_wake": 31 * files, "poll_us_per_wake": poll / wakes * 1e6,
+            "emit_us_per_wake": emit / wakes * 1e6}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=400_000)
@@ -148,6 +196,7 @@ def main() -> None:
     for mode in ("tail", "rows", "spool", "spool-nv"):
         res[mode] = run_direct(srcs, args.out, mode)
     res["source"] = run_source(srcs, args.out, n_total)
+    res["wakes"] = [run_wakes(args.out, args.files, 300, gap) for gap in (0.0, 0.025, 0.0, 0.025)]
     res["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     shutil.rmtree(os.path.join(args.out, "spool"), ignore_errors=True)
     if args.json:
@@ -159,6 +208,9 @@ def main() -> None:
         print(f"  {k:9s} {r['lines_per_s'] / 1e3:6.0f}k lines/s wall, {1e3 / r['cpu_us_per_line']:5.0f}k "
               f"lines per CPU-second, {r['cpu_us_per_line']:.3f} µs CPU/line "
               f"(wall {r['wall_s']:.2f} s, CPU {r['cpu_s']:.2f} s)")
+    for w in res["wakes"]:
+        print(f"  wake      {w['lines_per_wake']} lines, {w['sleep_s'] * 1000:.0f} ms asleep before: "
+              f"polls {w['poll_us_per_wake']:.0f} µs, engine + spool append {w['emit_us_per_wake']:.0f} µs")
     print(f"  RSS       peak {res['peak_rss_mib']:.0f} MiB")
 
 

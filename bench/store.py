@@ -4,7 +4,8 @@
 Inserts N realistic records (DeepSpeed-style rank lines of ~150 bytes from RANKS
 ranks on NODES nodes, one agent stream per node, a jobless kernel or cgroup record
 every 200th) in wire batches of BATCH records through ``insert_columns`` (what the
-ingest server calls), pinned to one core. The same batches go, interleaved batch
+ingest server calls, with the columns' bytes as the frame carried them), pinned to
+one core. The same batches go, interleaved batch
 by batch so that the machine's noise hits every variant alike, into the shipped
 store (blocks marked for reports), one without a marker, and one with
 synchronous=FULL. Then it times ``firstfault report`` of the whole job (query.report)
@@ -36,6 +37,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import msgpack  # noqa: E402
+
+from firstfault import wire  # noqa: E402
 from firstfault.wire import Record  # noqa: E402
 from firstfault.collector import query  # noqa: E402
 from firstfault.analysis.catalog import load_catalog  # noqa: E402
@@ -148,6 +152,7 @@ def bench_inserts(args, out: Path) -> dict:
     names = list(stores)
     for i, (node, stream, seqs, cols) in enumerate(
             batches(args.records, args.batch, args.ranks, args.nodes)):
+        cols = as_received(node, stream, seqs, cols)
         for name in names[i % len(names):] + names[:i % len(names)]:
             c0, w0 = time.process_time(), time.perf_counter()
             new = stores[name].insert_columns(node, stream, seqs, cols)
@@ -159,6 +164,14 @@ def bench_inserts(args, out: Path) -> dict:
         s.close()
         result[name] = (cpu[name], wall[name], _size(out / f"{name}.db"))
     return result
+
+
+def as_received(node: str, stream: str, seqs: range, cols: dict) -> dict:
+    """The batch's columns as the ingest server hands them over: a wire frame decoded
+    with its columns' bytes (wire.PackedColumns; not timed: the server's work)."""
+    body = msgpack.packb({"type": "batch", "node": node, "stream": stream, "count": len(seqs),
+                          "seq": seqs.start, "cols": cols})
+    return wire.decode_batch_columns(len(body).to_bytes(4, "big") + body).cols
 
 
 def bench_records_path(args, out: Path) -> float:

@@ -482,9 +482,14 @@ class BatchColumns:
         return len(self.seqs)
 
     @classmethod
-    def from_wire(cls, m: dict[str, Any]) -> BatchColumns:
+    def from_wire(cls, m: dict[str, Any], packed: dict[str, bytes] | None = None) -> BatchColumns:
+        """``packed``: each column's bytes as received (see PackedColumns), when known."""
         node, stream, seqs, columns = _check_batch(m)
-        return cls(node, stream, seqs, dict(zip(_COLUMN_NAMES, columns)))
+        cols = dict(zip(_COLUMN_NAMES, columns)) if packed is None else PackedColumns(
+            zip(_COLUMN_NAMES, columns))
+        if packed is not None:
+            cols.packed = [packed[name] for name in _COLUMN_NAMES]
+        return cls(node, stream, seqs, cols)
 
     def records(self) -> list[Record]:
         node, stream = self.node, self.stream
@@ -494,6 +499,16 @@ class BatchColumns:
                        fields=flds)
                 for s, src, kind, msg, occ, obs, boot, mono, job, rank, lrank, pid, sev,
                 flds in zip(self.seqs, *self.cols.values())]
+
+
+class PackedColumns(dict):
+    """A batch's columns (name -> values, as BatchColumns.cols) that also keeps
+    ``packed``: each column's msgpack bytes exactly as the frame carried them (array
+    header and values; COLUMNS order), so a store can keep them without packing the
+    values again (firstfault/collector/store/blocks.py). The values were checked."""
+
+    __slots__ = ("packed",)
+    packed: list[bytes]
 
 
 _COUNT = _int(1, MAX_BATCH_RECORDS)
@@ -566,9 +581,11 @@ def encode_message(msg: Message) -> bytes:
     return _PREFIX.pack(len(body)) + body
 
 
-def decode_message(m: Any, *, batch_columns: bool = False) -> Message | BatchColumns:
+def decode_message(m: Any, *, batch_columns: bool = False,
+                   packed: dict[str, bytes] | None = None) -> Message | BatchColumns:
     """The message for one decoded frame body (a map with a ``type``); with
-    ``batch_columns`` a batch comes as BatchColumns instead of Batch."""
+    ``batch_columns`` a batch comes as BatchColumns instead of Batch (its columns a
+    PackedColumns when ``packed`` has every column's bytes, from _unpack_columns)."""
     if type(m) is not dict:
         raise FrameError(f"frame body must be a map, got {_show(m)}")
     if "type" not in m:
@@ -577,7 +594,10 @@ def decode_message(m: Any, *, batch_columns: bool = False) -> Message | BatchCol
     if cls is None:
         raise FrameError(f"unknown message type {_show(m['type'])}; this peer knows "
                          f"{', '.join(_TYPES)} (protocol {PROTOCOL_VERSION})")
-    return (BatchColumns if batch_columns and cls is Batch else cls).from_wire(m)
+    if batch_columns and cls is Batch:
+        whole = packed is not None and all(name in packed for name in _COLUMN_NAMES)
+        return BatchColumns.from_wire(m, packed if whole else None)
+    return cls.from_wire(m)
 
 
 class _TooManyContainers(ValueError):
@@ -600,6 +620,48 @@ def _unpack(body: bytes | bytearray) -> Any:
         # truncation, trailing bytes, nesting too deep.
         code = ERR_TOO_LARGE if "exceeds max_" in str(e) else ERR_MALFORMED
         raise FrameError(f"malformed frame body ({len(body)} bytes): {e}", code) from e
+
+
+def _unpack_columns(body: bytes) -> tuple[Any, dict[str, bytes] | None]:
+    """(_unpack(body), the bytes of each value of its ``cols`` map) for a body that is
+    a map holding a ``cols`` map; anything else, or anything wrong, goes to _unpack
+    (which says what is wrong) with None for the bytes. Same values, same limits."""
+    u = msgpack.Unpacker(**_UNPACK_LIMITS)
+    u.feed(body)
+    m: dict[str, Any] = {}
+    packed: dict[str, bytes] = {}
+    try:
+        for _ in range(_map_header(u)):
+            key = _map_key(u)
+            if key != "cols":
+                m[key] = u.unpack()
+                continue
+            cols = {}
+            for _ in range(_map_header(u)):
+                name = _map_key(u)
+                start = u.tell()
+                cols[name] = u.unpack()
+                packed[name] = body[start:u.tell()]
+            m[key] = cols
+        if u.tell() != len(body):
+            raise ValueError
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return _unpack(body), None
+    return m, packed
+
+
+def _map_header(u: msgpack.Unpacker) -> int:
+    n = u.read_map_header()
+    if n > MAX_MAP_LEN:
+        raise ValueError(f"a map of {n} entries")
+    return n
+
+
+def _map_key(u: msgpack.Unpacker) -> str:
+    key = u.unpack()
+    if type(key) is not str:
+        raise ValueError("a map key that is not a str")
+    return key
 
 
 class FrameDecoder:
@@ -638,9 +700,13 @@ class FrameDecoder:
 
     def _messages(self) -> Iterator[Message]:
         while (n := self._check_prefix()) is not None and len(self._buf) >= 4 + n:
-            body = self._buf[4:4 + n]
+            body = bytes(self._buf[4:4 + n])
             del self._buf[:4 + n]
-            yield decode_message(_unpack(body), batch_columns=self.batch_columns)
+            if self.batch_columns:
+                m, packed = _unpack_columns(body)
+                yield decode_message(m, batch_columns=True, packed=packed)
+            else:
+                yield decode_message(_unpack(body))
 
 
 def encode_batch(records: list[Record] | tuple[Record, ...]) -> bytes:

@@ -443,6 +443,51 @@ def test_golden_batches_as_columns(name):
     assert all(wire._FAST_CHECKS[k](v) for k, v in cols.cols.items())
 
 
+@pytest.mark.parametrize("name", ["batch", "batch-seqs"])
+def test_columns_keep_the_bytes_the_frame_carried(name):
+    """Each column's bytes as received (array header and values), which the store keeps
+    as they are: the msgpack of its values, taken from the golden frame itself."""
+    frame = (DATA / f"{name}.bin").read_bytes()
+    cols = decode_batch_columns(frame).cols
+    assert isinstance(cols, wire.PackedColumns) and len(cols.packed) == len(wire.COLUMNS)
+    for name_, raw in zip(wire.COLUMNS, cols.packed):
+        assert raw == msgpack.packb(cols[name_]) and raw in frame
+
+
+def _body(**change) -> bytes:
+    m = msgpack.unpackb((DATA / "batch.bin").read_bytes()[4:])
+    m.update(change)
+    return msgpack.packb(m)
+
+
+BAD_BODIES = {
+    "trailing bytes": _body() + b"\x00",
+    "cols a list": _body(cols=[1, 2]),
+    "a column name not a str": msgpack.packb({**msgpack.unpackb(_body()), "cols": {1: [1]}},
+                                             strict_types=False),
+    "too many columns": _body(cols={f"c{i}": [1] for i in range(65)}),
+    "a message over 64 KiB": _body(cols={**msgpack.unpackb(_body())["cols"],
+                                         "message": ["x" * (64 * 1024 + 1)]}),
+    "truncated": _body()[:-3],
+    "a list at the top": msgpack.packb([1, 2]),
+    "a key not a str": msgpack.packb({1: 2}),
+    "a column of a wrong type": _body(cols={**msgpack.unpackb(_body())["cols"], "rank": ["0"]}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_BODIES))
+def test_columns_decoder_refuses_what_the_plain_one_refuses(name):
+    """Keeping the columns' bytes changes no error: code and reason as without."""
+    body = BAD_BODIES[name]
+    frame = len(body).to_bytes(4, "big") + body
+    errors = []
+    for columns in (False, True):
+        with pytest.raises(WireError) as e:
+            decode_all(frame, batch_columns=columns)
+        errors.append((type(e.value), e.value.code, str(e.value)))
+    assert errors[0] == errors[1]
+
+
 def test_columns_decoder_leaves_other_messages_alone():
     data = encode_message(Ack(3)) + (DATA / "batch.bin").read_bytes()
     msgs = decode_all(data, batch_columns=True)
@@ -540,7 +585,8 @@ def test_the_record_columns_are_named_once():
     assert names[:3] == ("node", "stream", "seq") and names[3:] == wire.COLUMNS
     assert len(wire.COLUMNS) == 13
     assert spoolfile.COLUMNS is wire.COLUMNS and blocks.COLUMNS is wire.COLUMNS
-    assert blocks.BLOCK_COLUMNS == ("seq", "t_ns", *(c for c in wire.COLUMNS if c != "job"))
+    assert (blocks.SOURCE, blocks.JOB, blocks.FIELDS) == tuple(
+        wire.COLUMNS.index(c) for c in ("source", "job", "fields"))
 
 
 def test_a_msgpack_bomb_stops_at_the_container_limit():

@@ -193,26 +193,36 @@ class FollowLoop:
             self._scan(first=True)
             next_safety = time.monotonic() + self.safety_poll_s
             woke = 0.0
-            waited = [ino.fd, wake_r]
+            waited, stopping = [ino.fd, wake_r], [wake_r]
             check_s = self.STOP_CHECK_S
             if hasattr(self.stop_event, "fileno"):  # a StopEvent (firstfault/agent/sources/base.py)
                 waited.append(self.stop_event)
+                stopping.append(self.stop_event)
                 check_s = float("inf")
             while not self.stop_event.is_set():
-                timeout = min(next_safety - time.monotonic(), check_s)
-                deadline = self.tailer.next_deadline()
-                if self._tick_at is not None:
-                    deadline = self._tick_at if deadline is None else min(deadline, self._tick_at)
-                if deadline is not None:  # a quiet partial line to flush (at most 20/s)
-                    timeout = min(timeout, max(deadline - self.tailer.clock(), 0.05))
-                if timeout > 0:
-                    if not self._queue:
+                gap = woke + self.min_wake_s - time.monotonic()
+                if gap > 0:  # reads at least min_wake_s apart
+                    if len(stopping) > 1:
+                        select.select(stopping, [], [], gap)
+                    else:
+                        self.stop_event.wait(gap)
+                    if self.stop_event.is_set():
+                        break
+                events = ino.read()  # what came meanwhile: most wakes under load need no wait
+                if not events and not self._queue:
+                    timeout = min(next_safety - time.monotonic(), check_s)
+                    deadline = self.tailer.next_deadline()
+                    if self._tick_at is not None:
+                        deadline = self._tick_at if deadline is None else min(deadline, self._tick_at)
+                    if deadline is not None:  # a quiet partial line to flush (at most 20/s)
+                        timeout = min(timeout, max(deadline - self.tailer.clock(), 0.05))
+                    if timeout > 0:
                         select.select(waited, [], [], timeout)
-                    self.stop_event.wait(woke + self.min_wake_s - time.monotonic())
+                        if self.stop_event.is_set():
+                            break
+                        events = ino.read()
                 woke = time.monotonic()
-                if self.stop_event.is_set():
-                    break
-                self._take_events(ino.read())
+                self._take_events(events)
                 queue, self._queue = self._queue, {}
                 rescan, self._rescan = self._rescan, False
                 poll_all, self._poll_all = self._poll_all, False

@@ -256,10 +256,11 @@ class _Session:
         self.sent = welcome.high_seq
         self.acked = welcome.high_seq if welcome.high_seq is not None else -1
         self.ack_event = asyncio.Event()
+        self.heard = asyncio.get_running_loop().time()  # when the collector last sent bytes
 
     async def run(self, stop: asyncio.Event) -> None:
         tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._write()),
-                 asyncio.create_task(stop.wait())]
+                 asyncio.create_task(self._idle()), asyncio.create_task(stop.wait())]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
@@ -269,9 +270,18 @@ class _Session:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def _idle(self) -> None:
+        """TimeoutError once nothing was heard for idle_timeout_s (one timer, not one a read)."""
+        loop, limit = asyncio.get_running_loop(), self.s.idle_timeout_s
+        while (left := self.heard + limit - loop.time()) > 0:
+            await asyncio.sleep(left)
+        raise TimeoutError(f"nothing heard from the collector for {limit:g} s")
+
     async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            data = await asyncio.wait_for(self.reader.read(1 << 16), self.s.idle_timeout_s)
+            data = await self.reader.read(1 << 16)
+            self.heard = loop.time()
             if not data:
                 raise SessionError("the collector closed the connection")
             for msg in self.decoder.feed(data):
@@ -290,7 +300,7 @@ class _Session:
 
     async def _write(self) -> None:
         spool, stats = self.s.spool, self.s.stats
-        max_records, woken = self.max_records, False
+        max_records, woken = self.max_records, 0
         while True:
             if self.sent is not None and self.sent - self.acked >= self.s.window_records:
                 self.ack_event.clear()
@@ -298,22 +308,24 @@ class _Session:
                 continue
             self.s.readable.clear()  # before the read: news after it sets it again
             try:
-                batch = spool.read_frame_after(self.sent, max_records, self.max_bytes)
+                batch = (None if self.sent is not None and spool.visible_seq <= self.sent
+                         else spool.read_frame_after(self.sent, max_records, self.max_bytes))
             except wire.WireError as e:
                 if e.code != wire.ERR_TOO_LARGE or max_records == 1:
                     raise
                 max_records //= 2
                 continue
             if batch is None:
-                if woken:  # told there is more, found none (its segment went): no spinning
+                if woken > 1:  # told there is more, found none, again (its segment went): no spinning
                     await asyncio.sleep(0.1)
                 try:
-                    await asyncio.wait_for(self.s.readable.wait(), 1.0)
-                    woken = True
-                except asyncio.TimeoutError:
-                    woken = False
+                    async with asyncio.timeout(1.0):
+                        await self.s.readable.wait()
+                    woken += 1
+                except TimeoutError:
+                    woken = 0
                 continue
-            woken = False
+            woken = 0
             seqs, frame = batch
             max_records = self.max_records
             self.writer.write(frame)

@@ -1,7 +1,7 @@
 """The sources' ``emit``: puts records into the spool and counts what went through.
 
-``sink(draft)`` and ``sink.many(rows)`` (firstfault/agent/sources/base.py ``emit_many``)
-append to the spool in the caller's thread: when they return, the records are
+``sink(draft)``, ``sink.many(rows)`` (firstfault/agent/sources/base.py ``emit_many``) and
+``sink.columns(records)`` (``emit_columns``) append to the spool in the caller's thread: when they return, the records are
 spooled (durable as the spool's fsync setting says), so a source may commit its
 own position. A full disk is not the source's problem: the spool keeps a gap
 record naming what was lost (firstfault/agent/spool.py), the sink counts it, logs it (at most
@@ -26,6 +26,7 @@ import threading
 import time
 from collections import Counter, deque
 
+from firstfault.agent.columns import FIELDS, MESSAGE, Columns, Runs
 from firstfault.agent.sources.base import Draft, SinkFull
 from firstfault.common.redact import Redactor
 from firstfault.agent.spool import Spool, SpoolFullError
@@ -65,23 +66,52 @@ class SpoolSink:
         if self.redactor is not None:
             rows = self.redactor.rows(rows, self.redacted)
         first = rows[0]
-        source = first.source if type(first) is Draft else first[0]
+        self._spool(self.spool.append, rows, len(rows),
+                    first.source if type(first) is Draft else first[0], hold)
+
+    def columns(self, records: Columns, hold: bool = False) -> None:
+        """Spool ``records`` of one source given as columns (firstfault/agent/columns.py);
+        ``hold`` as for many()."""
+        if records.n:
+            if self.redactor is not None:
+                records = self._redact(records)
+            source = records.cols[0]
+            self._spool(self.spool.append_columns, records, records.n,
+                        source[0][0] if type(source) is Runs else source[0], hold)
+
+    def _redact(self, records: Columns) -> Columns:
+        hits = self.redactor.messages(records.cols[MESSAGE], self.redacted)
+        if not hits:
+            return records
+        cols = list(records.cols)
+        message, fields = list(cols[MESSAGE]), cols[FIELDS]
+        fields = Runs(list(run) for run in fields) if type(fields) is Runs else list(fields)
+        for i, (text, mark) in hits.items():
+            message[i] = text
+            if type(fields) is Runs:
+                fields.set(i, {**fields.at(i), "redacted": mark})
+            else:
+                fields[i] = {**fields[i], "redacted": mark}
+        cols[MESSAGE], cols[FIELDS] = message, fields
+        return Columns(records.n, cols)
+
+    def _spool(self, append, records, n: int, source: str, hold: bool) -> None:
         try:
-            seq = self.spool.append(rows, hold_on_full=hold)
+            seq = append(records, hold_on_full=hold)
         except SpoolFullError as e:
             if e.accepted_seq is not None:
                 self._mark(e.accepted_seq)
             if e.held:
                 self.spool_full_held += 1
-                self.records[source] += len(rows) - e.dropped_records
-                raise SinkFull(str(e), len(rows) - e.dropped_records) from e
+                self.records[source] += n - e.dropped_records
+                raise SinkFull(str(e), n - e.dropped_records) from e
             self.spool_full_records += e.dropped_records
             now = time.monotonic()
             if now - self._warned >= 60:
                 self._warned = now
                 log.error("spool full, records dropped (a gap record names them) error=%s", e)
             return
-        self.records[source] += len(rows)
+        self.records[source] += n
         self._mark(seq)
 
     def _mark(self, seq: int) -> None:

@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from operator import attrgetter
 from typing import Any, Callable, Iterable
 
@@ -21,7 +21,9 @@ import msgpack
 
 from firstfault import wire
 from firstfault.agent.osthread import name_this_thread
-from firstfault.agent.spoolfile import COLUMNS, ENTRY_MAX_RECORDS, HEADER_BYTES, OBSERVED, encode_entry, gap_row, pack_column
+from firstfault.agent.columns import Columns, Runs
+from firstfault.agent.spoolfile import (COLUMNS, ENTRY_MAX_RECORDS, HEADER_BYTES, OBSERVED, check_values,
+                                        encode_entry, gap_row, pack_column)
 from firstfault.agent.spoolopen import (InvalidRecordError, SpoolError, SpoolFullError, SpoolOpen, SpoolStats,
                                         _fsync_dir, _merge, _Segment)
 from firstfault.agent.spoolread import DEFAULT_READ_BYTES, SpoolReads
@@ -39,10 +41,16 @@ _row = attrgetter(*COLUMNS)
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-def _origin(row: tuple) -> str:
-    """Where a row comes from, for a gap: its file (``fields.path``), else its source."""
-    path = row[-1].get("path") if type(row[-1]) is dict else None
-    return path if type(path) is str else str(row[0])
+def _origin(source: Any, fields: Any) -> str:
+    """Where a record comes from, for a gap: its file (``fields.path``), else its source."""
+    path = fields.get("path") if type(fields) is dict else None
+    return path if type(path) is str else str(source)
+
+
+def _origins(c: Columns) -> Counter:
+    """How many of ``c``'s records come from each origin (``_origin``)."""
+    source, fields = (col.values() if type(col) is Runs else col for col in (c.cols[0], c.cols[-1]))
+    return Counter(map(_origin, source, fields))
 
 
 # --- the spool -----------------------------------------------------------------
@@ -90,6 +98,8 @@ class Spool(SpoolOpen, SpoolReads):
         self.fsync, self.fsync_interval_ms, self.validate = fsync, fsync_interval_ms, validate
         self._entry_limit = min(4 * 1024 * 1024, segment_bytes // 4)
         self._dirty = threading.Event()  # written since the flusher's last look
+        self._synced_at = -float("inf")  # monotonic time the last fsync began ("interval")
+        self._syncing = False  # an appending thread is fsyncing
         self._lock = threading.Lock()
         self._watcher: Callable[[], None] | None = None
         self._closed = False
@@ -103,6 +113,8 @@ class Spool(SpoolOpen, SpoolReads):
         self._pending: list[dict[str, Any]] = []  # gaps not yet written
         self._reported: set[tuple[str, int]] = set()  # corruption a reader found
         self._cursor: tuple[int, str, int, int] | None = None  # after, path, offset, floor
+        self._recent: deque[tuple[int, int, tuple[bytes, ...]]] = deque()  # spoolread.py
+        self._recent_bytes = 0
         self._counts = dict(dropped_records=0, corrupt_ranges=0, disk_full_errors=0,
                             disk_full_records=0, gaps_written=0, fsyncs=0)
         os.makedirs(self.path, exist_ok=True)
@@ -132,7 +144,6 @@ class Spool(SpoolOpen, SpoolReads):
     # --- writing (the caller holds the lock) -----------------------------------
 
     def _write(self, data: bytes) -> None:
-        self._dirty.set()
         view, done = memoryview(data), 0
         try:
             while done < len(data):
@@ -145,8 +156,10 @@ class Spool(SpoolOpen, SpoolReads):
                           self._segs[-1].path, e)
             raise
 
-    def _put(self, payload: bytes, count: int, lo_ns, hi_ns, room: bool = True) -> int:
-        """Write one entry (rolling and making room first); its first seq."""
+    def _put(self, payload: bytes, count: int, lo_ns, hi_ns, room: bool = True,
+             packed: tuple[bytes, ...] | None = None) -> int:
+        """Write one entry (rolling and making room first); its first seq. ``packed``:
+        its columns' bytes, kept for the next read (spoolread.py)."""
         n = HEADER_BYTES + len(payload)
         if self._segs[-1].size and self._segs[-1].size + n > self.segment_bytes:
             self._roll()
@@ -156,6 +169,7 @@ class Spool(SpoolOpen, SpoolReads):
                 self._roll()
         seq = self._next_seq
         self._write(encode_entry(seq, payload))
+        self._keep_recent(seq, count, packed, n)
         act = self._segs[-1]
         if act.first_seq is None:
             act.first_seq, act.first_ns = seq, lo_ns
@@ -185,8 +199,9 @@ class Spool(SpoolOpen, SpoolReads):
         self._segs.append(new)
         self._vis_size = 0
         if old.last_seq is not None:
-            self._vis_seq = max(self._vis_seq, old.last_seq)
-            self._readable()
+            if old.last_seq > self._vis_seq:  # its unsynced tail is durable now
+                self._vis_seq = old.last_seq
+                self._readable()
             if self._acked is not None and old.last_seq <= self._acked:
                 self._delete(old)
 
@@ -247,11 +262,15 @@ class Spool(SpoolOpen, SpoolReads):
             self._segs[-1].carry(g)
             self._counts["gaps_written"] += 1
 
-    def _sync(self) -> None:
-        """After writes: fsync if "always", then show readers what is durable."""
-        if self.fsync == "interval":
-            return
+    def _sync(self, inline: bool = False) -> None:
+        """After writes: fsync if "always", then show readers what is durable ("interval":
+        the flusher will, once an interval passed since the last fsync, unless the
+        writing thread does at once: ``inline``)."""
         act = self._segs[-1]
+        if self.fsync == "interval":
+            if self._vis_size < act.size and not inline:
+                self._dirty.set()
+            return
         if self._vis_size == act.size:
             return
         if self.fsync == "always":
@@ -261,72 +280,94 @@ class Spool(SpoolOpen, SpoolReads):
         self._vis_seq = max(self._vis_seq, act.last_seq or 0)
         self._readable()
 
+    def _fsync_now(self) -> bool:
+        """"interval", after writes (under the lock): whether the writing thread fsyncs
+        them itself, now: the last fsync is an interval old and none is under way
+        (one wake appends and syncs, the flusher sleeps); else the flusher will."""
+        if (self._syncing or self._vis_size >= self._segs[-1].size
+                or time.monotonic() - self._synced_at < self.fsync_interval_ms / 1000):
+            return False
+        self._syncing = True
+        return True
+
     def _flush_loop(self) -> None:
-        """fsync after appends, fsync_interval_ms apart at least; asleep while none come."""
+        """fsync what appends left unsynced, fsync_interval_ms after the last fsync;
+        asleep while none come."""
         name_this_thread()
-        last = -float("inf")
         while not self._stop.is_set():
             self._dirty.wait()
             self._dirty.clear()
-            if self._stop.wait(last + self.fsync_interval_ms / 1000 - time.monotonic()):
+            if self._stop.wait(self._synced_at + self.fsync_interval_ms / 1000 - time.monotonic()):
                 return
-            last = time.monotonic()
-            try:
-                self._flush_once()
-            except OSError as e:
-                log.error("spool fsync failed path=%s error=%s", self.path, e)
-                self._dirty.set()  # try again in an interval
+            self._flush_once()
 
-    def _flush_once(self) -> None:
-        with self._lock:
-            act = self._segs[-1] if not self._closed else None
-            if act is None or self._vis_size >= act.size:
-                return
-            fd, size, last = os.dup(self._fd), act.size, act.last_seq
+    def _flush_once(self, inline: bool = False) -> None:
+        """fsync the active segment and show readers what it holds; an error is logged
+        and the flusher tries again an interval later."""
         try:
-            os.fsync(fd)  # outside the lock: appends go on meanwhile
+            with self._lock:
+                act = self._segs[-1] if not self._closed else None
+                if act is None or self._vis_size >= act.size:
+                    return
+                fd, size, last = os.dup(self._fd), act.size, act.last_seq
+                self._synced_at = time.monotonic()
+            try:
+                os.fsync(fd)  # outside the lock: appends go on meanwhile
+            finally:
+                os.close(fd)
+            with self._lock:
+                self._counts["fsyncs"] += 1
+                if self._segs and self._segs[-1] is act and size > self._vis_size:
+                    self._vis_size, self._vis_seq = size, max(self._vis_seq, last or 0)
+                    self._readable()
+        except OSError as e:
+            log.error("spool fsync failed path=%s error=%s", self.path, e)
+            self._dirty.set()  # try again in an interval
         finally:
-            os.close(fd)
-        with self._lock:
-            self._counts["fsyncs"] += 1
-            if self._segs and self._segs[-1] is act and size > self._vis_size:
-                self._vis_size, self._vis_seq = size, max(self._vis_seq, last or 0)
-                self._readable()
+            if inline:
+                self._syncing = False
 
     # --- the writer's API ------------------------------------------------------
 
     def _encode(self, rows: list[tuple], out: list) -> None:
-        """Append (payload, count, min_ns, max_ns) entries for ``rows`` to ``out``."""
+        """Append (payload, count, min_ns, max_ns, packed columns, Columns) entries for
+        ``rows`` to ``out``."""
         cols = list(zip(*rows))
         if len(cols) != len(COLUMNS) or len(rows[0]) != len(rows[-1]):
             raise InvalidRecordError(f"spool append: a record has {len(rows[0])} or "
                                      f"{len(rows[-1])} columns, not {len(COLUMNS)}")
-        n = len(rows)
-        head = msgpack.packb(n)
+        self._encode_columns(Columns(len(rows), cols), out)
+
+    def _encode_columns(self, c: Columns, out: list) -> None:
+        """Append the entries of ``c`` (at most ENTRY_MAX_RECORDS records) to ``out``."""
+        n, cols = c.n, c.cols
         try:
             packed, checked = zip(*map(pack_column, cols))
         except (TypeError, ValueError, OverflowError) as e:
             raise InvalidRecordError(f"spool append: cannot encode: {e}") from None
+        lengths = [sum(k for _, k in col) if type(col) is Runs else len(col) for col in cols]
+        if lengths.count(n) != len(COLUMNS):
+            raise InvalidRecordError(f"spool append: columns of {lengths} values for {n} records")
         if self.validate:
             for name, values in zip(COLUMNS, checked):
                 try:
-                    wire.check_column(name, values)
+                    check_values(name, values)
                 except WireError as e:
                     raise InvalidRecordError(f"spool append: {e}") from None
-        payload = b"".join([b"\x9e", head, *packed])
-        if len(payload) > self._entry_limit and len(rows) > 1:
-            half = len(rows) // 2
-            self._encode(rows[:half], out)
-            self._encode(rows[half:], out)
+        payload = b"".join([b"\x9e", msgpack.packb(n), *packed])
+        if len(payload) > self._entry_limit and n > 1:
+            half = n // 2
+            self._encode_columns(c.cut(0, half), out)
+            self._encode_columns(c.cut(half, n), out)
             return
         if HEADER_BYTES + len(payload) + GAP_RESERVE_BYTES > self.max_bytes:
             raise InvalidRecordError(f"spool append: a record of {len(payload)} bytes does "
                                      f"not fit max_bytes={self.max_bytes}")
-        obs = cols[OBSERVED]
+        obs = checked[OBSERVED]
         try:
-            out.append((payload, len(rows), min(obs), max(obs)))
+            out.append((payload, n, min(obs), max(obs), packed, c))
         except TypeError:  # validate=False and a bad observed_ns
-            out.append((payload, len(rows), None, None))
+            out.append((payload, n, None, None, packed, c))
 
     def append(self, records: Iterable[Any], *, hold_on_full: bool = False) -> int:
         """Store ``records``, give them seqs; the last seq (the current one if none).
@@ -349,15 +390,38 @@ class Spool(SpoolOpen, SpoolReads):
         entries: list = []
         for i in range(0, len(rows), ENTRY_MAX_RECORDS):
             self._encode(rows[i:i + ENTRY_MAX_RECORDS], entries)
+        return self._write_entries(entries, hold_on_full)
+
+    def append_columns(self, records: Columns, *, hold_on_full: bool = False) -> int:
+        """append() for records given as columns (firstfault/agent/columns.py): no tuple
+        per record; a Runs column is packed and checked a run at a time."""
+        n = records.n
+        if len(records.cols) != len(COLUMNS):
+            raise InvalidRecordError(f"spool append: {len(records.cols)} columns, not "
+                                     f"{len(COLUMNS)}")
+        entries: list = []
+        for i in range(0, n, ENTRY_MAX_RECORDS):
+            self._encode_columns(records if n <= ENTRY_MAX_RECORDS
+                                 else records.cut(i, min(n, i + ENTRY_MAX_RECORDS)), entries)
+        return self._write_entries(entries, hold_on_full)
+
+    def _write_entries(self, entries: list, hold_on_full: bool) -> int:
+        last, inline = self._write_entries_locked(entries, hold_on_full)
+        if inline:  # "interval" and due: this thread fsyncs, outside the lock
+            self._flush_once(inline=True)
+        return last
+
+    def _write_entries_locked(self, entries: list, hold_on_full: bool) -> tuple[int, bool]:
         with self._lock:
             self._check_open()
             last, done = None, 0
             try:
                 self._flush_pending()
-                for payload, count, lo, hi in entries:
-                    last = self._put(payload, count, lo, hi) + count - 1
+                for payload, count, lo, hi, packed, _ in entries:
+                    last = self._put(payload, count, lo, hi, packed=packed) + count - 1
                     done += 1
-                self._sync()
+                inline = self.fsync == "interval" and self._fsync_now()
+                self._sync(inline)
             except OSError as e:
                 if e.errno not in _DISK_FULL or done == len(entries):  # e.g. fsync failed
                     raise SpoolError(f"spool write failed in {self.path}: {e}; records up "
@@ -373,7 +437,7 @@ class Spool(SpoolOpen, SpoolReads):
                         f"disk full writing spool {self.path}: {held} records not stored; "
                         f"they wait at their source until there is room", dropped_records=held,
                         accepted_seq=last, held=True) from e
-                lost = self._disk_full(entries[done:], rows)
+                lost = self._disk_full(entries[done:])
                 try:
                     self._sync()
                 except OSError:
@@ -382,12 +446,12 @@ class Spool(SpoolOpen, SpoolReads):
                     f"disk full writing spool {self.path}: {lost} records not stored; a gap "
                     f"record will name them when space returns; free disk space or lower "
                     f"max_bytes", dropped_records=lost, accepted_seq=last) from e
-            return last if last is not None else self._next_seq - 1
+            return (last if last is not None else self._next_seq - 1), inline
 
-    def _disk_full(self, entries: list, rows: list) -> int:
+    def _disk_full(self, entries: list) -> int:
         n = sum(e[1] for e in entries)
         first, nbytes = self._next_seq, sum(HEADER_BYTES + len(e[0]) for e in entries)
-        origins = Counter(map(_origin, rows[len(rows) - n:]))  # the entries are its last rows
+        origins = sum((_origins(e[5]) for e in entries), Counter())
         self._next_seq += n  # spent: the gap names them
         lo = min((e[2] for e in entries if e[2] is not None), default=None)
         hi = max((e[3] for e in entries if e[3] is not None), default=None)
@@ -441,6 +505,11 @@ class Spool(SpoolOpen, SpoolReads):
         """More is readable (or the spool closed): tell the watcher. Under the lock."""
         if self._watcher is not None:
             self._watcher()
+
+    @property
+    def visible_seq(self) -> int:
+        """The last seq a reader can see now (0: none yet); a read after it finds nothing."""
+        return self._vis_seq
 
     def watch(self, fn: Callable[[], None] | None) -> None:
         """Call ``fn()`` (None: stop calling) whenever more becomes readable or the

@@ -51,12 +51,14 @@ Invariants
 Durability (``fsync``)
     "always"    fsync before append() returns: an accepted record survives power
                 loss; costs an fsync (~ms) per append, so append in batches.
-    "interval"  a flusher thread fsyncs what was appended, at once when the last
-                fsync is fsync_interval_ms old, else when it is (one fsync an
-                interval at most); append returns once the bytes are written (a
-                process crash loses nothing); a power loss may lose the last
-                interval of accepted records, and readers see records only after
-                their fsync (up to one interval and an fsync late).
+    "interval"  one fsync an interval (fsync_interval_ms) at most: an append made
+                when the last fsync is an interval old fsyncs before it returns,
+                in the appending thread (one wake writes and syncs); else a flusher
+                thread fsyncs once the interval is over; otherwise append returns
+                once the bytes are written (a process crash loses nothing); a power
+                loss may lose the last interval of accepted records, and readers
+                see records only after their fsync (up to one interval and an
+                fsync late).
     "never"     the OS writes back when it likes; readers see records at once. For
                 tests and benchmarks: after a power loss seqs the collector already
                 holds may be reused and new records dropped as duplicates.
@@ -157,11 +159,13 @@ import time
 import zlib
 from itertools import compress, islice
 from operator import is_not
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
 
 from firstfault import wire
+from firstfault.agent.columns import Runs
 from firstfault.wire import KIND_AGENT_GAP, SOURCE_AGENT
 
 FORMAT_VERSION = 1
@@ -211,16 +215,24 @@ def column_elements(payload: memoryview) -> list[bytes | memoryview]:
     return out
 
 
-def pack_column(col: tuple) -> tuple[bytes, tuple]:
+def pack_column(col: Sequence | Runs) -> tuple[bytes, Sequence]:
     """(``msgpack.packb(col)``, the values of ``col`` the wire checks must see).
 
-    A column of maps that come in runs of one shared map (a source's fields: the
-    ranklog shares one per path, and puts its position on each path's last row) is
-    packed a map per run, its bytes repeated, and only the runs' maps are checked:
-    a map costs ~175 ns to pack and ~600 to check, finding the runs ~50. Other
-    columns: checked as their first value when every value packs alike.
+    Runs (firstfault/agent/columns.py) are packed a value per run, its bytes repeated,
+    and only the runs' values are checked. So is a column of maps that come in runs
+    of one shared map (a source's fields: the ranklog shares one per path, and puts
+    its position on each path's last row): a map costs ~175 ns to pack and ~600 to
+    check, finding the runs ~50. A column holding bytes (UTF-8 text: a message) is
+    packed as msgpack str, without decoding it. Other columns: checked as their
+    first value when every value packs alike.
     """
+    if type(col) is Runs:
+        n = sum(k for _, k in col)
+        return (wire.array_header(n) + b"".join([_pack(v) * k for v, k in col]),
+                tuple(v for v, _ in col))
     n, first = len(col), col[0]
+    if type(first) is bytes or (n > 1 and type(col[-1]) is bytes):
+        return _pack_text(col), col
     if type(first) is dict and n > 1:
         cuts = [0, *compress(range(1, n), map(is_not, islice(col, 1, None), col)), n]
         if len(cuts) - 1 <= n // 4:  # runs of 4 rows or more on average
@@ -229,6 +241,30 @@ def pack_column(col: tuple) -> tuple[bytes, tuple]:
             return wire.array_header(n) + body, tuple(v for v, _ in runs)
     packed = msgpack.packb(col)
     return packed, col[:1] if same_packed(col, packed) else col
+
+
+_pack = msgpack.Packer().pack
+_pack_text = msgpack.Packer(use_bin_type=False).pack  # bytes as str (raw), not bin
+
+
+def check_values(name: str, values: Sequence) -> None:
+    """wire.check_column, where the message column may also hold bytes: each must be
+    UTF-8 of at most MAX_MESSAGE_BYTES (they are sent as str without a decode)."""
+    types = set(map(type, values)) if name == "message" else None
+    if types is None or bytes not in types:
+        return wire.check_column(name, values)
+    text = [v for v in values if type(v) is not bytes] if len(types) > 1 else []
+    raw = [v for v in values if type(v) is bytes] if text else values
+    if text:
+        wire.check_column(name, text)
+    if max(map(len, raw)) > wire.MAX_MESSAGE_BYTES:
+        raise wire.WireError(f"batch column 'message': a message over {wire.MAX_MESSAGE_BYTES} bytes")
+    if not all(map(bytes.isascii, raw)):
+        for v in raw:
+            try:
+                v.decode()
+            except UnicodeDecodeError as e:
+                raise wire.WireError(f"batch column 'message': not UTF-8 text: {e}") from None
 
 
 def same_packed(col: tuple, packed: bytes) -> bool:

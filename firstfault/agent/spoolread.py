@@ -28,8 +28,54 @@ def _seqs(ranges: list[range]) -> range | list[int]:
             else [s for r in ranges for s in r])
 
 
+RECENT_BYTES = 1 << 20  # payload bytes of the latest entries a reader gets from memory
+
+
 class SpoolReads:
-    """The reading half, a base of Spool: it reads Spool's segments under its lock."""
+    """The reading half, a base of Spool: it reads Spool's segments under its lock.
+
+    The latest entries' column bytes (up to RECENT_BYTES) stay in memory from their
+    append: a reader that keeps up (the shipper at a steady rate) takes them from
+    there once they are durable, without opening, reading and parsing the segment."""
+
+    def _keep_recent(self, seq: int, count: int, packed: tuple[bytes, ...] | None,
+                     size: int) -> None:
+        """An entry of ``size`` bytes was written (under the lock): keep its columns for
+        the next read."""
+        recent = self._recent
+        if packed is None:  # (a gap record) the chain breaks: readers go to the file
+            recent.clear()
+            self._recent_bytes = 0
+            return
+        recent.append((seq, count, packed, size))
+        self._recent_bytes += size
+        while self._recent_bytes > RECENT_BYTES and len(recent) > 1:
+            self._recent_bytes -= recent.popleft()[3]
+
+    def _from_recent(self, after: int, max_records: int, max_bytes: int
+                     ) -> tuple[list[range], list[list[bytes]]] | None:
+        """What _pick would take, when it is whole durable entries still in memory; else None."""
+        with self._lock:
+            recent, vis = self._recent, self._vis_seq
+            if not recent or recent[0][0] > after + 1 or recent[-1][0] <= after:
+                return None
+            ranges, cols, taken, nbytes = [], [[] for _ in COLUMNS], 0, 0
+            for seq, count, packed, size in recent:
+                if seq + count - 1 <= after:
+                    continue
+                if seq != after + 1 + taken or seq + count - 1 > vis:
+                    break  # part of an entry, or not durable yet
+                if taken and nbytes + size > max_bytes:
+                    break
+                if taken + count > max_records:
+                    return None  # part of an entry: the file's way
+                for c, b in zip(cols, packed):
+                    c.append(array_elements(b))
+                ranges.append(range(seq, seq + count))
+                taken, nbytes = taken + count, nbytes + size
+                if taken >= max_records or nbytes >= max_bytes:
+                    break
+            return (ranges, cols) if ranges else None
 
     def read_batch_after(self, seq: int | None, max_records: int = wire.MAX_BATCH_RECORDS,
                          max_bytes: int = DEFAULT_READ_BYTES) -> BatchColumns | None:
@@ -66,8 +112,14 @@ class SpoolReads:
         Whole entries are not decoded: their column arrays' bytes go into the frame
         as they are (wire.encode_packed_columns), checked at append and by the crc
         here. WireError (ERR_TOO_LARGE) if the frame passes MAX_FRAME_BYTES."""
-        ranges: list[range] = []
-        cols: list[list[bytes]] = [[] for _ in COLUMNS]
+        got = self._from_recent(-1 if seq is None else seq, max_records, max_bytes)
+        if got is not None:
+            ranges, cols = got
+            seqs = _seqs(ranges)
+            return seqs, wire.encode_packed_columns(self.node, self.stream, seqs,
+                                                    [b"".join(c) for c in cols])
+        ranges = []
+        cols = [[] for _ in COLUMNS]
         for eseq, lo, hi, count, payload in self._pick(seq, max_records, max_bytes):
             if lo == 0 and hi == count:
                 got = column_elements(payload)

@@ -96,14 +96,22 @@ class LineBatch:
 
     ``data[i]`` starts at ``offsets[i]`` and ends before ``ends[i]``; iterating
     yields Line objects. ``stop`` is ``ends[-1]``; ``position`` confirms the batch.
+    ``text``: the lines joined by newlines (as read, when they were read whole).
     """
 
-    __slots__ = ("path", "file", "fields", "observed_ns", "start", "stop", "data", "_ends")
+    __slots__ = ("path", "file", "fields", "observed_ns", "start", "stop", "data", "_ends", "_text")
 
     def __init__(self, path: str, file: FileKey, fields: Mapping[str, str], observed_ns: int,
-                 start: int, stop: int, data: list[bytes], ends: list[int] | None = None):
+                 start: int, stop: int, data: list[bytes], ends: list[int] | None = None,
+                 text: bytes | None = None):
         self.path, self.file, self.fields, self.observed_ns = path, file, fields, observed_ns
-        self.start, self.stop, self.data, self._ends = start, stop, data, ends
+        self.start, self.stop, self.data, self._ends, self._text = start, stop, data, ends, text
+
+    @property
+    def text(self) -> bytes:
+        if self._text is None:
+            self._text = b"\n".join(self.data)
+        return self._text
 
     def __len__(self) -> int:
         return len(self.data)
@@ -258,9 +266,10 @@ class _Reader:
                     ends.append(off)
                     lines.append(p if len(p) <= mx else cut_line(p[:mx], len(p), mx))
                 out.append(LineBatch(ps.path, f.key, ps.fields, now_ns, start, off, lines, ends))
-            else:
+            else:  # the lines as read: the buffer up to the last newline
                 out.append(LineBatch(ps.path, f.key, ps.fields, now_ns, start,
-                                     start + len(buf) - len(tail), parts))
+                                     start + len(buf) - len(tail), parts,
+                                     text=buf[:len(buf) - len(tail) - 1]))
             start += len(buf) - len(tail)
         f.line_start = start
         if len(tail) > mx:

@@ -37,8 +37,9 @@ from __future__ import annotations
 import hashlib
 import json
 from bisect import bisect_right
-from collections.abc import Sequence
-from itertools import accumulate, compress
+from collections.abc import Iterable, Sequence
+from itertools import accumulate, compress, repeat
+from operator import and_, eq, not_
 from typing import Any
 
 import ahocorasick_rs
@@ -73,18 +74,26 @@ class ReportMarker:
 
     def mark(self, *, source: Sequence[str], kind: Sequence[str], message: Sequence[str],
              occurred_ns: Sequence[int | None], rank: Sequence[int | None],
-             fields: Sequence[dict]) -> list[int]:
-        """The indices (ascending) of a block's records that a report needs."""
+             fields: Sequence[dict], order: Sequence[int] | None = None) -> list[int]:
+        """The indices (ascending) of a block's records that a report needs. The
+        block's records are the columns' values at ``order`` (indices, in block
+        order), or all of them, in order, when it is None; others are never chosen."""
         n = len(message)
-        plain = ([True] * n if set(source) == {"ranklog"} and set(kind) == {"rank.line"}
-                 else [s == "ranklog" and k == "rank.line" for s, k in zip(source, kind)])
-        need = {i for i in range(n) if not plain[i]} if not all(plain) else set()
-        if n:
-            need.add(n - 1)
-            need.update({r: i for i, r in enumerate(rank) if r is not None}.values())
-        need.update(self._hits(message))
+        pos: Sequence[int] = range(n) if order is None else order
+        if not len(pos):
+            return []
+        uniform = set(source) == {"ranklog"} and set(kind) == {"rank.line"}
+        plain = [True] * n if uniform else list(map(
+            and_, map(eq, source, repeat("ranklog")), map(eq, kind, repeat("rank.line"))))
+        need = set() if uniform else set(compress(pos, map(not_, at(plain, pos))))
+        need.add(pos[-1])
+        last = dict(zip(at(rank, pos), pos))
+        last.pop(None, None)
+        need.update(last.values())
+        hits = self._hits(message)
+        need.update(hits if order is None or not hits else hits.intersection(pos))
         if self._latest:
-            self._mark_latest(need, plain, message, occurred_ns, rank, fields)
+            self._mark_latest(need, plain, message, occurred_ns, rank, fields, pos)
         return sorted(need)
 
     def _hits(self, message: Sequence[str]) -> set[int]:
@@ -103,14 +112,15 @@ class ReportMarker:
 
     def _mark_latest(self, need: set[int], plain: list[bool], message: Sequence[str],
                      occurred: Sequence[int | None], rank: Sequence[int | None],
-                     fields: Sequence[dict]) -> None:
+                     fields: Sequence[dict], pos: Sequence[int]) -> None:
         """Mark the latest progress line of each (path, rank), the block's last first."""
         paths: Sequence[Any] = ([f.get("path") or None if f else None for f in fields]
                                 if any(fields) else [None] * len(message))
-        keys = {k for k in set(compress(zip(paths, rank), plain)) if k[1] is not None}
+        keys = set(compress(zip(at(paths, pos), at(rank, pos)), at(plain, pos)))
+        keys = {k for k in keys if k[1] is not None}
         done: set[tuple] = set()
         latest = self._latest
-        for i in reversed(range(len(message))):
+        for i in reversed(pos):
             key = (paths[i], rank[i])
             if key in done or i in need or not plain[i]:
                 continue  # (a line read anyway may be a key's latest: an earlier one is kept too)
@@ -128,3 +138,8 @@ class ReportMarker:
                 done.add(key)
                 if len(done) == len(keys):
                     break
+
+
+def at(column: Sequence[Any], pos: Sequence[int]) -> Iterable[Any]:
+    """The column's values at ``pos`` (a range: all of it, in order)."""
+    return column if type(pos) is range else map(column.__getitem__, pos)

@@ -110,3 +110,7 @@ class ClockTracker:
         """Nodes with samples added since the last call (what to save again)."""
         nodes, self._updated = sorted(self._updated), set()
         return nodes
+
+    def give_back(self, nodes: list[str]) -> None:
+        """Nodes taken but not saved after all: the next take_updated has them again."""
+        self._updated.update(nodes)

@@ -22,6 +22,8 @@ Per connection (one agent stream), in order:
    (t4 stamped on decoding); an agent's own ``ping`` is answered with ``pong``.
    Batches that queue while the store thread is busy are stored together (group
    commit, firstfault/collector/storequeue.py), each still acked only once durable.
+   A batch's ``cols`` is a wire.PackedColumns: a store may keep the columns' bytes
+   as the frame carried them.
 
 Guarantees
     * An ack covers only records the store has committed; a store failure sends
@@ -427,11 +429,15 @@ class IngestServer:
 
     async def _save_clocks(self) -> None:
         now = time.time_ns()
-        for node in self.clocks.take_updated():
+        nodes = self.clocks.take_updated()
+        for i, node in enumerate(nodes):
             est = self.clocks.estimate(node, now)
             if est is None:
                 continue
             try:
                 await self.call(self.store.save_clock, est)
+            except asyncio.CancelledError:  # stop() cancelled the save loop: stop saves them
+                self.clocks.give_back(nodes[i:])  # (node i may be saved twice: harmless)
+                raise
             except Exception as e:
                 log.error("clock save failed node=%s error=%s: %s", node, type(e).__name__, e)

@@ -6,7 +6,7 @@ that arrive while that thread is busy wait in ``waiting`` and go to it together,
 the store has it, else one ``insert_columns`` (or ``insert`` of Records) each. Under load
 this amortizes the per-transaction cost; when idle a batch goes alone at once. When
 nothing waits, the idle thread runs ``store.mark_pending()`` steps (where the store has
-it): the report marks that group commits left for later.
+it): the report marks of blocks stored without them (a migrated file's).
 """
 
 from __future__ import annotations
@@ -69,7 +69,6 @@ class StoreQueue:
                 fut.set_exception(result)
             else:
                 fut.set_result(result)
-        self.marks_behind |= self._insert_many is not None and len(group) > 1  # unmarked
         self._next()
 
     def _next(self) -> None:

@@ -28,6 +28,7 @@ replacement: it can redact a non-secret that looks like one (``--token_file path
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -162,6 +163,7 @@ class Redactor:
         self._owners = list(owners.values())  # by literal index: the patterns it starts
         self._word_end = [i for i, p in enumerate(self.patterns) if p.word_end]
         self._ac = ahocorasick_rs.AhoCorasick(list(owners)) if owners else None
+        self._bytes_ac = ahocorasick_rs.BytesAhoCorasick([w.encode() for w in owners]) if owners else None
 
     @classmethod
     def from_settings(cls, enabled: bool, defaults: bool, patterns: Iterable[str]) -> Redactor | None:
@@ -216,38 +218,48 @@ class Redactor:
             at = b
         return "".join(parts) + s[at:]
 
+    def messages(self, msgs: Sequence[str | bytes], counts: Counter | None = None) -> dict[int, tuple[str, str]]:
+        """The messages (str, or bytes of UTF-8 text) that hold a secret: index ->
+        (the message redacted, the ``fields.redacted`` mark). One search over all of
+        them joined; only a message with a literal's hit is looked at again."""
+        if self._bytes_ac is None or not msgs:
+            return {}
+        data = [m if type(m) is bytes else m.encode("utf-8", "surrogatepass") for m in msgs]
+        found = self._bytes_ac.find_matches_as_indexes(b"\n".join(data), overlapping=True)
+        if not found:
+            return {}
+        starts = list(accumulate((len(m) + 1 for m in data[:-1]), initial=0))
+        per: dict[int, list] = {}
+        for lit, a, b in found:
+            j = bisect_right(starts, a) - 1
+            per.setdefault(j, []).append((lit, a - starts[j], b - starts[j]))
+        out = {}
+        for j, hits in per.items():
+            m = msgs[j]
+            text = m if type(m) is str else m.decode()
+            tries = self._hits(text, hits, 0) if data[j].isascii() else None  # bytes = str offsets
+            if tries == []:
+                continue  # e.g. a key's literal inside a longer word
+            mine: Counter = Counter()
+            text = self.text(text, mine) if tries is None else self._redact(text, tries, mine)
+            if mine:
+                if counts is not None:
+                    counts.update(mine)
+                out[j] = (text, ",".join(f"{k}:{v}" for k, v in sorted(mine.items())))
+        return out
+
     def rows(self, rows: list, counts: Counter | None = None) -> list:
         """Spool rows (wire-column tuples or Drafts) with their messages redacted: the same
         list when nothing is; a redacted row gets ``fields.redacted``."""
-        if self._ac is None or not rows:
+        if not rows:
             return rows
         tuples = type(rows[0]) is tuple
-        msgs = [r[2] for r in rows] if tuples else [r.message for r in rows]
-        found = self._ac.find_matches_as_indexes(joined := "\n".join(msgs), overlapping=True)
-        if not found:
+        hits = self.messages([r[2] for r in rows] if tuples else [r.message for r in rows], counts)
+        if not hits:
             return rows
-        found.sort(key=lambda f: f[1])
-        starts = list(accumulate((len(m) + 1 for m in msgs[:-1]), initial=0))
-        hits: dict[int, list[tuple[int, int]]] = {}
-        j = 0
-        for f in found:
-            while j + 1 < len(starts) and starts[j + 1] <= f[1]:
-                j += 1
-            row = self._hits(joined, [f], starts[j])
-            if row:
-                hits.setdefault(j, []).extend(row)
-        out = rows
-        for j, row_hits in hits.items():
-            mine: Counter = Counter()
-            text = self._redact(msgs[j], row_hits, mine)
-            if not mine:
-                continue
-            if counts is not None:
-                counts.update(mine)
-            if out is rows:
-                out = list(rows)
+        out = list(rows)
+        for j, (text, mark) in hits.items():
             r = out[j]
-            mark = ",".join(f"{k}:{v}" for k, v in sorted(mine.items()))
             if tuples:
                 out[j] = (*r[:2], text, *r[3:-1], {**r[-1], "redacted": mark})
             else:

@@ -193,3 +193,32 @@ def test_ships_over_mutual_tls_and_a_client_without_a_cert_is_refused(spool, tmp
     assert store.seqs(NODE, spool.stream) == list(range(1, 301))
     sh.stop(0)
     c.stop()
+
+
+def test_a_collector_that_goes_silent_is_left_after_idle_timeout_s(spool):
+    """A collector that welcomes and then says nothing (no ack, no ping) is dead to the
+    shipper after idle_timeout_s: it closes the session and connects again."""
+    from firstfault import wire
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    sessions = []
+
+    def serve():
+        while len(sessions) < 2:
+            c, _ = srv.accept()
+            sessions.append(c)
+            c.recv(1 << 16)  # the hello
+            c.sendall(wire.encode_message(wire.Welcome(high_seq=None, collector_ns=time.time_ns())))
+
+    import threading
+    threading.Thread(target=serve, daemon=True).start()
+    spool.append(drafts(0, 3))
+    sh = fast(spool, [Address("127.0.0.1", srv.getsockname()[1])], idle_timeout_s=0.3).start()
+    try:
+        settle(lambda: len(sessions) == 2, 10)
+        assert "nothing heard" in sh.stats.last_error and sh.stats.failures >= 1
+    finally:
+        sh.stop()
+        for c in sessions:
+            c.close()
+        srv.close()

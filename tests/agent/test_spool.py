@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import msgpack
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 
 from firstfault.agent import spool as spool_mod
 from firstfault.agent import spoolfile
+from firstfault.agent.columns import MESSAGE, Columns, Runs
 from firstfault.agent.spool import InvalidRecordError, Spool, SpoolError, SpoolFullError
 from firstfault.agent.spoolfile import HEADER, pack_column
 from firstfault.wire import MAX_MESSAGE_BYTES, Record, decode_batch, decode_batch_columns, encode_batch
@@ -186,6 +188,43 @@ def test_frames_carry_what_column_reads_carry(tmp_path):
             assert got == want and len(want) >= 1
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 150), st.booleans()), min_size=1, max_size=16),
+       st.lists(st.tuples(st.integers(-1, 40), st.integers(200, 3000), st.integers(20_000, 400_000)),
+                min_size=1, max_size=6))
+def test_frames_from_memory_are_the_frames_from_disk(tmp_path_factory, appends, reads):
+    """The latest entries' columns, kept in memory for the shipper, make exactly the
+    frames the segment files give (batch bounds, seqs, bytes), with gap records and
+    entries not yet durable ("interval") in between."""
+    path = tmp_path_factory.mktemp("recent")
+    with open_spool(path, fsync="interval", fsync_interval_ms=10_000, segment_bytes=256 << 10,
+                    max_bytes=8 << 20) as sp:
+        k = 0
+        for n, gap in appends:
+            sp.append_columns(as_columns([row(k + i) for i in range(n)]))
+            k += n
+            if gap:  # a gap record (not kept in memory) breaks the chain
+                sp._pending.append({"reason": "corrupt", "dropped_records": None, "dropped_bytes": 1,
+                                    "first_seq": 1, "last_seq": 1, "from_ns": None, "to_ns": None})
+                sp.append_columns(as_columns([row(k)]))
+                k += 1
+            if n % 3:
+                sp._flush_once()  # durable up to here; what follows is not (yet)
+        for after, max_records, max_bytes in reads:  # each a shipper's walk from there
+            a = after * 37 if after >= 0 else None
+            while True:
+                got = sp.read_frame_after(a, max_records, max_bytes)
+                recent, sp._recent = sp._recent, type(sp._recent)()
+                try:
+                    want = sp.read_frame_after(a, max_records, max_bytes)
+                finally:
+                    sp._recent = recent
+                assert got == want
+                if got is None:
+                    break
+                a = got[0][-1]
+
+
 def test_seqs_increase_across_restarts(tmp_path):
     with open_spool(tmp_path) as sp:
         stream = sp.stream
@@ -250,6 +289,84 @@ def test_invalid_records_write_nothing(tmp_path):
         assert sp.append([row(0)]) == 1
     with open_spool(tmp_path, validate=False) as sp:  # the caller vouches for its records
         assert sp.append([row(1)]) == 2
+
+
+def as_columns(rows: list[tuple], runs: bool = True):
+    """``rows`` as the ranklog hands them over (firstfault/agent/columns.py): every column
+    but the message as Runs (a run per value, one object per run), messages as given."""
+    cols = [list(c) for c in zip(*rows)]
+    if runs:
+        for i, c in enumerate(cols):
+            if i != MESSAGE:
+                r = Runs()
+                for v in c:
+                    if r and r[-1][0] == v and type(r[-1][0]) is type(v):
+                        r[-1][1] += 1
+                    else:
+                        r.add(v)
+                cols[i] = r
+    return Columns(len(rows), cols)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 2600), paths=st.integers(1, 9), raw=st.booleans(), seed=st.integers(0, 99))
+def test_columns_are_spooled_as_the_same_rows_would_be(tmp_path_factory, n, paths, raw, seed):
+    """append_columns (Runs, bytes messages: the ranklog's shape) reads back exactly as
+    append(rows) of the same records, across entries of at most ENTRY_MAX_RECORDS."""
+    rnd = random.Random(seed)
+    rows = [("ranklog", "rank.line", LINE.format(i=i) + rnd.choice(("", " é", " ✓")), None,
+             T0 + i // 50, None, None, f"job-{i * paths // n}", i * paths // n, None, None, 6,
+             {"path": f"/logs/rank{i * paths // n}.log"}) for i in range(n)]
+    cols = as_columns(rows)
+    if raw:
+        cols.cols[MESSAGE] = [m.encode() for m in cols.cols[MESSAGE]]
+    a, b = tmp_path_factory.mktemp("cols"), tmp_path_factory.mktemp("rows")
+    with open_spool(a) as sp, open_spool(b) as plain:
+        assert sp.append_columns(cols) == plain.append(rows) == n
+        got, want = read_all(sp), [replace(r, stream=sp.stream) for r in read_all(plain)]
+        assert got == want and [r.message for r in got] == [r[2] for r in rows]
+        frames = [s.read_frame_after(None, max_records=n)[1] for s in (sp, plain)]
+        assert decode_batch(frames[0]) == [replace(r, stream=sp.stream)  # a valid wire batch
+                                           for r in decode_batch(frames[1])]
+        sizes = [b - a for s in segments(a) for a, b in entry_offsets(s)]
+        assert len(sizes) == -(-n // spoolfile.ENTRY_MAX_RECORDS)
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"message": [b"\xff\xfe not UTF-8"]}, "UTF-8"),
+    ({"message": [b"x" * (MAX_MESSAGE_BYTES + 1)]}, "message"),
+    ({"message": [b"ok", 7]}, "message"),
+    ({"rank": Runs([[0, 1], [-1, 1]])}, "rank"),
+    ({"fields": Runs([[{"path": "/a"}, 1], [{"bad": [1]}, 1]])}, "fields"),
+    ({"severity": Runs([[6, 3]])}, "values for 2 records"),
+    ({"job": ["a"]}, "values for 2 records"),
+])
+def test_invalid_columns_write_nothing(tmp_path, bad, match):
+    rows = [row(0), row(1)]
+    cols = as_columns(rows)
+    for name, col in bad.items():
+        i = spool_mod.COLUMNS.index(name)
+        if name == "message" and len(col) == 1:
+            col = [b"fine", *col]
+        cols.cols[i] = col
+    with open_spool(tmp_path) as sp:
+        with pytest.raises(InvalidRecordError, match=match):
+            sp.append_columns(cols)
+        assert sp.append_columns(as_columns(rows)) == 2 and len(read_all(sp)) == 2
+
+
+def test_runs_cut_and_set():
+    r = Runs()
+    for v, k in (("a", 3), ("a", 2), ("b", 0), ("b", 1), ("c", 4)):
+        r.add(v, k)
+    assert r == [["a", 5], ["b", 1], ["c", 4]] and r.values() == list("aaaaabcccc")
+    assert r.cut(3, 7) == [["a", 2], ["b", 1], ["c", 1]] and r.cut(5, 6) == [["b", 1]]
+    r.set(7, "x")
+    assert r.values() == list("aaaaabcxcc")
+    r.set(0, "y")
+    assert r.values() == list("yaaaabcxcc")
+    with pytest.raises(IndexError):
+        r.set(10, "z")
 
 
 def with_column(name: str, values: list) -> list[tuple]:
@@ -759,6 +876,27 @@ def test_interval_mode_shows_records_after_their_fsync(tmp_path):
         assert not readable.wait(0.1)  # nothing new
         threading.Timer(0.1, sp.close).start()
         assert readable.wait(10)  # close tells the watcher too
+
+
+def test_interval_mode_syncs_in_the_appending_thread_when_due_and_tells_only_of_news(tmp_path):
+    """An append made when the last fsync is an interval old is durable (and readable)
+    when append returns, the flusher asleep; one sooner waits for the flusher. A segment
+    roll whose records were all readable already tells the reader nothing (a reader told
+    of news that finds none backs off)."""
+    with open_spool(tmp_path, fsync="interval", fsync_interval_ms=300,
+                    segment_bytes=4096, max_bytes=1 << 20) as sp:
+        told = []
+        sp.watch(lambda: told.append(sp.visible_seq))
+        first = sp.append([row(0)])
+        assert sp.visible_seq == first and told == [first]  # synced by append itself
+        second = sp.append([row(1, message="x" * 3900)])  # rolls first: it does not fit
+        assert len(segments(tmp_path)) == 2
+        assert sp.visible_seq == first and told == [first]  # the roll found nothing new
+        deadline = time.monotonic() + 5  # not due when appended: the flusher syncs it later
+        while sp.visible_seq < second and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sp.visible_seq == second and told == [first, second]
+        assert [r.seq for r in read_all(sp)] == [first, second]
 
 
 def test_always_mode_fsyncs_every_append(tmp_path):

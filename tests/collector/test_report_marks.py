@@ -17,6 +17,7 @@ from firstfault.analysis.report import needles, progress_needles
 from firstfault.analysis.scan import Needles
 from firstfault.collector.store.base import Selection
 from firstfault.collector.store.sqlite import SqliteStore
+from tests.collector.frames import insert_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 from tests.analysis.shipped import ship_file
@@ -88,10 +89,15 @@ def _rank_of(path: Path) -> int | None:
     return int(path.stem.rsplit("rank", 1)[1]) if "_rank" in path.stem else None
 
 
+def _insert(store, batch: list[Record], via: str) -> int:
+    return store.insert(batch) if via == "records" else insert_frames(store, batch)
+
+
 @pytest.mark.parametrize("case", sorted(p.name for p in REAL.iterdir() if p.is_dir()))
-@pytest.mark.parametrize("stamped,backend", [(False, "sqlite"), (True, "sqlite"),
-                                             pytest.param(True, "postgres", marks=pytest.mark.slow)])
-def test_real_jobs_report_the_same_from_marks(tmp_path, request, case, stamped, backend):
+@pytest.mark.parametrize("stamped,backend,via", [
+    (False, "sqlite", "frames"), (True, "sqlite", "frames"), (True, "sqlite", "records"),
+    pytest.param(True, "postgres", "frames", marks=pytest.mark.slow)])
+def test_real_jobs_report_the_same_from_marks(tmp_path, request, case, stamped, backend, via):
     _, marked, plain = _stores(tmp_path, request, backend)
     for k, path in enumerate(sorted((REAL / case).rglob("*.log"))):
         rank = _rank_of(path)
@@ -100,7 +106,7 @@ def test_real_jobs_report_the_same_from_marks(tmp_path, request, case, stamped, 
         records = [Record(**{**{f: getattr(r, f) for f in r.__slots__}, "job": "j"})
                    for r in records]
         for i in range(0, len(records), 97):  # progress lines of a rank span blocks
-            marked.insert(records[i:i + 97])
+            _insert(marked, records[i:i + 97], via)
             plain.insert(records[i:i + 97])
     assert _report(marked, "j") == _report(plain, "j")
     n_all = len(list(plain.records(Selection(job="j"))))
@@ -145,10 +151,10 @@ def _adversarial(rnd: random.Random, n: int, node: str) -> list[Record]:
     return out
 
 
-@pytest.mark.parametrize("seed,backend", [*((s, "sqlite") for s in range(4)),
-                                          *(pytest.param(s, "postgres", marks=pytest.mark.slow)
-                                            for s in range(2))])
-def test_adversarial_streams_report_the_same_from_marks(tmp_path, request, seed, backend):
+@pytest.mark.parametrize("seed,backend,via", [
+    *((s, "sqlite", "frames" if s % 2 else "records") for s in range(4)),
+    *(pytest.param(s, "postgres", "frames", marks=pytest.mark.slow) for s in range(2))])
+def test_adversarial_streams_report_the_same_from_marks(tmp_path, request, seed, backend, via):
     rnd = random.Random(seed)
     clock, marked, plain = _stores(tmp_path, request, backend)
     streams = [_adversarial(rnd, 3000, node) for node in ("gpu-01", "gpu-02")]
@@ -160,8 +166,8 @@ def test_adversarial_streams_report_the_same_from_marks(tmp_path, request, seed,
             if rnd.random() < 0.3:  # holes in a batch's seqs, and a resend overlapping it
                 batch = [r for r in batch if rnd.random() < 0.7]
             for s in (marked, plain):
-                s.insert(batch)
-                s.insert(records[max(0, i - 50):i + 20])
+                _insert(s, batch, via)
+                _insert(s, records[max(0, i - 50):i + 20], via)
     assert _report(marked, "j") == _report(plain, "j")
     assert list(marked.records(Selection(job="j"))) == list(plain.records(Selection(job="j")))
     clock.now = T0 + 8 * S + 3600 * S  # cuts the streams (~16 s) and their blocks
@@ -172,7 +178,10 @@ def test_adversarial_streams_report_the_same_from_marks(tmp_path, request, seed,
     _saves_reading(needed, list(plain.records(Selection(job="j"))), share=1 / 2)
 
 
-def test_group_committed_blocks_are_marked_later(tmp_path):
+def test_group_commits_are_marked_at_once_and_unmarked_blocks_later(tmp_path):
+    """insert_columns_many (the server's group commit) marks as it writes; blocks a store
+    without a marker wrote wait in ``pending`` until a store with one marks them, a
+    step at a time (mark_pending), and the report is the same all along."""
     from firstfault.collector.store.blocks import COLUMNS
 
     rnd = random.Random(7)
@@ -183,16 +192,22 @@ def test_group_committed_blocks_are_marked_later(tmp_path):
                for i in range(0, len(records), 500)]
     assert marked.insert_columns_many(batches) == plain.insert_columns_many(batches) == [500] * 8
     name = ReportMarker(CATALOG).name
-    every = list(marked.records(Selection(job="j")))
-    assert len(list(marked.needed(Selection(job="j"), name))) == len(every)  # nothing marked yet
-    blocks = marked._db.execute("SELECT count(*) FROM blocks").fetchone()[0]
-    assert 0 < marked.mark_pending(max_records=1000) < blocks  # a step, not all at once
-    while marked.mark_pending():
-        pass
-    assert marked._db.execute("SELECT count(*) FROM blocks WHERE mid IS NULL").fetchone()[0] == 0
-    assert plain.mark_pending() == 0  # no marker, nothing to do
+    every = list(plain.records(Selection(job="j")))
+    everything = len(every)
     _saves_reading(list(marked.needed(Selection(job="j"), name)), every, share=1 / 10)  # 500-record blocks
-    assert _report(marked, "j") == _report(plain, "j")
+    assert marked._db.execute("SELECT count(*) FROM pending").fetchone()[0] == 0
+    assert plain.mark_pending() == 0  # no marker, nothing to do
+    plain.close()
+    later = SqliteStore(tmp_path / "plain.db", marker=ReportMarker(CATALOG), now_ns=Clock())
+    assert len(list(later.needed(Selection(job="j"), name))) == everything  # unmarked: whole
+    blocks = later._db.execute("SELECT count(*) FROM pending").fetchone()[0]
+    assert 0 < later.mark_pending(max_records=1000) < blocks  # a step, not all at once
+    while later.mark_pending():
+        pass
+    assert later._db.execute("SELECT count(*) FROM pending").fetchone()[0] == 0
+    _saves_reading(list(later.needed(Selection(job="j"), name)), every, share=1 / 10)
+    assert _report(later, "j") == _report(marked, "j")
+    later.close()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

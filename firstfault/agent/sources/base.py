@@ -69,6 +69,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Iterable
 
+from firstfault.agent.columns import Columns
 from firstfault.agent.hostpaths import HostPaths
 from firstfault.agent.osthread import name_this_thread
 from firstfault.wire import KIND_AGENT_STATUS, MAX_TEXT_BYTES, SOURCE_AGENT, Record
@@ -132,14 +133,30 @@ def emit_many(emit: Emit, *, hold: bool = False) -> Callable[[list], None]:
     the rows one by one."""
     many = getattr(emit, "many", None)
     if many is not None:
-        if hold and "hold" in inspect.signature(many).parameters:
-            return functools.partial(many, hold=True)
-        return many
+        return _holding(many, hold)
 
     def one_by_one(rows: list) -> None:
         for row in rows:
             emit(row)
     return one_by_one
+
+
+def emit_columns(emit: Emit, *, hold: bool = False) -> Callable[[Columns], None]:
+    """The columns form of ``emit`` (firstfault/agent/columns.py): the agent's sink spools
+    them as they are through its ``columns`` method (``hold`` as for emit_many); anything
+    else gets rows."""
+    columns = getattr(emit, "columns", None)
+    if columns is not None:
+        return _holding(columns, hold)
+    many = emit_many(emit, hold=hold)
+    return lambda c: many(c.rows())
+
+
+def _holding(take: Callable, hold: bool) -> Callable:
+    """``take`` told to hold where it can (it has a ``hold`` parameter)."""
+    if hold and "hold" in inspect.signature(take).parameters:
+        return functools.partial(take, hold=True)
+    return take
 
 
 def clip(text: str, limit: int = MAX_TEXT_BYTES) -> str:

@@ -70,12 +70,15 @@ An OS crash may bring back an older state file (the catch-up scan then starts
 earlier) or a corrupt one (``state_reset``: lines may come twice).
 
 ``watch`` (wired by the daemon to the stacks source): called with each chunk's
-identity, lines and read time, in this thread, before they are emitted.
+identity, lines (bytes joined by newlines) and read time, in this thread, before
+they are emitted.
 
-Cost: the hot path builds no object per line: a chunk is decoded at once and
-its rows zipped from columns (bench/ranklog.py, bench/RESULTS.md); only chunks
-where a traceback may open (a header, a frame line: ``traceback.may_open``), and a
-path's lines while one of its tracebacks is open, go line by line.
+Cost: the hot path builds no object per line: a chunk's lines go to the spool
+as the bytes read (checked UTF-8 in one call) in columns whose other values are
+runs per chunk and per file (firstfault/agent/columns.py; bench/ranklog.py,
+bench/RESULTS.md); only chunks where a traceback may open (a header, a frame
+line: ``traceback.may_open``), and a path's lines while one of its tracebacks is
+open, go line by line.
 """
 
 from __future__ import annotations
@@ -85,7 +88,6 @@ import os
 import re
 import threading
 from collections.abc import Callable
-from itertools import repeat
 
 from firstfault.agent.follow import FollowLoop, compile_glob
 from firstfault.common.layouts import TORCHRUN, layout_globs, parse_log_path
@@ -96,7 +98,8 @@ from firstfault.analysis.traceback import END, HELD, Grammar, may_open, opening,
 from firstfault.wire import (COLUMNS, KIND_RANK_LINE, KIND_RANK_STACKS, KIND_RANK_TRACEBACK, MAX_MESSAGE_BYTES,
                         MAX_NAME_BYTES, SOURCE_RANKLOG)
 
-from firstfault.agent.sources.base import Emit, SinkFull, Source, emit_many, printable, register
+from firstfault.agent.columns import ColumnsBuilder
+from firstfault.agent.sources.base import Emit, SinkFull, Source, emit_columns, emit_many, printable, register
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +113,9 @@ MAX_PATHS_KNOWN = 4096  # identities cached; the cache starts over beyond (paths
 _GLOB_CHARS = set("*?[]{}")
 _DUMP_MARK = DUMP_MARK.encode()
 _LINE_KINDS = (KIND_RANK_LINE, KIND_RANK_TRACEBACK, KIND_RANK_STACKS)
-# ``watch(identity, lines, observed_ns)``: told of every chunk of lines, in the ranklog
-# thread (the stacks source's trigger: it must return at once)
-Watch = Callable[[tuple, list, int], None]
+# ``watch(identity, lines, observed_ns)``: told of every chunk of lines (bytes joined by
+# newlines), in the ranklog thread (the stacks source's trigger: it must return at once)
+Watch = Callable[[tuple, bytes, int], None]
 _POSITION = ("dev", "ino", "end_offset", "fp_len", "fp")  # Tailer.advance's arguments
 _POSITION_TYPES = [int, int, int, int, str]
 
@@ -127,16 +130,25 @@ def fit_message(text: str) -> str:
     return cut_line(raw[:MAX_MESSAGE_BYTES], len(raw), MAX_MESSAGE_BYTES).decode("utf-8", "ignore")
 
 
-def decode_lines(data: list[bytes]) -> tuple[list[str], bool]:
-    """(the lines as text, whether one may open a traceback). Text: UTF-8, each invalid
-    byte as ``\\xNN`` (tail.to_text), fit to the wire's message limit. A valid chunk is
-    decoded in one call (its lines are at most max_line_bytes <= MAX_MESSAGE_BYTES)."""
-    raw = b"\n".join(data)
+def decode_lines(data: list[bytes], raw: bytes | None = None) -> tuple[list[bytes] | list[str], bool]:
+    """(the lines as messages, whether one may open a traceback); ``raw``: the lines
+    joined by newlines, if known. A chunk that is UTF-8 (checked in one call) keeps
+    its lines' bytes: the spool packs them as str, nothing is decoded (its lines are
+    at most max_line_bytes <= MAX_MESSAGE_BYTES). Else each line as text, each
+    invalid byte as ``\\xNN`` (tail.to_text), fit to the wire's message limit."""
+    raw = b"\n".join(data) if raw is None else raw
     marked = may_open(raw) or _DUMP_MARK in raw
+    if raw.isascii():
+        return data, marked
     try:
-        return raw.decode().split("\n"), marked
+        raw.decode()
+        return data, marked
     except UnicodeDecodeError:
         return [fit_message(d.decode("utf-8", "backslashreplace")) for d in data], marked
+
+
+def as_text(messages: list[bytes] | list[str]) -> list[str]:
+    return [m.decode() if type(m) is bytes else m for m in messages]
 
 
 class _Pending:
@@ -187,6 +199,7 @@ class RankLines:
         position) is kept up to date with every emit."""
         self.tailer, self.commit_s = tailer, commit_s
         self.emit_rows, self.hold = emit_many(emit, hold=hold is not None), hold
+        self.emit_columns = emit_columns(emit, hold=hold is not None)
         self.spooled = spooled if spooled is not None else {}
         self.watch = watch
         self.job_label, self.traceback_flush_s = job_label, traceback_flush_s
@@ -227,26 +240,26 @@ class RankLines:
     # -- what the FollowLoop hands over --------------------------------------------
 
     def batches(self, batches: list[LineBatch]) -> None:
-        rows: list[tuple] = []
+        rows = ColumnsBuilder()
         commit: dict[str, tuple[Position, int]] = {}
         for b in batches:
             self._emitted_bytes += b.stop - b.start
             ident = self.identity(b.path)
             if self.watch is not None:
-                self.watch(ident, b.data, b.observed_ns)
+                self.watch(ident, b.text, b.observed_ns)
             p = self._pending.get(b.path)
             if p is not None and p.file != b.file:  # rotated or truncated: its tracebacks end
                 self._close_all(p)
                 self._drain(b.path, p, ident, rows, commit)
                 p = self._pending.get(b.path)
-            texts, marked = decode_lines(b.data)
+            texts, marked = decode_lines(b.data, b.text)
             if p is None and not marked:
-                rows += _line_rows(texts, b.observed_ns, ident)
+                rows.lines(texts, b.observed_ns, *ident)
                 commit[b.path] = b.position, len(rows) - 1
                 continue
             if p is None:
                 p = self._pending[b.path] = _Pending(b.file)
-            self._group(p, b, texts)
+            self._group(p, b, as_text(texts))
             self._drain(b.path, p, ident, rows, commit)
         self._ship(rows, commit)
 
@@ -277,7 +290,7 @@ class RankLines:
         COMMIT_BYTES); the next time to call again. The FollowLoop calls it once a wake,
         after that wake's polls."""
         now = self.clock()
-        rows: list[tuple] = []
+        rows = ColumnsBuilder()
         commit: dict[str, tuple[Position, int]] = {}
         for path, p in list(self._pending.items()):
             quiet = [t for t in p.open.values() if now - t.touched >= self.traceback_flush_s]
@@ -292,23 +305,24 @@ class RankLines:
 
     # -- grouping ----------------------------------------------------------------
 
-    def _ship(self, rows: list[tuple], commit: dict[str, tuple[Position, int]]) -> None:
+    def _ship(self, rows: ColumnsBuilder, commit: dict[str, tuple[Position, int]]) -> None:
         """Emit ``rows``, the last of each path (its index in ``commit``) with the position
         it reaches; once the spool has them, their positions are to be committed."""
-        if not rows:
+        if not len(rows):
             return
         where = {}
         for path, (pos, i) in commit.items():
             fp = self.tailer.fingerprint(pos.path, pos.file)
             if fp is not None:
                 where[path] = (pos.file.dev, pos.file.ino, pos.offset, *fp)
-                rows[i] = (*rows[i][:-1], {**rows[i][-1], **dict(zip(_POSITION, where[path]))})
+                rows.set_fields(i, {**rows.fields_at(i), **dict(zip(_POSITION, where[path]))})
+        cols = rows.build()
         while True:
             try:
-                self.emit_rows(rows)  # returns once the spool has them: only then commit
+                self.emit_columns(cols)  # returns once the spool has them: only then commit
                 break
             except SinkFull as e:  # disk full: the rows wait here, the files keep the rest
-                rows = rows[e.accepted:]
+                cols = cols.cut(e.accepted, cols.n)
                 if not self._holding:
                     log.warning("ranklog: the spool's disk is full; reading waits until there "
                                 "is room (nothing is lost) error=%s", e)
@@ -375,7 +389,7 @@ class RankLines:
         for t in list(p.open.values()):
             self._close(p, t)
 
-    def _drain(self, path: str, p: _Pending, ident: tuple, rows: list[tuple],
+    def _drain(self, path: str, p: _Pending, ident: tuple, rows: ColumnsBuilder,
                commit: dict[str, tuple[Position, int]]) -> None:
         """Emit the longest run of pending lines, from the first, that holds only whole,
         closed tracebacks and lines of their own; commit to its end."""
@@ -395,13 +409,13 @@ class RankLines:
         for ln in lines[:cut]:
             t = ln[4]
             if t is None:
-                rows.append((SOURCE_RANKLOG, KIND_RANK_LINE, ln[2], None, ln[3], None, None,
-                             job, rank, local, None, 6, fields))
+                rows.row((SOURCE_RANKLOG, KIND_RANK_LINE, ln[2], None, ln[3], None, None,
+                          job, rank, local, None, 6, fields))
             elif ln is lines[t.first]:
                 text = "\n".join(x[2] for x in lines[t.first:t.last + 1] if x[4] is t)
                 dump = t.kind == KIND_RANK_STACKS
-                rows.append((SOURCE_RANKLOG, t.kind, fit_message(text), None, ln[3], None, None, job, rank,
-                             local, None, 4 if dump else 3, {**fields, "tool": "faulthandler"} if dump else fields))
+                rows.row((SOURCE_RANKLOG, t.kind, fit_message(text), None, ln[3], None, None, job, rank,
+                          local, None, 4 if dump else 3, {**fields, "tool": "faulthandler"} if dump else fields))
         commit[path] = Position(path, p.file, lines[cut - 1][1]), len(rows) - 1
         del lines[:cut]
         for t in {id(ln[4]): ln[4] for ln in lines if ln[4] is not None}.values():  # re-index
@@ -409,14 +423,6 @@ class RankLines:
             t.held = [j - cut for j in t.held]
         if not lines:
             del self._pending[path]
-
-
-def _line_rows(texts: list[str], observed_ns: int, ident: tuple) -> list[tuple]:
-    """rank.line rows (agent.spool.COLUMNS order) of one chunk, zipped from columns."""
-    job, rank, local, fields = ident
-    return list(zip(repeat(SOURCE_RANKLOG), repeat(KIND_RANK_LINE), texts, repeat(None),
-                    repeat(observed_ns), repeat(None), repeat(None), repeat(job), repeat(rank),
-                    repeat(local), repeat(None), repeat(6), repeat(fields)))
 
 
 def _int(v: str | None) -> int | None:

@@ -129,17 +129,19 @@ class StacksSource(Source):
 
     # --- the hook ranklog calls, in its thread: cheap, never blocks on a capture --------
 
-    def watch(self, ident: tuple, data: list, observed_ns: int) -> None:
+    def watch(self, ident: tuple, raw: bytes, observed_ns: int) -> None:
+        """A chunk of a rank's lines (``raw``: joined by newlines) was read."""
         job = ident[0]
         now = time.monotonic()
-        hit = _TRIGGER.search(b"\n".join(data)) if self.on_timeout_lines else None
+        # a find per trigger (~0.02 µs a line each) before the regex (~0.6 µs a line)
+        hit = (_TRIGGER.search(raw) if self.on_timeout_lines and any(map(raw.__contains__, TRIGGERS))
+               else None)
         with self._cond:
             st = self._jobs.get(job)
             if st is None:
                 st = self._jobs[job] = _Job(now)
             st.last_line, st.armed = now, True
             if hit is not None:
-                raw = b"\n".join(data)
                 start = raw.rfind(b"\n", 0, hit.start()) + 1
                 end = raw.find(b"\n", hit.end())
                 self._due.append((job, "timeout", raw[start:end if end >= 0 else len(raw)].decode("utf-8", "replace")))

@@ -144,9 +144,10 @@ class Marker(Protocol):
 
     def mark(self, *, source: Sequence[str], kind: Sequence[str], message: Sequence[str],
              occurred_ns: Sequence[int | None], rank: Sequence[int | None],
-             fields: Sequence[dict]) -> list[int]:
+             fields: Sequence[dict], order: Sequence[int] | None = None) -> list[int]:
         """Indices (ascending) of the records a report needs, of one block: records
-        of one (node, stream) and one job, in (occurred else observed time, seq) order."""
+        of one (node, stream) and one job, in (occurred else observed time, seq)
+        order: the columns' values at the indices ``order``, or all of them (None)."""
 
 
 def needed_records(store: Store, sel: Selection, marker: str) -> Iterator[Record]:

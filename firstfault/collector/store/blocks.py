@@ -1,53 +1,61 @@
 """Blocks: how SqliteStore keeps records, many to a row. Pure: no SQL here.
 
-A wire batch's records (firstfault/wire.py columns) are cut by job into blocks of at
-most BLOCK_MAX records of one stream and one job (or of none). Each block is one
-row of the ``blocks`` table (sqlite.py), its records packed as msgpack columns:
-one INSERT per block instead of a 16-column row and three index entries per
-record (the bound bench/RESULTS.md measured: 11.3 µs a record as rows).
+A wire batch's records (firstfault/wire.py columns) become blocks: the records of one
+stream and one job (or of none) from one insert, each one row of the ``blocks`` table
+(sqlite.py): one INSERT per block instead of a 16-column row and three index entries
+per record (the bound bench/RESULTS.md measured: 11.3 µs a record as rows).
 
-Packed layout (``data``; ``marked`` the same for a subset): a msgpack array of
-the columns of BLOCK_COLUMNS, each an array of the block's values in block order::
+Row layout (schema version 3)
+    data   a msgpack array of the 13 wire columns (wire.COLUMNS order), each an array
+           of the m values of the records the row's bytes hold.
+    seqs   msgpack int s (record i of data has seq s + i) or an array of m seqs.
+    idx    NULL: the block's records are data's records 0..m-1, in that order; else
+           a msgpack array of the positions in data of the block's records, in
+           block order.
 
-    [seqs, t_ns, source, kind, message, occurred_ns, observed_ns, boot_id, mono_ns,
-     rank, local_rank, pid, severity, fields]
+The block of a batch's main job (most of its records) keeps the batch's columns
+exactly as the frame carried them (wire.PackedColumns): nothing is unpacked and
+packed again; the batch's other records ride along in its data, unread (each is in
+its own job's block too), and ``idx`` names the block's own when they are not all
+of data in order. A block of another job, of records that came without their
+bytes (``insert``, resends), or rewritten by prune holds only its own records,
+packed here, in block order.
 
-t_ns = occurred_ns if known, else observed_ns; fields a msgpack map ({} when
-empty); the job is the row's. Example: firstfault/wire.py's batch record (gpu-07,
-stream 3f2a9c, seq 812) in a block of job 12345 is column entry i with seqs[i] =
-812, t_ns[i] = 1796206319782000000, message[i] = '[2026-12-02 10:11:59,782] ...'.
+Block order is (t_ns, seq), t_ns = occurred_ns if known, else observed_ns. Example:
+firstfault/wire.py's batch record (gpu-07, stream 3f2a9c, seq 812) as the only record
+of a block of job 12345: data holds ``[["ranklog"], ["rank.line"], ["[2026-12-02
+10:11:59,782] ..."], ...]``, seqs is 812, idx NULL, t_lo = t_hi = 1796206319782000000.
 
 Invariants
-    * Records of a block are in (t_ns, seq) order, seqs unique within the block;
-      t_lo/t_hi and seq_lo/seq_hi are the exact bounds of its values, ranks the
-      sorted distinct non-null ranks.
-    * ``marked`` (with the marker that chose them): the records a report needs
-      (firstfault/analysis/marks.py decides which), packed the same way, in block
-      order. Dropping records older than a time from a block keeps its marks exact
-      (the marker keeps the latest of a kind, never an earlier one instead).
+    * A block's records are in (t_ns, seq) order, their seqs unique; seq_lo/seq_hi and
+      t_lo/t_hi (sqlite.py's columns) are the exact bounds of its records, ranks
+      their sorted distinct non-null ranks.
+    * Its marks (sqlite_marks.py, table ``marks``): the records a report needs
+      (firstfault/analysis/marks.py decides which), packed as ``data`` with their own
+      seqs array, in block order. Dropping records older than a time from a block
+      keeps its marks exact (the marker keeps the latest of a kind, never an
+      earlier one instead).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from collections import Counter
 from itertools import compress, islice, repeat
-from operator import eq, le, ne
+from operator import eq, is_, le, ne
 from typing import Any
 
 import msgpack
 
 from firstfault import wire
 
-BLOCK_MAX = 2000  # records a block holds at most
-_FEW = 64  # records of other jobs below which a batch's main job is cut out by deleting them
-COLUMNS = wire.COLUMNS  # record columns in wire order, as insert_columns takes them
-_STORED = tuple(c for c in COLUMNS if c != "job")  # the columns a block keeps, after seq, t_ns
-BLOCK_COLUMNS = ("seq", "t_ns", *_STORED)
-SEQ, T, SOURCE, KIND, MESSAGE, OCCURRED, OBSERVED, BOOT_ID, MONO, RANK, LOCAL_RANK, PID, \
-    SEVERITY, FIELDS = range(len(BLOCK_COLUMNS))
+BLOCK_MAX = 2000  # records a block packed here holds at most (a frame's block: all it holds)
+COLUMNS = wire.COLUMNS  # record columns in wire order: a block's data
+SOURCE, KIND, MESSAGE, OCCURRED, OBSERVED, BOOT_ID, MONO, JOB, RANK, LOCAL_RANK, PID, \
+    SEVERITY, FIELDS = range(len(COLUMNS))
 pack = msgpack.Packer(use_bin_type=True).pack
+_DATA_HEAD = wire.array_header(len(COLUMNS))
 
 # (node, stream, columns) -> the indices (ascending) of the records a report needs
 MarkFn = Callable[[str, str, list], list[int]]
@@ -55,57 +63,133 @@ MarkFn = Callable[[str, str, list], list[int]]
 
 @dataclass(slots=True)
 class Block:
-    """One block to write: its job, bounds, and columns in BLOCK_COLUMNS order."""
+    """One block to write: its job, its data's columns, seqs and times, and which of
+    them are the block's (``order``: positions in block order; None: all, in order)."""
 
     job: str | None
-    cols: list[list[Any]]
-    marked: list[int] | None = None  # indices the marker chose; None: not marked
+    cols: list[list[Any]]  # data's columns, COLUMNS order
+    seq: Sequence[int]  # data's seqs (a range or a list)
+    t: Sequence[int]  # data's t_ns
+    order: list[int] | None = None
+    packed: bytes | None = None  # data's bytes as received; None: packed from cols
+    marked: list[int] | None = None  # positions the marker chose; None: not marked
+
+    @property
+    def positions(self) -> Sequence[int]:
+        return range(len(self.seq)) if self.order is None else self.order
 
     @property
     def n(self) -> int:
-        return len(self.cols[SEQ])
+        return len(self.positions)
 
     def bounds(self) -> tuple[int, int, int, int]:
         """(seq_lo, seq_hi, t_lo, t_hi)."""
-        seqs, t = self.cols[SEQ], self.cols[T]
-        return min(seqs), max(seqs), t[0], t[-1]
+        pos, seq, order = self.positions, self.seq, self.order
+        if order is None:
+            lo, hi = (seq[0], seq[-1]) if type(seq) is range else (min(seq), max(seq))
+        else:  # data's seqs rise with the position (a frame's)
+            lo, hi = seq[min(order)], seq[max(order)]
+        return lo, hi, self.t[pos[0]], self.t[pos[-1]]
 
     def ranks(self) -> set[int]:
-        ranks = set(self.cols[RANK])
+        rank = self.cols[RANK]
+        ranks = set(rank if self.order is None else map(rank.__getitem__, self.order))
         ranks.discard(None)
         return ranks
 
     def data(self) -> bytes:
-        return pack(self.cols)
+        return self.packed if self.packed is not None else pack(self.cols)
 
-    def marked_data(self) -> bytes | None:
-        return None if self.marked is None else pack(subset(self.cols, self.marked))
+    def seqs_data(self) -> bytes:
+        return pack_seqs(self.seq)
+
+    def idx_data(self) -> bytes | None:
+        return None if self.order is None else pack(self.order)
+
+    def marked_rows(self) -> tuple[bytes, bytes] | None:
+        """(seqs, data) of the marked records, in block order; None if not marked."""
+        if self.marked is None:
+            return None
+        keep, seq = self.marked, self.seq
+        return pack([seq[i] for i in keep]), pack([[c[i] for i in keep] for c in self.cols])
 
 
-def times(cols: dict[str, Sequence[Any]]) -> list[int] | Sequence[int]:
-    """t_ns of each record: occurred_ns if known, else observed_ns."""
-    occurred = cols["occurred_ns"]
+def pack_seqs(seq: Sequence[int]) -> bytes:
+    """A row's ``seqs``: the first seq of a contiguous run, else every seq."""
+    if type(seq) is range and seq.step == 1:
+        return pack(seq.start)
+    return pack(list(seq))
+
+
+def times(cols: dict[str, Sequence[Any]] | list[Sequence[Any]]) -> list[int] | Sequence[int]:
+    """t_ns of each record: occurred_ns if known, else observed_ns (columns by name or
+    in COLUMNS order)."""
+    occurred, observed = ((cols["occurred_ns"], cols["observed_ns"]) if isinstance(cols, dict)
+                          else (cols[OCCURRED], cols[OBSERVED]))
     if None not in occurred:
         return occurred
-    return [b if o is None else o for o, b in zip(occurred, cols["observed_ns"])]
+    t = list(occurred)
+    for i in compress(range(len(t)), map(is_, occurred, repeat(None))):
+        t[i] = observed[i]
+    return t
 
 
-def make_blocks(seqs: Sequence[int], cols: dict[str, Sequence[Any]],
-                t: Sequence[int]) -> list[Block]:
-    """The blocks of one stream's batch (seqs unique and rising): one or more per job, each in
-    (t_ns, seq) order. A batch holds a job or two and its node's jobless records;
-    the common case (one job, times rising) costs C-level passes only."""
-    columns = [seqs, t, *(cols[c] for c in _STORED)]
+def rising(t: Sequence[int]) -> bool:
+    return all(map(le, t, islice(t, 1, None)))
+
+
+def make_blocks(seqs: Sequence[int], cols: dict[str, Sequence[Any]], t: Sequence[int],
+                packed: Sequence[bytes] | None = None) -> list[Block]:
+    """The blocks of one stream's batch (seqs unique and rising): one per job, in
+    (t_ns, seq) order; with ``packed`` (each column's bytes, wire.PackedColumns) the
+    main job's block keeps them as its data, the others are packed; without, blocks
+    of at most BLOCK_MAX. The common case costs C-level passes only."""
+    columns = [cols[c] for c in COLUMNS]
+    job = columns[JOB]
+    counts = Counter(job)
+    main = job[0] if len(counts) == 1 else max(counts, key=counts.__getitem__)
     out = []
-    for j, part in _by_job(cols["job"], columns):
-        ts, ss = part[T], part[SEQ]
-        if not all(map(le, ts, islice(ts, 1, None))):  # seqs rise: times alone decide
-            order = sorted(range(len(ss)), key=lambda i: (ts[i], ss[i]))
-            part = [[c[i] for i in order] for c in part]
-        for lo in range(0, len(part[SEQ]), BLOCK_MAX):
-            out.append(Block(j, [c[lo:lo + BLOCK_MAX] for c in part] if len(part[SEQ]) > BLOCK_MAX
-                             else part))
+    if packed is not None:
+        data = b"".join([_DATA_HEAD, *packed])
+        if len(counts) == 1:
+            order = None if rising(t) else sorted(range(len(t)), key=t.__getitem__)
+        else:  # seqs rise with the position, so a stable sort on time is block order
+            mine = compress(range(len(job)), map(eq, job, repeat(main)))
+            order = sorted(mine, key=t.__getitem__)
+        out.append(Block(main, columns, seqs, t, order, data))
+    for j, idx in _positions(job, main, len(counts) == 1, packed is None).items():
+        out += _packed_blocks(j, columns, seqs, t, idx)
     return out
+
+
+def _positions(job: Sequence[str | None], main: str | None, one: bool,
+               with_main: bool) -> dict[str | None, list[int] | None]:
+    """The positions of each job in ``job`` (None: all of them), the main job's only if
+    ``with_main``. ``one``: ``job`` holds one job only."""
+    if one:
+        return {main: None} if with_main else {}
+    where: dict[str | None, list[int] | None] = {}
+    for i in compress(range(len(job)), map(ne, job, repeat(main))):  # the few others
+        where.setdefault(job[i], []).append(i)
+    if with_main:
+        where[main] = list(compress(range(len(job)), map(eq, job, repeat(main))))
+    return where
+
+
+def _packed_blocks(job: str | None, columns: list, seqs: Sequence[int], t: Sequence[int],
+                   idx: list[int] | None) -> list[Block]:
+    """Blocks of at most BLOCK_MAX holding only the records at ``idx`` (None: all)."""
+    if idx is None:
+        cols, seq, ts = [list(c) for c in columns], list(seqs), list(t)
+    else:
+        cols = [[c[i] for i in idx] for c in columns]
+        seq, ts = [seqs[i] for i in idx], [t[i] for i in idx]
+    if not rising(ts):
+        order = sorted(range(len(ts)), key=ts.__getitem__)
+        cols = [[c[i] for i in order] for c in cols]
+        seq, ts = [seq[i] for i in order], [ts[i] for i in order]
+    return [Block(job, [c[lo:lo + BLOCK_MAX] for c in cols], seq[lo:lo + BLOCK_MAX],
+                  ts[lo:lo + BLOCK_MAX]) for lo in range(0, len(seq), BLOCK_MAX)]
 
 
 def pack_ranks(ranks: set[int]) -> bytes | None:
@@ -113,46 +197,31 @@ def pack_ranks(ranks: set[int]) -> bytes | None:
     return pack(sorted(ranks)) if ranks else None
 
 
-def _by_job(job: Sequence[str | None], columns: list) -> list[tuple[str | None, list[list]]]:
-    """(job, its columns) of each job of a batch. The most frequent job's columns are
-    copies with the others' entries deleted (a few memmoves where the others are a
-    few jobless records among many); the others' are gathered by index."""
-    counts = Counter(job)
-    if len(counts) == 1:
-        return [(job[0], [list(c) for c in columns])]
-    main = max(counts, key=counts.__getitem__)
-    drop = list(compress(range(len(job)), map(ne, job, repeat(main))))
-    where: dict[str | None, list[int]] = {}
-    for i in drop:
-        where.setdefault(job[i], []).append(i)
-    out = [(j, [[c[i] for i in idx] for c in columns]) for j, idx in where.items()]
-    if len(drop) <= _FEW:
-        part = [list(c) for c in columns]
-        for c in part:
-            for i in reversed(drop):
-                del c[i]
-    else:
-        keep = list(compress(range(len(job)), map(eq, job, repeat(main))))
-        part = [[c[i] for i in keep] for c in columns]
-    out.append((main, part))
-    return out
-
-
-def unpack(data: bytes) -> list[list[Any]]:
-    """A block's columns (BLOCK_COLUMNS order) from its packed bytes."""
+def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
-def seqs_of(data: bytes) -> list[int]:
-    """Only the seqs of a packed block (the first column), for the idempotency check."""
-    u = msgpack.Unpacker(raw=False, strict_map_key=False)
-    u.feed(data)
-    u.read_array_header()
-    return u.unpack()
+def read_block(seqs: bytes, data: bytes, idx: bytes | None) -> tuple[list, list[int], list[int], list[int]]:
+    """(data's columns, the block's positions in block order, its seqs, its t_ns) of
+    a row (or of a marks row: idx None)."""
+    cols = unpack(data)
+    s = unpack(seqs)
+    pos = list(range(len(cols[SOURCE]))) if idx is None else unpack(idx)
+    seq = list(range(s, s + len(cols[SOURCE]))) if type(s) is int else s
+    t = times(cols)
+    if idx is None:
+        return cols, pos, seq, list(t)
+    return cols, pos, [seq[i] for i in pos], [t[i] for i in pos]
+
+
+def block_seqs(seqs: bytes, idx: bytes | None, n: int) -> list[int]:
+    """Only the seqs of a row's ``n`` records (the idempotency check)."""
+    s = unpack(seqs)
+    if type(s) is int:
+        return list(range(s, s + n)) if idx is None else [s + i for i in unpack(idx)]
+    return s if idx is None else [s[i] for i in unpack(idx)]
 
 
 def subset(cols: list[list[Any]], keep: Sequence[int]) -> list[list[Any]]:
     """The columns of the records at indices ``keep``."""
-    if len(keep) == len(cols[SEQ]):
-        return cols
     return [[c[i] for i in keep] for c in cols]

@@ -3,33 +3,33 @@
 The file (with its ``-wal`` and ``-shm``) holds every record the agents shipped, the
 jobs derived from them and the nodes' clock estimates. It implements the Store
 protocol of base.py, plus ``insert_columns`` (the ingest server's fast path: a
-wire batch's columns, no Record objects), ``insert_columns_many`` (several in one
-transaction: the server's group commit), ``needed`` (a report's records) and
-``mark_pending`` (marks for blocks stored unmarked, when the server is idle:
-sqlite_marks.py).
+wire batch's columns, no Record objects; with wire.PackedColumns, their bytes kept as
+they came), ``insert_columns_many`` (several in one transaction: the server's group
+commit), ``needed`` (a report's records) and ``mark_pending`` (marks for blocks
+stored unmarked, when the server is idle: sqlite_marks.py).
 
-Schema (version ``len(MIGRATIONS)`` = 2, kept in ``PRAGMA user_version``; ``PRAGMA
+Schema (version ``len(MIGRATIONS)`` = 3, kept in ``PRAGMA user_version``; ``PRAGMA
 application_id`` is 0x66666c74, "fflt"; sqlite_schema.py has the DDL and migrations)
     streams(sid, node, stream, high_seq, free_first_ns, free_last_ns)
         one row per agent stream. high_seq: the highest seq ever stored; prune never
         lowers it, so pruned records are not resent. free_*: bounds of the t_ns of
         the stream's records without a job (stale-low after prune, never too high).
-    blocks(bid, sid, jid, seq_lo, seq_hi, t_lo, t_hi, n, ranks, data, mid, marked)
-        records, up to blocks.BLOCK_MAX to a row: those of one stream and one job
-        (jid NULL: no job: kernel, cgroup, GPU records) from one insert, packed as
-        columns in (t_ns, seq) order (blocks.py is the layout). t_ns = occurred_ns if
-        known, else observed_ns. marked: the records the marker ``mid`` chose, packed
-        alike. One row and three small index entries per block, not per record:
-        what takes the store past a row's cost (bench/RESULTS.md).
+    blocks(bid, sid, jid, seq_lo, seq_hi, t_lo, t_hi, n, ranks, seqs, data, idx)
+        records of one stream and one job (jid NULL: no job: kernel, cgroup, GPU
+        records) from one insert, in (t_ns, seq) order (blocks.py is the layout):
+        a batch's main job keeps the frame's column bytes as its data, untouched.
+        t_ns = occurred_ns if known, else observed_ns. One row and three small index
+        entries per block, not per record: what takes the store past a row's cost
+        (bench/RESULTS.md).
           blocks_seq  (sid, seq_hi)                   resends' idempotency look-ups
           blocks_job  (jid, t_lo)                     a job's blocks in time order
           blocks_free (sid, t_lo) WHERE jid IS NULL   a stream's jobless blocks
-          blocks_unmarked (bid) WHERE mid IS NULL     blocks waiting for marks
-        A block is marked at insert by insert_columns (and insert), or later by
-        mark_pending when it came through insert_columns_many (the server's group
-        commit: the store is behind, marks wait) or from a version 1 file. A block
-        marked by another marker (an older catalog) is not marked again: reports
-        read it whole.
+    marks(bid, mid, seqs, data): the records of block bid that the marker ``mid``
+        chose for reports, packed alike (sqlite_marks.py). A block is marked as it
+        is inserted (by every insert method) when the store has a marker; else, or
+        when it came from a version 1 or unmarked version 2 file, its bid waits in
+        ``pending(bid)`` for mark_pending. A block marked by another marker (an
+        older catalog) is not marked again: reports read it whole.
     markers(mid, name): the markers that marked blocks, by name.
     jobs(jid, job, first_ns, last_ns, records, failed), job_nodes(jid, node),
     job_ranks(jid, rank): derived on insert, one update per job per batch.
@@ -103,12 +103,12 @@ from typing import Any
 from firstfault.wire import Record
 
 from firstfault.collector.store.base import JobInfo, Marker, NodeClock, StoreError
-from firstfault.collector.store.blocks import COLUMNS, make_blocks, seqs_of, times
+from firstfault.collector.store.blocks import COLUMNS, block_seqs, make_blocks, times
 from firstfault.collector.store.sqlite_marks import Marking
 from firstfault.collector.store.sqlite_prune import Pruning
 from firstfault.collector.store.shared import failed_jobs, job_status
 from firstfault.collector.store.sqlite_read import Reading
-from firstfault.collector.store.sqlite_schema import INSERT_BLOCK, MIGRATIONS, block_row
+from firstfault.collector.store.sqlite_schema import INSERT_BLOCK, INSERT_MARKS, MIGRATIONS, block_row
 
 __all__ = ["COLUMNS", "MIGRATIONS", "SqliteStore"]
 
@@ -307,14 +307,12 @@ class SqliteStore(Reading, Pruning, Marking):
 
     def insert_columns_many(self, batches: Sequence[tuple]) -> list[int]:
         """insert_columns of several (node, stream, seqs, cols) in one transaction (the
-        ingest server's group commit): all committed on return, or none; new counts.
-        The server calls it when batches queued up: the store is behind, so the
-        blocks are not marked now but by mark_pending, when it has time."""
-        return self._write(lambda: [self._insert_columns(*b, mark=False) if len(b[2]) else 0
+        ingest server's group commit): all committed on return, or none; new counts."""
+        return self._write(lambda: [self._insert_columns(*b) if len(b[2]) else 0
                                     for b in batches], f"insert of {len(batches)} batches")
 
     def _insert_columns(self, node: str, stream: str, seqs: Sequence[int],
-                        cols: dict[str, Sequence[Any]], mark: bool = True) -> int:
+                        cols: dict[str, Sequence[Any]]) -> int:
         db = self._conn()
         sid = self._sids.get((node, stream))
         if sid is None:
@@ -323,25 +321,26 @@ class SqliteStore(Reading, Pruning, Marking):
             self._add_stream(sid, node, stream, None)
         high = self._high[sid]
         floor = -1 if high is None else high
+        packed = getattr(cols, "packed", None)  # wire.PackedColumns: the frame's bytes
         if not (seqs[0] > floor and (isinstance(seqs, range)
                                      or all(map(lt, seqs, islice(seqs, 1, None))))):
             seqs, cols = self._only_new(sid, floor, seqs, cols)
             if not seqs:
                 return 0
+            packed = None
         kind, fields, job = cols["kind"], cols["fields"], cols["job"]
         failed = failed_jobs(kind, fields, job)
-        blocks = make_blocks(seqs, cols, times(cols))
-        mid = self._marker_id() if mark and self._marker is not None else None
+        blocks = make_blocks(seqs, cols, times(cols), packed)
+        mid = self._marker_id() if self._marker is not None else None
         per_job: dict[str, list] = {}  # job -> [first, last, count, ranks]
-        rows, free = [], []
+        free = []
         for b in blocks:
             if mid is not None:
                 self._mark(b)
-            _, _, t_lo, t_hi = b.bounds()
             if b.job is None:
-                free.append((t_lo, t_hi))
-                rows.append(block_row(sid, None, b, mid))
+                free.append(b.bounds()[2:])
                 continue
+            _, _, t_lo, t_hi = b.bounds()
             agg = per_job.get(b.job)
             if agg is None:
                 per_job[b.job] = [t_lo, t_hi, b.n, b.ranks()]
@@ -350,8 +349,13 @@ class SqliteStore(Reading, Pruning, Marking):
                 agg[3] |= b.ranks()
         jid_of = {j: self._job_add(j, node, first, last, count, ranks, j in failed)
                   for j, (first, last, count, ranks) in per_job.items()}
-        rows += [block_row(sid, jid_of[b.job], b, mid) for b in blocks if b.job is not None]
-        db.executemany(INSERT_BLOCK, rows)
+        jid_of[None] = None
+        for b in blocks:
+            bid = db.execute(INSERT_BLOCK, block_row(sid, jid_of[b.job], b)).lastrowid
+            if mid is not None:
+                db.execute(INSERT_MARKS, (bid, mid, *b.marked_rows()))
+            else:
+                db.execute("INSERT INTO pending (bid) VALUES (?)", (bid,))
         top = max(floor, seqs[-1])
         db.execute("UPDATE streams SET high_seq = ? WHERE sid = ?", (top, sid))
         self._high[sid] = top
@@ -371,10 +375,10 @@ class SqliteStore(Reading, Pruning, Marking):
         old = sorted(s for s in first if s <= floor)
         have: set[int] = set()
         if old:
-            for (data,) in self._conn().execute(
-                    "SELECT data FROM blocks INDEXED BY blocks_seq WHERE sid = ? AND seq_hi >= ? "
-                    "AND seq_lo <= ?", (sid, old[0], old[-1])):
-                have.update(seqs_of(data))
+            for seqs_data, idx, n in self._conn().execute(
+                    "SELECT seqs, idx, n FROM blocks INDEXED BY blocks_seq WHERE sid = ? AND "
+                    "seq_hi >= ? AND seq_lo <= ?", (sid, old[0], old[-1])):
+                have.update(block_seqs(seqs_data, idx, n))
         keep = [first[s] for s in sorted(first) if s not in have]
         if not keep:
             return [], {}

@@ -1,26 +1,29 @@
-"""SqliteStore's report marks: the block rows' ``mid`` and ``marked`` columns.
+"""SqliteStore's report marks: the ``marks`` table, one row per marked block.
 
 A Marker (base.Marker; firstfault/analysis/marks.py) chooses the records of a block
-a report reads; they are packed aside in the row (blocks.py) under the marker's id
-in ``markers``. insert_columns marks as it writes; insert_columns_many (the
-server's group commit, when the store is behind) leaves blocks unmarked and
-``mark_pending`` marks them, a step at a time, when the server finds the store
-thread idle. Reads (sqlite_read.py ``needed``) use the marks of the current
-marker and read any other block whole.
+a report reads; they are packed aside (blocks.py) in a ``marks`` row under the
+marker's id in ``markers``, so the block's own row is written once. Inserts mark as
+they write (cheap: the marker reads the columns the insert has anyway); a block
+stored without a marker, or migrated from a file that had not marked it, waits in
+``pending`` and ``mark_pending`` marks it, a step at a time, when the ingest server
+finds the store thread idle. Reads (sqlite_read.py ``needed``) use the marks of the
+current marker and read any other block whole.
 """
 
 from __future__ import annotations
 
-from firstfault.collector.store.blocks import FIELDS, KIND, MESSAGE, OCCURRED, RANK, SOURCE, Block, unpack
+from firstfault.collector.store.blocks import (FIELDS, KIND, MESSAGE, OCCURRED, RANK, SOURCE, Block,
+                                               times, unpack)
+from firstfault.collector.store.sqlite_schema import INSERT_MARKS
 
-MARK_STEP_RECORDS = 20_000  # records mark_pending marks per call (~20-70 ms of the store thread)
+MARK_STEP_RECORDS = 20_000  # records mark_pending marks per call (~10-30 ms of the store thread)
 
 
 class Marking:
     """The marking methods of SqliteStore (mixed in)."""
 
     def mark_pending(self, max_records: int = MARK_STEP_RECORDS) -> int:
-        """Mark blocks stored unmarked (by insert_columns_many, or migrated), about
+        """Mark blocks stored unmarked (by a store without a marker, or migrated), about
         max_records records' worth in one transaction; return how many blocks were
         marked: 0 when none waits (or the store has no marker)."""
         if self._marker is None:
@@ -29,14 +32,18 @@ class Marking:
         def work() -> int:
             db = self._conn()
             mid, done, count = self._marker_id(), 0, 0
-            for bid, n in db.execute("SELECT bid, n FROM blocks INDEXED BY blocks_unmarked "
-                                     "WHERE mid IS NULL LIMIT 1000").fetchall():
-                (data,) = db.execute("SELECT data FROM blocks WHERE bid = ?", (bid,)).fetchone()
-                b = Block(None, unpack(data))
+            for (bid,) in db.execute("SELECT bid FROM pending ORDER BY bid LIMIT 1000").fetchall():
+                row = db.execute("SELECT seqs, data, idx FROM blocks WHERE bid = ?", (bid,)).fetchone()
+                db.execute("DELETE FROM pending WHERE bid = ?", (bid,))
+                if row is None:
+                    continue  # pruned
+                cols = unpack(row[1])
+                s = unpack(row[0])
+                b = Block(None, cols, range(s, s + len(cols[SOURCE])) if type(s) is int else s,
+                          times(cols), None if row[2] is None else unpack(row[2]))
                 self._mark(b)
-                db.execute("UPDATE blocks SET mid = ?, marked = ? WHERE bid = ?",
-                           (mid, b.marked_data(), bid))
-                count, done = count + 1, done + n
+                db.execute(INSERT_MARKS, (bid, mid, *b.marked_rows()))
+                count, done = count + 1, done + b.n
                 if done >= max_records:
                     break
             return count
@@ -44,8 +51,11 @@ class Marking:
 
     def _mark(self, b: Block) -> None:
         c = b.cols
-        b.marked = self._marker.mark(source=c[SOURCE], kind=c[KIND], message=c[MESSAGE],
-                                     occurred_ns=c[OCCURRED], rank=c[RANK], fields=c[FIELDS])
+        got = self._marker.mark(source=c[SOURCE], kind=c[KIND], message=c[MESSAGE],
+                                occurred_ns=c[OCCURRED], rank=c[RANK], fields=c[FIELDS],
+                                order=b.order)
+        t = b.t  # positions in block order: by time, then position (= seq)
+        b.marked = got if b.order is None else sorted(got, key=t.__getitem__)
 
     def _marker_id(self) -> int:
         """The marker's mid in this file (added on first use, in the insert's transaction)."""

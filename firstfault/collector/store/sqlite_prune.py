@@ -1,13 +1,14 @@
 """SqliteStore's retention: delete records by age and by size, whole blocks where
-they can go whole, a block that straddles the cutoff rewritten with the records it
-keeps (its marks stay exact: blocks.py). One transaction per job and per stream."""
+they can go whole (with their marks), a block that straddles the cutoff rewritten
+with only the records it keeps (its marks stay exact: blocks.py). One transaction
+per job and per stream."""
 
 from __future__ import annotations
 
 from bisect import bisect_left
 
 from firstfault.collector.store.base import check_prune, prune_to_size
-from firstfault.collector.store.blocks import SEQ, T, Block, pack, pack_ranks, subset, unpack
+from firstfault.collector.store.blocks import Block, pack, pack_ranks, read_block, subset
 
 
 class Pruning:
@@ -100,20 +101,24 @@ class Pruning:
         for bid, t_hi, count in db.execute(
                 f"SELECT bid, t_hi, n FROM blocks {where} AND t_lo < ?", (key, cutoff)).fetchall():
             if t_hi < cutoff:
-                db.execute("DELETE FROM blocks WHERE bid = ?", (bid,))
+                for table in ("blocks", "marks", "pending"):
+                    db.execute(f"DELETE FROM {table} WHERE bid = ?", (bid,))
                 n += count
                 continue
-            data, marked = db.execute("SELECT data, marked FROM blocks WHERE bid = ?",
-                                      (bid,)).fetchone()
-            cols = unpack(data)
-            k = bisect_left(cols[T], cutoff)
-            b = Block(None, subset(cols, range(k, count)))
-            if marked is not None:
-                m = unpack(marked)
-                marked = pack(subset(m, range(bisect_left(m[T], cutoff), len(m[SEQ]))))
+            cols, pos, seqs, ts = read_block(*db.execute(
+                "SELECT seqs, data, idx FROM blocks WHERE bid = ?", (bid,)).fetchone())
+            k = bisect_left(ts, cutoff)
+            b = Block(None, subset(cols, pos[k:]), seqs[k:], ts[k:])
             seq_lo, seq_hi, t_lo, _ = b.bounds()
             db.execute("UPDATE blocks SET seq_lo = ?, seq_hi = ?, t_lo = ?, n = ?, ranks = ?, "
-                       "data = ?, marked = ? WHERE bid = ?",
-                       (seq_lo, seq_hi, t_lo, b.n, pack_ranks(b.ranks()), b.data(), marked, bid))
+                       "seqs = ?, data = ?, idx = NULL WHERE bid = ?",
+                       (seq_lo, seq_hi, t_lo, b.n, pack_ranks(b.ranks()), b.seqs_data(), b.data(),
+                        bid))
+            marked = db.execute("SELECT seqs, data FROM marks WHERE bid = ?", (bid,)).fetchone()
+            if marked is not None:
+                m, _, mseqs, mts = read_block(*marked, None)
+                j = bisect_left(mts, cutoff)
+                db.execute("UPDATE marks SET seqs = ?, data = ? WHERE bid = ?",
+                           (pack(mseqs[j:]), pack(subset(m, range(j, len(mseqs)))), bid))
             n += k
         return n

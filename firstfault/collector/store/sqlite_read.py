@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
@@ -24,12 +24,13 @@ from firstfault.wire import Record
 from firstfault.collector.store.base import Selection, check_selection
 from firstfault.collector.store.shared import JOB_MARGIN_NS, merge, regex
 from firstfault.collector.store.blocks import (
-    BOOT_ID, FIELDS, KIND, LOCAL_RANK, MESSAGE, MONO, OBSERVED, OCCURRED, PID, RANK, SEQ,
-    SEVERITY, SOURCE, T, unpack,
+    BOOT_ID, FIELDS, KIND, LOCAL_RANK, MESSAGE, MONO, OBSERVED, OCCURRED, PID, RANK,
+    SEVERITY, SOURCE, unpack,
 )
 
 T_MIN, T_MAX = -(2**63), 2**63 - 1
-_BLOCK_META = "SELECT bid, sid, t_lo, t_hi, ranks, mid FROM blocks "
+_BLOCK_META = ("SELECT b.bid, b.sid, b.t_lo, b.t_hi, b.ranks, m.mid FROM blocks AS b {} "
+               "LEFT JOIN marks AS m ON m.bid = b.bid ")
 
 
 class Reading:
@@ -68,7 +69,7 @@ class Reading:
     def _records(self, sources: list) -> Iterator[Record]:
         jobs = self._jobs
         with self._sql("reading records"):
-            for t, node, stream, seq, c, i, jid in merge(sources):
+            for _, node, stream, seq, c, i, jid in merge(sources):
                 if jid is not None and jid not in jobs:
                     self._load_names()  # a job another connection added meanwhile
                 yield Record(node=node, stream=stream, seq=seq, source=c[SOURCE][i],
@@ -105,17 +106,18 @@ class Reading:
         for jid, first, last in jobs:
             a, b = max(lo, first), min(hi, last)
             if a <= b:
-                scan.add(db.execute(_BLOCK_META + "INDEXED BY blocks_job WHERE jid = ? AND "
-                                    "t_lo <= ? AND t_hi >= ?", (jid, b, a)), jid, a, b, sids)
+                scan.add(db.execute(_BLOCK_META.format("INDEXED BY blocks_job") + "WHERE "
+                                    "b.jid = ? AND b.t_lo <= ? AND b.t_hi >= ?", (jid, b, a)),
+                         jid, a, b, sids)
         free_sids = {s for n in nodes for s in self._node_sids.get(n, ())}
         for sid, first, last in db.execute(
                 "SELECT sid, free_first_ns, free_last_ns FROM streams "
                 "WHERE free_first_ns IS NOT NULL").fetchall():
             a, b = max(free_lo, first), min(free_hi, last)
             if sid in free_sids and a <= b:
-                scan.add(db.execute(_BLOCK_META + "INDEXED BY blocks_free WHERE sid = ? AND "
-                                    "jid IS NULL AND t_lo <= ? AND t_hi >= ?", (sid, b, a)),
-                         None, a, b, None)
+                scan.add(db.execute(_BLOCK_META.format("INDEXED BY blocks_free") + "WHERE "
+                                    "b.sid = ? AND b.jid IS NULL AND b.t_lo <= ? AND b.t_hi >= ?",
+                                    (sid, b, a)), None, a, b, None)
         return scan.sources
 
 
@@ -135,29 +137,40 @@ class _Scan:
             if self.ranks is not None and (ranks is None or
                                            self.ranks.isdisjoint(msgpack.unpackb(ranks))):
                 continue
-            marked = mid is not None and mid == self.mid and a <= t_lo and t_hi <= b
+            inside = a <= t_lo and t_hi <= b
+            marked = mid is not None and mid == self.mid and inside
             self.sources.append((max(a, t_lo), functools.partial(
-                self._block, bid, sid, jid, a, b, "marked" if marked else "data")))
+                self._block, bid, sid, jid, None if inside else (a, b), marked)))
 
-    def _block(self, bid: int, sid: int, jid: int | None, a: int, b: int,
-               column: str) -> Iterator[tuple]:
-        """(t_ns, node, stream, seq, columns, i, jid) of the block's matching records."""
+    def _block(self, bid: int, sid: int, jid: int | None, window: tuple[int, int] | None,
+               marked: bool) -> Iterator[tuple]:
+        """(t_ns, node, stream, seq, columns, i, jid) of the block's matching records
+        within ``window`` (None: the whole block is inside the selection's)."""
         store = self.store
-        row = store._conn().execute(f"SELECT {column} FROM blocks WHERE bid = ?",
-                                    (bid,)).fetchone()
+        row = store._conn().execute(
+            "SELECT seqs, data, NULL FROM marks WHERE bid = ?" if marked else
+            "SELECT seqs, data, idx FROM blocks WHERE bid = ?", (bid,)).fetchone()
         if row is None:
             return  # pruned meanwhile
-        c = unpack(row[0])
+        c = unpack(row[1])
+        s = unpack(row[0])
+        pos: Sequence[int] = range(len(c[SOURCE])) if row[2] is None else unpack(row[2])
+        occurred, observed = c[OCCURRED], c[OBSERVED]
+        if window is not None:  # only the records in the window: bisect the block's times
+            ts = [observed[i] if occurred[i] is None else occurred[i] for i in pos]
+            pos = pos[bisect_left(ts, window[0]):bisect_right(ts, window[1])]
         names = store._streams.get(sid)
         if names is None:
             store._load_names()  # a stream another connection added meanwhile
             names = store._streams[sid]
         node, stream = names
-        ts, seqs, ranks, messages = c[T], c[SEQ], c[RANK], c[MESSAGE]
+        ranks, messages = c[RANK], c[MESSAGE]
         want, grep = self.ranks, self.grep
-        for i in range(bisect_left(ts, a), bisect_right(ts, b)):
+        for i in pos:  # times and seqs only of the records that match
             if want is not None and ranks[i] not in want:
                 continue
             if grep is not None and grep.search(messages[i]) is None:
                 continue
-            yield ts[i], node, stream, seqs[i], c, i, jid
+            t = occurred[i]
+            yield (observed[i] if t is None else t), node, stream, (
+                s + i if type(s) is int else s[i]), c, i, jid

@@ -1,16 +1,20 @@
 """SqliteStore's schema and its migrations (the schema version is ``len(MIGRATIONS)``).
 
 Version 1 kept one row per record (``records``, three indexes); version 2 keeps
-blocks of records (blocks.py), one row each. Every migration runs inside the
-one transaction SqliteStore._migrate opens; never edit a released one, append.
+blocks of records, one row each, their report marks in the row; version 3 keeps a
+batch's column bytes as received as its main job's block (blocks.py has the layout)
+and the marks in a table of their own, so a block's row is written once. Every
+migration runs inside the one transaction SqliteStore._migrate opens; never edit a
+released one, append.
 
-Version 2, the tables (sqlite.py's docstring says what each holds):
+Version 3, the tables (sqlite.py's docstring says what each holds):
     streams(sid, node, stream, high_seq, free_first_ns, free_last_ns)
-    blocks(bid, sid, jid, seq_lo, seq_hi, t_lo, t_hi, n, ranks, data, mid, marked)
+    blocks(bid, sid, jid, seq_lo, seq_hi, t_lo, t_hi, n, ranks, seqs, data, idx)
         blocks_seq  (sid, seq_hi)                     idempotency look-ups of resends
         blocks_job  (jid, t_lo)                       a job's blocks in time order
         blocks_free (sid, t_lo) WHERE jid IS NULL     a stream's jobless blocks
-        blocks_unmarked (bid) WHERE mid IS NULL       blocks waiting for marks
+    marks(bid, mid, seqs, data): a block's marked records (sqlite_marks.py)
+    pending(bid): blocks stored unmarked, waiting for a marker
     markers(mid, name), jobs(...), job_nodes, job_ranks, node_clocks (as in version 1)
 """
 
@@ -23,7 +27,7 @@ from itertools import groupby
 
 import msgpack
 
-from firstfault.collector.store.blocks import BLOCK_MAX, Block, pack_ranks
+from firstfault.collector.store.blocks import BLOCK_MAX, Block, pack, pack_ranks, pack_seqs
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +101,31 @@ CREATE INDEX blocks_unmarked ON blocks (bid) WHERE mid IS NULL;
 CREATE TABLE markers (mid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 """
 
-INSERT_BLOCK = ("INSERT INTO blocks (sid, jid, seq_lo, seq_hi, t_lo, t_hi, n, ranks, data, mid, "
-                "marked) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_BLOCKS_V3 = """
+CREATE TABLE blocks (
+    bid INTEGER PRIMARY KEY,
+    sid INTEGER NOT NULL,
+    jid INTEGER,
+    seq_lo INTEGER NOT NULL,
+    seq_hi INTEGER NOT NULL,
+    t_lo INTEGER NOT NULL,
+    t_hi INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    ranks BLOB,
+    seqs BLOB NOT NULL,
+    data BLOB NOT NULL,
+    idx BLOB);
+CREATE INDEX blocks_seq ON blocks (sid, seq_hi);
+CREATE INDEX blocks_job ON blocks (jid, t_lo);
+CREATE INDEX blocks_free ON blocks (sid, t_lo) WHERE jid IS NULL;
+CREATE TABLE marks (bid INTEGER PRIMARY KEY, mid INTEGER NOT NULL, seqs BLOB NOT NULL,
+    data BLOB NOT NULL);
+CREATE TABLE pending (bid INTEGER PRIMARY KEY);
+"""
+
+INSERT_BLOCK = ("INSERT INTO blocks (sid, jid, seq_lo, seq_hi, t_lo, t_hi, n, ranks, seqs, data, "
+                "idx) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+INSERT_MARKS = "INSERT OR REPLACE INTO marks (bid, mid, seqs, data) VALUES (?, ?, ?, ?)"
 
 
 def run_script(db: sqlite3.Connection, script: str) -> None:
@@ -108,9 +135,10 @@ def run_script(db: sqlite3.Connection, script: str) -> None:
             db.execute(statement)
 
 
-def block_row(sid: int, jid: int | None, b: Block, mid: int | None) -> tuple:
+def block_row(sid: int, jid: int | None, b: Block) -> tuple:
     """The ``blocks`` row of a Block (INSERT_BLOCK's parameters)."""
-    return (sid, jid, *b.bounds(), b.n, pack_ranks(b.ranks()), b.data(), mid, b.marked_data())
+    return (sid, jid, *b.bounds(), b.n, pack_ranks(b.ranks()), b.seqs_data(), b.data(),
+            b.idx_data())
 
 
 def _v1(db: sqlite3.Connection) -> None:
@@ -141,11 +169,49 @@ def _v2(db: sqlite3.Connection) -> None:
 
 
 def _v2_block(db: sqlite3.Connection, sid: int, jid: int | None, rows: list[tuple]) -> int:
+    """One version 2 block: columns (seq, t_ns, source, kind, message, occurred_ns,
+    observed_ns, boot_id, mono_ns, rank, local_rank, pid, severity, fields) packed,
+    unmarked."""
     cols = [list(c) for c in zip(*rows)]
-    db.execute(INSERT_BLOCK, block_row(sid, jid, Block(None, cols), None))
+    seqs, t, ranks = cols[0], cols[1], set(cols[9]) - {None}
+    db.execute("INSERT INTO blocks (sid, jid, seq_lo, seq_hi, t_lo, t_hi, n, ranks, data, mid, "
+               "marked) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
+               (sid, jid, min(seqs), max(seqs), t[0], t[-1], len(seqs), pack_ranks(ranks),
+                pack(cols)))
     return len(rows)
+
+
+def _v3(db: sqlite3.Connection) -> None:
+    """Blocks in the wire's column order with their seqs apart (blocks.py), marks in a
+    table of their own; blocks without marks wait in ``pending``."""
+    run_script(db, "DROP INDEX blocks_seq; DROP INDEX blocks_job; DROP INDEX blocks_free;"
+                   "DROP INDEX blocks_unmarked; ALTER TABLE blocks RENAME TO blocks_v2")
+    run_script(db, _BLOCKS_V3)
+    jobs = dict(db.execute("SELECT jid, job FROM jobs"))
+    n = 0
+    for bid, sid, jid, seq_lo, seq_hi, t_lo, t_hi, count, ranks, data, mid, marked in db.execute(
+            "SELECT bid, sid, jid, seq_lo, seq_hi, t_lo, t_hi, n, ranks, data, mid, marked "
+            "FROM blocks_v2 ORDER BY bid"):
+        seqs, cols = _v2_to_v3(data, jobs.get(jid))
+        db.execute("INSERT INTO blocks (bid, sid, jid, seq_lo, seq_hi, t_lo, t_hi, n, ranks, seqs, "
+                   "data, idx) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                   (bid, sid, jid, seq_lo, seq_hi, t_lo, t_hi, count, ranks, seqs, cols))
+        if mid is None:
+            db.execute("INSERT INTO pending (bid) VALUES (?)", (bid,))
+        else:
+            db.execute(INSERT_MARKS, (bid, mid, *_v2_to_v3(marked, jobs.get(jid))))
+        n += count
+    run_script(db, "DROP TABLE blocks_v2")
+    log.info("store migrate to=3 records=%d", n)
+
+
+def _v2_to_v3(data: bytes, job: str | None) -> tuple[bytes, bytes]:
+    """(seqs, data) of version 3 from a version 2 block's packed columns."""
+    c = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    seq, n = c[0], len(c[0])
+    return pack_seqs(seq), pack([*c[2:9], [job] * n, *c[9:]])
 
 
 # Applied in order at open, all in one transaction; never edit a released one,
 # append a new one (the schema version is len(MIGRATIONS)).
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]

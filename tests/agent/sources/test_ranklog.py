@@ -24,7 +24,7 @@ from firstfault.agent.sources import get
 from firstfault.agent.sources.ranklog import COMMIT_BYTES, KIND_RANK_GAP, RankLines, RanklogSource
 from firstfault.agent.spool import COLUMNS, Spool
 from firstfault.agent.tail import Tailer, to_text
-from firstfault.wire import KIND_RANK_LINE, KIND_RANK_TRACEBACK, Batch, Record
+from firstfault.wire import KIND_RANK_LINE, KIND_RANK_TRACEBACK, Batch, Record, decode_batch
 
 from tests.agent.tailmodel import Clock, Model, write
 from tests.agent.sources.conftest import DATA
@@ -93,10 +93,11 @@ class Rows:
 
 
 def spool_emit(spool: Spool):
-    """The agent's sink shape: one Draft, or ``many`` rows in one spool append."""
+    """The agent's sink shape: one Draft, ``many`` rows or ``columns`` in one spool append."""
     def emit(draft) -> None:
         spool.append([draft])
     emit.many = spool.append
+    emit.columns = spool.append_columns
     return emit
 
 
@@ -554,6 +555,32 @@ def test_a_full_disk_holds_the_lines_in_their_files_and_loses_none(tmp_path, run
     assert not [r for r in records if r.kind in ("agent.gap", KIND_RANK_GAP)]
     for p in logs:
         assert lines_of(records, str(p)) == file_lines(p), p
+
+
+def test_lines_reach_the_spool_as_read_valid_text_undecoded(tmp_path):
+    """Chunks of ASCII or UTF-8 lines go to the spool as the bytes read (packed as str);
+    a chunk with an invalid byte goes as text with ``\\xNN``; each path's last line
+    carries its position. What the spool hands the shipper is a valid wire batch."""
+    logs = [tmp_path / f"rank{r}.log" for r in range(3)]
+    write(logs[0], b"".join(b"[rank0]: step %d ok\n" % i for i in range(40)))
+    write(logs[1], "[rank1]: étape 1 ✓\n[rank1]: 損失 0.5\n".encode())
+    write(logs[2], b"[rank2]: fine\n[rank2]: bad \xff byte\n")
+    spool = Spool(tmp_path / "spool", node="n1", max_bytes=64 << 20, fsync="never")
+    with Tailer(str(tmp_path / "ranklog.json")) as t:
+        engine = RankLines(t, spool_emit(spool))
+        for p in logs:
+            t.add(str(p))
+        engine.batches([b for p in logs for b in t.poll_batches(str(p))])
+    recs = read_all(spool)
+    assert [r.message for r in recs] == [*(f"[rank0]: step {i} ok" for i in range(40)),
+                                         "[rank1]: étape 1 ✓", "[rank1]: 損失 0.5",
+                                         "[rank2]: fine", "[rank2]: bad \\xff byte"]
+    assert [r.fields["path"] for r in recs] == [str(logs[k]) for k in [0] * 40 + [1, 1, 2, 2]]
+    assert [i for i, r in enumerate(recs) if "end_offset" in r.fields] == [39, 41, 43]
+    assert recs[39].fields["end_offset"] == os.path.getsize(logs[0])
+    _, frame = spool.read_frame_after(None)
+    assert [r.message for r in decode_batch(frame)] == [r.message for r in recs]
+    spool.close()
 
 
 def test_a_kill_before_the_commit_is_caught_up_from_the_spool(tmp_path, running):

@@ -57,6 +57,6 @@ def test_watch_sees_every_chunk_with_its_identity(tmp_path):
     log = tmp_path / "rank3.log"
     write(log, b"one\nRuntimeError: Timed out waiting 4000ms for recv operation to complete\n")
     seen = []
-    ship_files([log], watch=lambda ident, data, at: seen.append((ident[0], b"\n".join(data), at)))
+    ship_files([log], watch=lambda ident, text, at: seen.append((ident[0], text, at)))
     assert seen and b"Timed out waiting" in b"".join(x[1] for x in seen)
     assert all(isinstance(x[2], int) for x in seen)

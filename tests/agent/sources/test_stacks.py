@@ -62,7 +62,7 @@ def test_option_checks():
 def test_a_timeout_line_captures_every_rank_of_the_job(ranks, sink, running):
     src = StacksSource(ranks=lambda: dict(ranks), stall_s=0)
     with running(src, sink):
-        src.watch(("job-a", 0, 0, {}), [b"step 3", TIMEOUT_LINE], time.time_ns())
+        src.watch(("job-a", 0, 0, {}), b"step 3\n" + TIMEOUT_LINE, time.time_ns())
         sink.wait_for(lambda d: len(sink.of(KIND_RANK_STACKS)) == 2, timeout=15)
     got = sorted(sink.of(KIND_RANK_STACKS), key=lambda d: d.rank)
     assert [(d.rank, d.job, d.pid) for d in got] == [(i.rank, "job-a", pid) for pid, i in sorted(
@@ -79,11 +79,11 @@ def test_a_timeout_line_captures_every_rank_of_the_job(ranks, sink, running):
 def test_a_stall_captures_once_until_new_lines(ranks, sink, running):
     src = StacksSource(ranks=lambda: dict(ranks), stall_s=0.5, min_interval_s=0)
     with running(src, sink):
-        src.watch(("job-a", 0, 0, {}), [b"rank 0 step 1 loss 1.0"], time.time_ns())
+        src.watch(("job-a", 0, 0, {}), b"rank 0 step 1 loss 1.0", time.time_ns())
         sink.wait_for(lambda d: len(sink.of(KIND_RANK_STACKS)) == 2, timeout=15)
         time.sleep(1.2)
         assert len(sink.of(KIND_RANK_STACKS)) == 2  # not again without new lines
-        src.watch(("job-a", 0, 0, {}), [b"rank 0 step 2 loss 1.0"], time.time_ns())
+        src.watch(("job-a", 0, 0, {}), b"rank 0 step 2 loss 1.0", time.time_ns())
         sink.wait_for(lambda d: len(sink.of(KIND_RANK_STACKS)) == 4, timeout=15)
     assert {d.fields["trigger"] for d in sink.of(KIND_RANK_STACKS)} == {"stall"}
 
@@ -103,7 +103,7 @@ def test_ranks_of_another_job_are_not_dumped(ranks, sink):
     src = StacksSource(ranks=lambda: dict(other))
     assert src.capture("job-a", "timeout", "x", sink) == 0  # job 4242's ranks are not job-a's
     assert src.capture("run-b", "timeout", "x", sink) == 2  # a torchrun log names the run id
-    src.watch(("run-b", 0, 0, {}), [b"x"], time.time_ns())
+    src.watch(("run-b", 0, 0, {}), b"x", time.time_ns())
     assert StacksSource(ranks=lambda: dict(other)).capture(None, "timeout", "x", sink) == 2
     src.min_interval_s = 0
     assert src.capture(None, "timeout", "x", sink) == 0  # lines of no job: not ranks a log names
@@ -125,5 +125,5 @@ def test_failures_become_gaps_and_never_raise(ranks, sink, tmp_path, running):
     missing = StacksSource(ranks=lambda: dict(ranks), py_spy=str(tmp_path / "no-py-spy"))
     with running(missing, sink):
         sink.wait_for(lambda d: d.kind == "agent.status" and d.fields.get("state") == "degraded")
-        missing.watch(("job-a", 0, 0, {}), [TIMEOUT_LINE], time.time_ns())
+        missing.watch(("job-a", 0, 0, {}), TIMEOUT_LINE, time.time_ns())
         sink.wait_for(lambda d: d.kind == "rank.gap" and d.fields["reason"] == "py_spy_missing")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import msgpack
+
 
 from tests.collector.server.ingest_helpers import make_records
 
@@ -53,9 +55,9 @@ def test_agents_into_sqlite(serve, tmp_path):
         assert all(abs(c.offset_ns) <= c.uncertainty_ns + 5_000_000 for c in clocks.values())
 
 
-def test_group_commits_are_marked_when_the_store_is_idle(serve, tmp_path):
-    """Batches that queue go in one transaction unmarked; the idle store thread then
-    marks them (mark_pending) and a report reads the marks."""
+def test_group_commits_are_marked_as_they_are_stored(serve, tmp_path):
+    """Batches that queue go in one transaction, each block marked as it is written
+    (nothing waits in ``pending``), its bytes as the frame carried them."""
     import sqlite3
 
     from firstfault.analysis.catalog import load_catalog
@@ -90,8 +92,11 @@ def test_group_commits_are_marked_when_the_store_is_idle(serve, tmp_path):
         a.wait_ack(299)
     assert calls == ["one", 3]  # one group commit of the three that queued
     db = sqlite3.connect(tmp_path / "ff.db")
-    srv.settle(lambda: db.execute("SELECT count(*) FROM blocks WHERE mid IS NULL").fetchone()[0] == 0)
-    assert db.execute("SELECT count(*) FROM blocks WHERE mid IS NOT NULL").fetchone()[0] >= 4
+    assert db.execute("SELECT count(*) FROM pending").fetchone()[0] == 0
+    blocks = db.execute("SELECT count(*) FROM blocks").fetchone()[0]
+    assert blocks >= 4 and db.execute("SELECT count(*) FROM marks").fetchone()[0] == blocks
+    sent = msgpack.packb([make_records("gpu-1", "s", 0, 300)[i].message for i in range(300)])
+    assert any(sent in data for (data,) in db.execute("SELECT data FROM blocks"))
     db.close()
     srv.stop()
     assert not srv.server.queue.marks_behind

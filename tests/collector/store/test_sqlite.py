@@ -200,22 +200,24 @@ def test_queries_use_the_indexes_without_sorting(sqlite_store, rec):
     store = sqlite_store
     store.insert([rec(i) for i in range(10)])
     db = store._db
-    meta = "SELECT bid, sid, t_lo, t_hi, ranks, mid FROM blocks "
+    meta = ("SELECT b.bid, b.sid, b.t_lo, b.t_hi, b.ranks, m.mid FROM blocks AS b {} "
+            "LEFT JOIN marks AS m ON m.bid = b.bid ")
     plans = {
-        "job": meta + "INDEXED BY blocks_job WHERE jid = 1 AND t_lo <= 9 AND t_hi >= 0",
-        "free": meta + "INDEXED BY blocks_free WHERE sid = 1 AND jid IS NULL AND t_lo <= 9 "
-                       "AND t_hi >= 0",
-        "key": "SELECT data FROM blocks INDEXED BY blocks_seq WHERE sid = 1 AND seq_hi >= 1 "
-               "AND seq_lo <= 2",
-        "unmarked": "SELECT bid, n FROM blocks INDEXED BY blocks_unmarked WHERE mid IS NULL "
-                    "LIMIT 1000",
+        "job": meta.format("INDEXED BY blocks_job") + "WHERE b.jid = 1 AND b.t_lo <= 9 "
+                                                      "AND b.t_hi >= 0",
+        "free": meta.format("INDEXED BY blocks_free") + "WHERE b.sid = 1 AND b.jid IS NULL "
+                                                        "AND b.t_lo <= 9 AND b.t_hi >= 0",
+        "key": "SELECT seqs, idx, n FROM blocks INDEXED BY blocks_seq WHERE sid = 1 AND "
+               "seq_hi >= 1 AND seq_lo <= 2",
     }
     for name, sql in plans.items():
         plan = " | ".join(row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + sql))
         assert "TEMP B-TREE" not in plan and "USING" in plan and "INDEX" in plan, (name, plan)
+    pending = db.execute("EXPLAIN QUERY PLAN SELECT bid FROM pending ORDER BY bid LIMIT 1000")
+    assert "TEMP B-TREE" not in " | ".join(row[-1] for row in pending)  # rowid order
     indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' "
                                         "AND tbl_name = 'blocks' AND sql IS NOT NULL")}
-    assert indexes == {"blocks_seq", "blocks_job", "blocks_free", "blocks_unmarked"}
+    assert indexes == {"blocks_seq", "blocks_job", "blocks_free"}
 
 
 def test_another_store_on_the_same_file_sees_new_streams_and_jobs(open_store, rec):

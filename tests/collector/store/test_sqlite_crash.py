@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from firstfault.collector.store.blocks import seqs_of
+from firstfault.collector.store.blocks import block_seqs
 from firstfault.collector.store.sqlite import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -60,7 +60,7 @@ def test_sigkill_loses_nothing_reported_committed(tmp_path):
         db = sqlite3.connect(path)  # what a new process finds
         try:
             assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok", seed
-            seqs = [q for (data,) in db.execute("SELECT data FROM blocks") for q in seqs_of(data)]
+            seqs = [q for row in db.execute("SELECT seqs, idx, n FROM blocks") for q in block_seqs(*row)]
             n, distinct, top = len(seqs), len(set(seqs)), max(seqs)
             below = sum(q <= reported for q in seqs)
             assert below == reported + 1, f"seed {seed} round {round_}: lost committed records"

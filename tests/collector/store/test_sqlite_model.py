@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from firstfault.wire import Record
 from firstfault.collector.store.base import Selection
 from firstfault.collector.store.shared import JOB_MARGIN_NS
+from tests.collector.frames import insert_frames
 
 T0 = 1_796_206_319_782_000_000
 NODES = ("gpu-01", "gpu-02", "gpu-03")
@@ -68,11 +69,12 @@ def model(stored: dict, sel: Selection) -> list[Record]:
     return rs if sel.limit is None else rs[:sel.limit]
 
 
+@pytest.mark.parametrize("via", ["records", "frames"])
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(st.lists(records(), max_size=25), max_size=6),
        sels=st.lists(selections, min_size=1, max_size=8))
-def test_store_matches_the_model(empty_store, batches, sels):
+def test_store_matches_the_model(empty_store, via, batches, sels):
     stored: dict = {}
     with empty_store() as store:
         for batch in batches:
@@ -81,7 +83,10 @@ def test_store_matches_the_model(empty_store, batches, sels):
                 if (r.node, r.stream, r.seq) not in stored:
                     stored[(r.node, r.stream, r.seq)] = r
                     new += 1
-            assert store.insert(batch) == new
+            if via == "records":
+                assert store.insert(batch) == new
+                continue
+            assert insert_frames(store, batch) == new
         for (node, stream) in {(n, s) for n, s, _ in stored}:
             assert store.high_seq(node, stream) == max(
                 q for n, s, q in stored if (n, s) == (node, stream))

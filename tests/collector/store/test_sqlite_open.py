@@ -60,20 +60,22 @@ def test_an_older_version_is_migrated_in_order(tmp_path, rec, monkeypatch):
     assert done == [0, 1]  # applied once
 
 
-def test_a_version_1_file_is_migrated_to_blocks(tmp_path, rec):
-    """Rows of schema version 1 (one per record) come back the same from blocks."""
-    path = tmp_path / "ff.db"
+def version_1_file(path, rec, last: int) -> tuple[sqlite3.Connection, list]:
+    """A store file of schema version 1 holding job-1's records of stream s1 (12 rank
+    lines, seqs 0..11; from seq 30 on a proc.exit that failed) and 3 jobless kernel lines
+    of stream k; the connection, open, and the records."""
     db = sqlite3.connect(path, isolation_level=None)
     sq.MIGRATIONS[0](db)
-    db.execute("PRAGMA user_version = 1")
-    db.execute(f"PRAGMA application_id = {sq.APPLICATION_ID}")
     kept = [rec(i, rank=i % 3, t=T0 + (i % 7) * S) for i in range(12)]
     kept += [rec(20 + i, job=None, stream="k") for i in range(3)]
-    kept.append(rec(30, kind="proc.exit", source="procs", fields={"exitcode": -9}))
+    if last >= 30:
+        kept.append(rec(30, kind="proc.exit", source="procs", fields={"exitcode": -9}))
     db.execute("INSERT INTO streams (sid, node, stream, high_seq, free_first_ns, free_last_ns) "
-               "VALUES (1, 'gpu-01', 's1', 30, NULL, NULL), (2, 'gpu-01', 'k', 22, ?, ?)",
-               (T0 + 20 * S, T0 + 22 * S))
-    db.execute("INSERT INTO jobs VALUES (1, 'job-1', ?, ?, 13, 1)", (T0, T0 + 30 * S))
+               "VALUES (1, 'gpu-01', 's1', ?, NULL, NULL), (2, 'gpu-01', 'k', 22, ?, ?)",
+               (last, T0 + 20 * S, T0 + 22 * S))
+    own = [r for r in kept if r.job is not None]
+    db.execute("INSERT INTO jobs VALUES (1, 'job-1', ?, ?, ?, ?)",
+               (T0, max(r.occurred_ns for r in own), len(own), int(last >= 30)))
     db.execute("INSERT INTO job_nodes VALUES (1, 'gpu-01')")
     for r in kept:
         t = r.occurred_ns if r.occurred_ns is not None else r.observed_ns
@@ -84,6 +86,15 @@ def test_a_version_1_file_is_migrated_to_blocks(tmp_path, rec):
                     r.source, r.kind, r.message, r.occurred_ns, r.observed_ns, r.boot_id,
                     r.mono_ns, r.local_rank, r.pid, r.severity,
                     msgpack.packb(r.fields) if r.fields else None))
+    return db, kept
+
+
+def test_a_version_1_file_is_migrated_to_blocks(tmp_path, rec):
+    """Rows of schema version 1 (one per record) come back the same from blocks."""
+    path = tmp_path / "ff.db"
+    db, kept = version_1_file(path, rec, 30)
+    db.execute("PRAGMA user_version = 1")
+    db.execute(f"PRAGMA application_id = {sq.APPLICATION_ID}")
     db.close()
     with SqliteStore(path) as s:
         want = sorted(kept, key=lambda r: (r.occurred_ns, r.node, r.stream, r.seq))
@@ -93,6 +104,43 @@ def test_a_version_1_file_is_migrated_to_blocks(tmp_path, rec):
     assert pragma(path, "user_version") == len(sq.MIGRATIONS)
     db = sqlite3.connect(path)
     assert not db.execute("SELECT name FROM sqlite_master WHERE name = 'records'").fetchall()
+    db.close()
+
+
+def test_a_version_2_file_is_migrated_in_place_with_its_marks(tmp_path, rec):
+    """Blocks of schema version 2 (columns without the job, marks in the row) come back
+    the same from version 3; a block marked under the current marker keeps its marks
+    (a report reads only them), unmarked ones wait in ``pending`` until marked."""
+    from firstfault.analysis.catalog import load_catalog
+    from firstfault.analysis.marks import ReportMarker
+
+    marker = ReportMarker(load_catalog())
+    path = tmp_path / "ff.db"
+    db, kept = version_1_file(path, rec, 11)
+    sq.MIGRATIONS[1](db)  # version 2: two blocks, unmarked
+    (bid, data), = db.execute("SELECT bid, data FROM blocks WHERE jid = 1").fetchall()
+    cols = msgpack.unpackb(data)  # (seq, t_ns, source, ...): mark its first and last record
+    db.execute("INSERT INTO markers (mid, name) VALUES (1, ?)", (marker.name,))
+    db.execute("UPDATE blocks SET mid = 1, marked = ? WHERE bid = ?",
+               (msgpack.packb([[c[0], c[-1]] for c in cols]), bid))
+    db.execute("PRAGMA user_version = 2")
+    db.execute(f"PRAGMA application_id = {sq.APPLICATION_ID}")
+    db.close()
+    want = sorted(kept[:12], key=lambda r: (r.occurred_ns, r.seq))
+    with SqliteStore(path, marker=marker) as s:
+        assert list(s.records(Selection(job="job-1"))) == sorted(
+            kept, key=lambda r: (r.occurred_ns, r.node, r.stream, r.seq))
+        assert list(s.needed(Selection(job="job-1", nodes=("gpu-01",), since_ns=T0,
+                                        until_ns=T0 + 6 * S), marker.name)) == [want[0], want[-1]]
+        assert s.insert(kept) == 0  # still idempotent over the migrated records
+        assert s._db.execute("SELECT bid FROM pending").fetchall() == [(bid + 1,)]
+        assert s.mark_pending() == 1 and not s._db.execute("SELECT * FROM pending").fetchall()
+        assert s.insert([rec(12, rank=0, t=T0 + 7 * S)]) == 1  # new blocks in the new layout
+        assert [r.seq for r in s.records(Selection(job="job-1", until_ns=T0 + 7 * S))][-1] == 12
+    assert pragma(path, "user_version") == len(sq.MIGRATIONS) == 3
+    db = sqlite3.connect(path)
+    names = {n for (n,) in db.execute("SELECT name FROM sqlite_master")}
+    assert {"blocks", "marks", "pending"} <= names and "blocks_v2" not in names
     db.close()
 
 

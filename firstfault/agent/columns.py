@@ -1,0 +1,134 @@
+"""Records as columns, for a source that hands many at once to the spool (Spool.append_columns).
+
+A source that reads lines in chunks (ranklog) knows most of a record's values per
+chunk or per file, not per line: the file's job, rank and fields, the chunk's read
+time. ``Runs`` keeps such a column as (value, count) runs, so the spool packs and
+checks each value once, and no tuple is built per record (building rows and
+turning them back into columns cost ~0.3 µs a record: bench/RESULTS.md).
+
+``message`` is a plain list: each value a str, or bytes that are UTF-8 text (the
+tailer's lines as read, once the source knew the chunk is valid UTF-8: they are
+packed as msgpack str without being decoded; the spool checks them again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain, repeat
+from typing import Any
+
+from firstfault.wire import COLUMNS, KIND_RANK_LINE, SOURCE_RANKLOG
+
+MESSAGE = COLUMNS.index("message")
+FIELDS = COLUMNS.index("fields")
+
+
+class Runs(list):
+    """A column as ``[value, count]`` runs, in record order."""
+
+    __slots__ = ()
+
+    def add(self, value: Any, count: int = 1) -> None:
+        if self and self[-1][0] is value:
+            self[-1][1] += count
+        elif count:
+            self.append([value, count])
+
+    def values(self) -> list[Any]:
+        return list(chain.from_iterable(repeat(v, k) for v, k in self))
+
+    def cut(self, lo: int, hi: int) -> Runs:
+        """The runs of records lo..hi-1."""
+        out, at = Runs(), 0
+        for v, k in self:
+            a, b = max(lo, at), min(hi, at + k)
+            if a < b:
+                out.append([v, b - a])
+            at += k
+            if at >= hi:
+                break
+        return out
+
+    def at(self, i: int) -> Any:
+        """Record i's value."""
+        at = 0
+        for v, k in self:
+            at += k
+            if i < at:
+                return v
+        raise IndexError(i)
+
+    def set(self, i: int, value: Any) -> None:
+        """Record i takes ``value`` (its run split around it)."""
+        at = 0
+        for j, (v, k) in enumerate(self):
+            if at <= i < at + k:
+                parts = [[v, i - at], [value, 1], [v, at + k - i - 1]]
+                self[j:j + 1] = [p for p in parts if p[1]]
+                return
+            at += k
+        raise IndexError(i)
+
+
+Column = Sequence[Any]  # a list (or tuple) of one value per record, or Runs
+
+
+class Columns:
+    """``n`` records as the 13 wire columns (COLUMNS order), each a list or Runs."""
+
+    __slots__ = ("n", "cols")
+
+    def __init__(self, n: int, cols: list[Column]) -> None:
+        self.n, self.cols = n, cols
+
+    def cut(self, lo: int, hi: int) -> Columns:
+        return Columns(hi - lo, [c.cut(lo, hi) if type(c) is Runs else c[lo:hi] for c in self.cols])
+
+    def rows(self) -> list[tuple]:
+        """One tuple of the wire columns per record (for a consumer that takes rows),
+        messages as str."""
+        cols = [c.values() if type(c) is Runs else c for c in self.cols]
+        cols[MESSAGE] = [m.decode() if type(m) is bytes else m for m in cols[MESSAGE]]
+        return list(zip(*cols))
+
+
+class ColumnsBuilder:
+    """Collects records as columns: ``lines`` for a chunk's rank lines, ``row`` for any
+    other record; ``build()`` the Columns."""
+
+    def __init__(self) -> None:
+        self.runs = [Runs() for _ in COLUMNS]
+        self.message: list[str | bytes] = []
+        self.runs[MESSAGE] = None  # type: ignore[call-overload]
+
+    def __len__(self) -> int:
+        return len(self.message)
+
+    def lines(self, messages: list[str | bytes], observed_ns: int, job: str | None,
+              rank: int | None, local_rank: int | None, fields: dict) -> None:
+        """``rank.line`` records (severity 6, no occurred time: the collector reads the
+        line's own stamp) of one chunk of a rank's file."""
+        k = len(messages)
+        self.message += messages
+        for col, value in zip(self.runs, (SOURCE_RANKLOG, KIND_RANK_LINE, None, None, observed_ns,
+                                          None, None, job, rank, local_rank, None, 6, fields)):
+            if col is not None:
+                col.add(value, k)
+
+    def row(self, row: tuple) -> None:
+        """One record: a tuple of the wire columns."""
+        self.message.append(row[MESSAGE])
+        for col, value in zip(self.runs, row):
+            if col is not None:
+                col.add(value)
+
+    def set_fields(self, i: int, fields: dict) -> None:
+        self.runs[FIELDS].set(i, fields)
+
+    def fields_at(self, i: int) -> dict:
+        return self.runs[FIELDS].at(i)
+
+    def build(self) -> Columns:
+        cols = list(self.runs)
+        cols[MESSAGE] = self.message
+        return Columns(len(self.message), cols)

@@ -1,0 +1,38 @@
+"""The agent's sink: what reaches the spool from rows and from columns."""
+
+from __future__ import annotations
+
+from firstfault.agent.columns import ColumnsBuilder
+from firstfault.agent.sink import SpoolSink
+from firstfault.agent.spool import Spool
+from firstfault.common.redact import Redactor
+
+HF = "hf_" + "Ab3dEf6hIj9lMn2pQr5tUv8xYz1Bc4De7F"
+
+
+def _read(spool: Spool) -> list:
+    out: list = []
+    while batch := spool.read_after(out[-1].seq if out else None):
+        out += batch
+    return out
+
+
+def test_columns_are_redacted_as_rows_are_and_only_the_lines_with_a_secret_change(tmp_path):
+    """A chunk's lines as undecoded bytes (the ranklog's hot path) and as str, one file's
+    fields shared as a run: the secret is gone from the spool, its own record says what
+    was redacted, the other records keep the shared fields untouched."""
+    spool = Spool(tmp_path / "spool", node="n1", max_bytes=64 << 20, fsync="never")
+    sink = SpoolSink(spool, Redactor())
+    fields = {"path": "/logs/rank0.log"}
+    b = ColumnsBuilder()
+    b.lines([b"[rank0]: step 1", f"[rank0]: hf_token='{HF}' \u00e9".encode(), b"[rank0]: step 2"],
+            10, "job-1", 0, 0, fields)
+    b.lines(["[rank0]: caf\u00e9", f"[rank0]: token={HF}"], 11, "job-1", 0, 0, fields)
+    sink.columns(b.build())
+    recs = _read(spool)
+    spool.close()
+    assert [HF in r.message for r in recs] == [False] * 5
+    assert [r.fields.get("redacted") for r in recs] == [None, "hf-token:1", None, None, "hf-token:1"]
+    assert recs[1].message.startswith("[rank0]: hf_token=") and recs[1].message.endswith(" \u00e9")
+    assert [r.fields["path"] for r in recs] == [fields["path"]] * 5 and fields == {"path": "/logs/rank0.log"}
+    assert sink.redacted == {"hf-token": 2} and sink.records["ranklog"] == 5
