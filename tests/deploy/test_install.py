@@ -60,6 +60,10 @@ def test_install_into_a_prefix_twice(tmp_path):
 
     # the units as installed verify without a single warning against the real executable
     shutil.copytree("/usr/lib/systemd/system", p / "usr/lib/systemd/system", symlinks=True, dirs_exist_ok=True)
+    kill = p / "bin/kill"  # ExecReload's (the target's own: util-linux or procps)
+    kill.parent.mkdir(exist_ok=True)
+    kill.write_text("#!/bin/sh\n")
+    kill.chmod(0o755)
     v = analyze("verify", f"--root={p}", *UNITS)
     assert (v.returncode, v.stdout + v.stderr) == (0, "")
 
