@@ -23,7 +23,16 @@ What is marked, for the report to be the one all records give:
       job (query.py), and a block keeps its last record longest (prune drops the
       oldest first);
     * the last record of each rank in the block: the report knows every rank that
-      logged, and its node, even one that printed nothing but plain lines.
+      logged, and its node, even one that printed nothing but plain lines;
+    * of DeepSpeed's throughput lines (``MemAllocated=``, memory.timer_figure) with a
+      pid and an occurred time, per (``path``, pid, second of that time: memory.BUCKET_NS),
+      the block's last memory.LAST_PER_BUCKET and those no later one of the block equals
+      or beats in memory (the block's seen.Staircase): the memory view keeps the
+      staircase of each (stream, pid, second) of all blocks, which is made of the
+      blocks' (prune drops a block's oldest records first, and the staircase of what
+      stays is made of the one that was). Every other
+      line holding ``MemAllocated=`` is marked, as is one without pid or time (its time or
+      pid then comes from the text) or of several lines.
 
 ``name`` changes whenever what would be marked changes (the needles, the
 progress patterns, MARKS_VERSION): the store reads blocks marked under another
@@ -46,11 +55,12 @@ import ahocorasick_rs
 
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.findings import PROGRESS
+from firstfault.analysis.memory import BUCKET_NS, LAST_PER_BUCKET, TIMER_NEEDLE, timer_figure, timer_key
 from firstfault.analysis.records import rank_text
 from firstfault.analysis.report import needles, progress_needles
 from firstfault.analysis.scan import Needles
 
-MARKS_VERSION = 2  # bump when the rules above change
+MARKS_VERSION = 3  # bump when the rules above change
 _SEP = "\x00"  # between messages in one scan; no needle holds it, so no hit spans two
 
 
@@ -62,22 +72,25 @@ class ReportMarker:
         progs = [s for s in catalog.signatures if s.id in PROGRESS]
         own = set(words) - {n for s in catalog.signatures for n in s.needles}
         self._latest = tuple(n for n in progress_needles(catalog) if n not in own)
-        rare = [w for w in words if w not in self._latest]
+        rare = [w for w in words if w not in self._latest and w != TIMER_NEEDLE]  # throughput lines: _mark_timers
         if any(_SEP in w for w in words):
             raise ValueError("a needle holds NUL: the marker can not scan joined messages")
         self._ac = ahocorasick_rs.BytesAhoCorasick(
             [w.encode() for w in rare], implementation=ahocorasick_rs.Implementation.DFA
         ) if rare else None
         self._catalog = catalog
-        spec = [MARKS_VERSION, rare, self._latest, [p.pattern for s in progs for p in s.patterns]]
+        spec = [MARKS_VERSION, rare, self._latest, [p.pattern for s in progs for p in s.patterns], TIMER_NEEDLE,
+                BUCKET_NS, LAST_PER_BUCKET]
         self.name = "report-" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
 
     def mark(self, *, source: Sequence[str], kind: Sequence[str], message: Sequence[str],
              occurred_ns: Sequence[int | None], rank: Sequence[int | None],
-             fields: Sequence[dict], order: Sequence[int] | None = None) -> list[int]:
+             fields: Sequence[dict], order: Sequence[int] | None = None,
+             pid: Sequence[int | None] | None = None) -> list[int]:
         """The indices (ascending) of a block's records that a report needs. The
         block's records are the columns' values at ``order`` (indices, in block
-        order), or all of them, in order, when it is None; others are never chosen."""
+        order), or all of them, in order, when it is None; others are never chosen.
+        Without ``pid`` every throughput line is marked."""
         n = len(message)
         pos: Sequence[int] = range(n) if order is None else order
         if not len(pos):
@@ -94,7 +107,35 @@ class ReportMarker:
         need.update(hits if order is None or not hits else hits.intersection(pos))
         if self._latest:
             self._mark_latest(need, plain, message, occurred_ns, rank, fields, pos)
+        self._mark_timers(need, plain, message, occurred_ns, fields, pos, pid)
         return sorted(need)
+
+    @staticmethod
+    def _mark_timers(need: set[int], plain: list[bool], message: Sequence[str], occurred: Sequence[int | None],
+                     fields: Sequence[dict], pos: Sequence[int], pid: Sequence[int | None] | None) -> None:
+        """Mark the lines holding TIMER_NEEDLE that the memory view may keep (the module's doc)."""
+        top: dict[tuple, list[int]] = {}  # (path, pid, second) -> [later lines, their highest key]
+        for i in reversed(pos):
+            text = message[i]
+            if TIMER_NEEDLE not in text:
+                continue
+            t = occurred[i]
+            p = None if pid is None else pid[i]
+            fig = timer_figure(rank_text(text)[1]) if plain[i] and "\n" not in text else None
+            if fig is None or t is None or p is None:
+                need.add(i)
+                continue
+            key = timer_key(fig)
+            group = ((fields[i] or {}).get("path") or None, p, t // BUCKET_NS)
+            seen = top.get(group)
+            if seen is None:
+                top[group] = [1, key]
+                need.add(i)
+                continue
+            if seen[0] < LAST_PER_BUCKET or key > seen[1]:
+                need.add(i)
+            seen[0] += 1
+            seen[1] = max(seen[1], key)
 
     def _hits(self, message: Sequence[str]) -> set[int]:
         """Indices of the messages holding a needle other than the progress-only ones."""
