@@ -55,7 +55,7 @@ import ahocorasick_rs
 
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.findings import PROGRESS
-from firstfault.analysis.memory import BUCKET_NS, LAST_PER_BUCKET, TIMER_NEEDLE, timer_figure, timer_key
+from firstfault.analysis.memory import BUCKET_NS, LAST_PER_BUCKET, TIMER, TIMER_NEEDLE, timer_key_of
 from firstfault.analysis.records import rank_text
 from firstfault.analysis.report import needles, progress_needles
 from firstfault.analysis.scan import Needles
@@ -79,6 +79,7 @@ class ReportMarker:
             [w.encode() for w in rare], implementation=ahocorasick_rs.Implementation.DFA
         ) if rare else None
         self._catalog = catalog
+        self._timer_keys: dict[tuple[str, str], int] = {}  # throughput lines' figures -> memory.timer_key
         spec = [MARKS_VERSION, rare, self._latest, [p.pattern for s in progs for p in s.patterns], TIMER_NEEDLE,
                 BUCKET_NS, LAST_PER_BUCKET]
         self.name = "report-" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
@@ -103,29 +104,37 @@ class ReportMarker:
         last = dict(zip(at(rank, pos), pos))
         last.pop(None, None)
         need.update(last.values())
-        hits = self._hits(message)
+        joined = _SEP.join(message)
+        hits = self._hits(message, joined)
         need.update(hits if order is None or not hits else hits.intersection(pos))
         if self._latest:
             self._mark_latest(need, plain, message, occurred_ns, rank, fields, pos)
-        self._mark_timers(need, plain, message, occurred_ns, fields, pos, pid)
+        if TIMER_NEEDLE in joined:
+            self._mark_timers(need, plain, message, occurred_ns, fields, _found(message, pos), pid)
         return sorted(need)
 
-    @staticmethod
-    def _mark_timers(need: set[int], plain: list[bool], message: Sequence[str], occurred: Sequence[int | None],
-                     fields: Sequence[dict], pos: Sequence[int], pid: Sequence[int | None] | None) -> None:
-        """Mark the lines holding TIMER_NEEDLE that the memory view may keep (the module's doc)."""
+    def _mark_timers(self, need: set[int], plain: list[bool], message: Sequence[str], occurred: Sequence[int | None],
+                     fields: Sequence[dict], found: list[int], pid: Sequence[int | None] | None) -> None:
+        """Mark the lines holding TIMER_NEEDLE (``found``: their indices, in block order) that the
+        memory view may keep (the module's doc)."""
         top: dict[tuple, list[int]] = {}  # (path, pid, second) -> [later lines, their highest key]
-        for i in reversed(pos):
+        keys = self._timer_keys
+        if len(keys) > 10_000:
+            keys.clear()
+        for i in reversed(found):
             text = message[i]
-            if TIMER_NEEDLE not in text:
-                continue
             t = occurred[i]
             p = None if pid is None else pid[i]
-            fig = timer_figure(rank_text(text)[1]) if plain[i] and "\n" not in text else None
-            if fig is None or t is None or p is None:
+            # the Event's text is the message less its launcher prefixes (records.rank_text), which
+            # hold no "/global_step=": the memory view's TIMER finds the same figures in the message
+            m = TIMER.search(text) if plain[i] and "\n" not in text else None
+            if m is None or t is None or p is None:
                 need.add(i)
                 continue
-            key = timer_key(fig)
+            figs = m.group("ma", "max")
+            key = keys.get(figs)
+            if key is None:
+                key = keys[figs] = timer_key_of(*figs)
             group = ((fields[i] or {}).get("path") or None, p, t // BUCKET_NS)
             seen = top.get(group)
             if seen is None:
@@ -137,11 +146,12 @@ class ReportMarker:
             seen[0] += 1
             seen[1] = max(seen[1], key)
 
-    def _hits(self, message: Sequence[str]) -> set[int]:
-        """Indices of the messages holding a needle other than the progress-only ones."""
+    def _hits(self, message: Sequence[str], joined: str) -> set[int]:
+        """Indices of the messages (``joined``: them joined by _SEP) holding a needle other than
+        the progress-only ones."""
         if self._ac is None or not message:
             return set()
-        blob = _SEP.join(message).encode()
+        blob = joined.encode()
         positions = [start for _, start, _ in self._ac.find_matches_as_indexes(blob)]
         if not positions:
             return set()
@@ -179,6 +189,15 @@ class ReportMarker:
                 done.add(key)
                 if len(done) == len(keys):
                     break
+
+
+def _found(message: Sequence[str], pos: Sequence[int]) -> list[int]:
+    """The indices of the messages holding TIMER_NEEDLE, in the block order of ``pos``."""
+    out = [i for i, m in enumerate(message) if TIMER_NEEDLE in m]
+    if type(pos) is range:
+        return out
+    rank_of = {i: k for k, i in enumerate(pos)}
+    return sorted((i for i in out if i in rank_of), key=rank_of.__getitem__)
 
 
 def at(column: Sequence[Any], pos: Sequence[int]) -> Iterable[Any]:

@@ -31,10 +31,10 @@ second's peak and the falls after it). That choice depends on no other second's 
 nor on the order they come in, so the collector's marker (analysis/marks.py) keeps the
 same lines per stored block and a report from its marks is the report from every
 record. Each kept line is a sample and a step mark: the ``allocated`` series, its peak
-and ``at_failure`` come from the kept lines (each second's peak is kept, so the series'
-peak is exact; the last line before a failure is kept); a second with more lines than
-that loses its earlier plain ones, so a band a step closes may end up to a second late
-there. ``count`` is the samples kept. The report's
+and ``at_failure`` come from the kept lines (each second's peak and last line are kept, so
+the series' peak and last figure are exact); a second with more than LAST_PER_BUCKET lines
+loses its earlier plain ones, so ``at_failure`` may be an earlier line of the failure's
+second and a band a step closes may end later within that second. ``count`` is the samples kept. The report's
 ``memory`` object (README "Memory by phase"; to be added to REPORT.md) is built by
 ``memory_report``.
 """
@@ -59,11 +59,11 @@ MAX_POINTS = 120  # samples per series in the report (peaks, the last and the ke
 # DeepSpeed's throughput line ends a step (its first steps are warm-up and print none). Not the
 # engine's "step=N, skipped=" line: a collector keeps only the latest of those (analysis/marks.py)
 # and a report from its marks must be the report from all records.
-_TIMER = re.compile(r"/global_step=(?P<step>\d+), .*MemAllocated=(?P<ma>[\d.]+)GB, MaxMemAllocated=(?P<max>[\d.]+)GB")
+TIMER = re.compile(r"/global_step=(?P<step>\d+), .*MemAllocated=(?P<ma>[\d.]+)GB, MaxMemAllocated=(?P<max>[\d.]+)GB")
 TIMER_NEEDLE = "MemAllocated="  # what every throughput line holds (marks.py finds them by it)
 BUCKET_NS = 1_000_000_000  # throughput lines: the staircase of each second (of the line's own clock)
 LAST_PER_BUCKET = 8  # throughput lines: the last of each second kept beside its staircase
-MAX_BUCKETS = 2048  # seconds per (stream, pid) before they widen to 2, 4, ... seconds
+MAX_BUCKETS = 512  # seconds per (stream, pid) before they widen to 2, 4, ... seconds (<= ~5k lines kept)
 _MEMCG_TO_KILL_NS = 5_000_000_000  # a memcg OOM report's usage line and its kill line lie this close
 # what every line the watcher reads holds (memlines.NEEDLES, the marks', the kernel's): a fast way past the rest
 _ANY = re.compile("|".join(map(re.escape, (*memlines.NEEDLES, "is about to be saved!", CONFIG_NEEDLE, "memory: usage ",
@@ -92,7 +92,7 @@ MARKS_KEPT = (2000, 6000)  # per stream: first and last phase marks (pairs must 
 
 def timer_figure(text: str) -> tuple[int, int, int] | None:
     """(step, allocated, max allocated) of DeepSpeed's throughput line, in bytes; None for another line."""
-    if TIMER_NEEDLE not in text or (m := _TIMER.search(text)) is None:
+    if TIMER_NEEDLE not in text or (m := TIMER.search(text)) is None:
         return None
     return int(m["step"]), int(float(m["ma"]) * memlines.GIB), int(float(m["max"]) * memlines.GIB)
 
@@ -100,6 +100,11 @@ def timer_figure(text: str) -> tuple[int, int, int] | None:
 def timer_key(fig: tuple[int, int, int]) -> int:
     """What a throughput line's staircase ranks it by: the highest figure it holds."""
     return max(fig[1], fig[2])
+
+
+def timer_key_of(ma: str, max_ma: str) -> int:
+    """timer_key of the line whose TIMER match's ``ma`` and ``max`` groups these are."""
+    return max(int(float(ma) * memlines.GIB), int(float(max_ma) * memlines.GIB))
 
 
 class TimerLines:

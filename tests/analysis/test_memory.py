@@ -149,7 +149,7 @@ def test_throughput_lines_kept_per_second_depend_on_the_set_only(monkeypatch):
     rnd = random.Random(3)
     items = [(t, (t, seq, f"n/s/{seq}"), rnd.choice((1, 2, 3, 4)))
              for seq, t in enumerate(sorted(rnd.randrange(0, 40 * 10**9) for _ in range(6000)))]
-    for max_buckets, width in ((2048, 10**9), (10, 4 * 10**9)):  # 40 seconds: 40, 20, then 10 buckets
+    for max_buckets, width in ((512, 10**9), (10, 4 * 10**9)):  # 40 seconds: 40, 20, then 10 buckets
         monkeypatch.setattr(memory, "MAX_BUCKETS", max_buckets)
         kept = []
         for shuffled in (items, rnd.sample(items, len(items))):
