@@ -282,12 +282,12 @@ def _throughput(rnd: random.Random, n: int, node: str) -> list[Record]:
     return out
 
 
-@pytest.mark.parametrize("seed", range(2))
-def test_throughput_lines_are_read_per_second_and_report_the_same(tmp_path, seed):
+@pytest.mark.parametrize("seed,backend", [(0, "sqlite"), (1, "sqlite"), pytest.param(0, "postgres", marks=pytest.mark.slow)])
+def test_throughput_lines_are_read_per_second_and_report_the_same(tmp_path, request, seed, backend):
     """The memory view keeps, per (stream, pid) and second, the throughput lines no later one
     beats (memory.TimerLines); the marker keeps those of each block, before and after prune."""
     rnd = random.Random(seed)
-    clock, marked, plain = _stores(tmp_path)
+    clock, marked, plain = _stores(tmp_path, request, backend)
     records = _throughput(rnd, 12_000, "gpu-01")
     order = list(range(0, len(records), 500))
     rnd.shuffle(order)  # late fills: blocks interleave in time
