@@ -35,10 +35,10 @@ What is marked, for the report to be the one all records give:
       pid then comes from the text) or of several lines.
 
 ``name`` changes whenever what would be marked changes (the needles, the
-progress patterns, MARKS_VERSION): the store reads blocks marked under another
-name in full. Cost: one Aho-Corasick pass over the block's text (without the
-progress needles, which most lines hold) and a few catalog matches per block
-(bench/store.py).
+progress patterns, memory.BUCKET_NS and LAST_PER_BUCKET, MARKS_VERSION): the store
+reads blocks marked under another name in full. Cost: one Aho-Corasick pass over the
+block's text (without the progress needles, which most lines hold), a few catalog
+matches per block, and a regex match per throughput line (bench/store.py).
 """
 
 from __future__ import annotations
