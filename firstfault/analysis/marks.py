@@ -23,13 +23,22 @@ What is marked, for the report to be the one all records give:
       job (query.py), and a block keeps its last record longest (prune drops the
       oldest first);
     * the last record of each rank in the block: the report knows every rank that
-      logged, and its node, even one that printed nothing but plain lines.
+      logged, and its node, even one that printed nothing but plain lines;
+    * of DeepSpeed's throughput lines (``MemAllocated=``, memory.timer_figure) with a
+      pid and an occurred time, per (``path``, pid, second of that time: memory.BUCKET_NS),
+      the block's last memory.LAST_PER_BUCKET and those no later one of the block equals
+      or beats in memory (the block's seen.Staircase): the memory view keeps the
+      staircase of each (stream, pid, second) of all blocks, which is made of the
+      blocks' (prune drops a block's oldest records first, and the staircase of what
+      stays is made of the one that was). Every other
+      line holding ``MemAllocated=`` is marked, as is one without pid or time (its time or
+      pid then comes from the text) or of several lines.
 
 ``name`` changes whenever what would be marked changes (the needles, the
-progress patterns, MARKS_VERSION): the store reads blocks marked under another
-name in full. Cost: one Aho-Corasick pass over the block's text (without the
-progress needles, which most lines hold) and a few catalog matches per block
-(bench/store.py).
+progress patterns, memory.BUCKET_NS and LAST_PER_BUCKET, MARKS_VERSION): the store
+reads blocks marked under another name in full. Cost: one Aho-Corasick pass over the
+block's text (without the progress needles, which most lines hold), a few catalog
+matches per block, and a regex match per throughput line (bench/store.py).
 """
 
 from __future__ import annotations
@@ -46,11 +55,12 @@ import ahocorasick_rs
 
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.findings import PROGRESS
+from firstfault.analysis.memory import BUCKET_NS, LAST_PER_BUCKET, TIMER, TIMER_NEEDLE, timer_key_of
 from firstfault.analysis.records import rank_text
 from firstfault.analysis.report import needles, progress_needles
 from firstfault.analysis.scan import Needles
 
-MARKS_VERSION = 2  # bump when the rules above change
+MARKS_VERSION = 3  # bump when the rules above change
 _SEP = "\x00"  # between messages in one scan; no needle holds it, so no hit spans two
 
 
@@ -62,22 +72,26 @@ class ReportMarker:
         progs = [s for s in catalog.signatures if s.id in PROGRESS]
         own = set(words) - {n for s in catalog.signatures for n in s.needles}
         self._latest = tuple(n for n in progress_needles(catalog) if n not in own)
-        rare = [w for w in words if w not in self._latest]
+        rare = [w for w in words if w not in self._latest and w != TIMER_NEEDLE]  # throughput lines: _mark_timers
         if any(_SEP in w for w in words):
             raise ValueError("a needle holds NUL: the marker can not scan joined messages")
         self._ac = ahocorasick_rs.BytesAhoCorasick(
             [w.encode() for w in rare], implementation=ahocorasick_rs.Implementation.DFA
         ) if rare else None
         self._catalog = catalog
-        spec = [MARKS_VERSION, rare, self._latest, [p.pattern for s in progs for p in s.patterns]]
+        self._timer_keys: dict[tuple[str, str], int] = {}  # throughput lines' figures -> memory.timer_key
+        spec = [MARKS_VERSION, rare, self._latest, [p.pattern for s in progs for p in s.patterns], TIMER_NEEDLE,
+                BUCKET_NS, LAST_PER_BUCKET]
         self.name = "report-" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
 
     def mark(self, *, source: Sequence[str], kind: Sequence[str], message: Sequence[str],
              occurred_ns: Sequence[int | None], rank: Sequence[int | None],
-             fields: Sequence[dict], order: Sequence[int] | None = None) -> list[int]:
+             fields: Sequence[dict], order: Sequence[int] | None = None,
+             pid: Sequence[int | None] | None = None) -> list[int]:
         """The indices (ascending) of a block's records that a report needs. The
         block's records are the columns' values at ``order`` (indices, in block
-        order), or all of them, in order, when it is None; others are never chosen."""
+        order), or all of them, in order, when it is None; others are never chosen.
+        Without ``pid`` every throughput line is marked."""
         n = len(message)
         pos: Sequence[int] = range(n) if order is None else order
         if not len(pos):
@@ -90,17 +104,54 @@ class ReportMarker:
         last = dict(zip(at(rank, pos), pos))
         last.pop(None, None)
         need.update(last.values())
-        hits = self._hits(message)
+        joined = _SEP.join(message)
+        hits = self._hits(message, joined)
         need.update(hits if order is None or not hits else hits.intersection(pos))
         if self._latest:
             self._mark_latest(need, plain, message, occurred_ns, rank, fields, pos)
+        if TIMER_NEEDLE in joined:
+            self._mark_timers(need, plain, message, occurred_ns, fields, _found(message, pos), pid)
         return sorted(need)
 
-    def _hits(self, message: Sequence[str]) -> set[int]:
-        """Indices of the messages holding a needle other than the progress-only ones."""
+    def _mark_timers(self, need: set[int], plain: list[bool], message: Sequence[str], occurred: Sequence[int | None],
+                     fields: Sequence[dict], found: list[int], pid: Sequence[int | None] | None) -> None:
+        """Mark the lines holding TIMER_NEEDLE (``found``: their indices, in block order) that the
+        memory view may keep (the module's doc)."""
+        top: dict[tuple, list[int]] = {}  # (path, pid, second) -> [later lines, their highest key]
+        keys = self._timer_keys
+        if len(keys) > 10_000:
+            keys.clear()
+        for i in reversed(found):
+            text = message[i]
+            t = occurred[i]
+            p = None if pid is None else pid[i]
+            # the Event's text is the message less its launcher prefixes (records.rank_text), which
+            # hold no "/global_step=": the memory view's TIMER finds the same figures in the message
+            m = TIMER.search(text) if plain[i] and "\n" not in text else None
+            if m is None or t is None or p is None:
+                need.add(i)
+                continue
+            figs = m.group("ma", "max")
+            key = keys.get(figs)
+            if key is None:
+                key = keys[figs] = timer_key_of(*figs)
+            group = ((fields[i] or {}).get("path") or None, p, t // BUCKET_NS)
+            seen = top.get(group)
+            if seen is None:
+                top[group] = [1, key]
+                need.add(i)
+                continue
+            if seen[0] < LAST_PER_BUCKET or key > seen[1]:
+                need.add(i)
+            seen[0] += 1
+            seen[1] = max(seen[1], key)
+
+    def _hits(self, message: Sequence[str], joined: str) -> set[int]:
+        """Indices of the messages (``joined``: them joined by _SEP) holding a needle other than
+        the progress-only ones."""
         if self._ac is None or not message:
             return set()
-        blob = _SEP.join(message).encode()
+        blob = joined.encode()
         positions = [start for _, start, _ in self._ac.find_matches_as_indexes(blob)]
         if not positions:
             return set()
@@ -138,6 +189,15 @@ class ReportMarker:
                 done.add(key)
                 if len(done) == len(keys):
                     break
+
+
+def _found(message: Sequence[str], pos: Sequence[int]) -> list[int]:
+    """The indices of the messages holding TIMER_NEEDLE, in the block order of ``pos``."""
+    out = [i for i, m in enumerate(message) if TIMER_NEEDLE in m]
+    if type(pos) is range:
+        return out
+    rank_of = {i: k for k, i in enumerate(pos)}
+    return sorted((i for i in out if i in rank_of), key=rank_of.__getitem__)
 
 
 def at(column: Sequence[Any], pos: Sequence[int]) -> Iterable[Any]:

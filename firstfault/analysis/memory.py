@@ -22,8 +22,21 @@ Virtual Memory", the whole node's, as the rank printed it).
 Phases (analysis/bands.py): the job's lifecycle bands from the marks DeepSpeed's log
 leaves (initialize, the phases ``"memory_breakdown": true`` marks, steps, checkpoint saves).
 Memory is bounded per stream (seen.Bounded: the start, an even sample of the middle, the
-end, and each series' peak). The report's ``memory`` object (README "Memory by phase";
-to be added to REPORT.md) is built by ``memory_report``.
+end, and each series' peak), except DeepSpeed's throughput line (timer.py, ``MemAllocated=``),
+which a run with a small ``steps_per_print`` prints every step on every rank: of those,
+per (stream, pid) and per second of the line's own time (``BUCKET_NS``, wider by powers
+of two past ``MAX_BUCKETS`` seconds), the watcher keeps the last ``LAST_PER_BUCKET``
+lines and the ones no later line of that second equals or beats (seen.Staircase: the
+second's peak and the falls after it). That choice depends on no other second's lines
+nor on the order they come in, so the collector's marker (analysis/marks.py) keeps the
+same lines per stored block and a report from its marks is the report from every
+record. Each kept line is a sample and a step mark: the ``allocated`` series, its peak
+and ``at_failure`` come from the kept lines (each second's peak and last line are kept, so
+the series' peak and last figure are exact); a second with more than LAST_PER_BUCKET lines
+loses its earlier plain ones, so ``at_failure`` may be an earlier line of the failure's
+second and a band a step closes may end later within that second. ``count`` is the samples kept. The report's
+``memory`` object (README "Memory by phase"; to be added to REPORT.md) is built by
+``memory_report``.
 """
 
 from __future__ import annotations
@@ -38,7 +51,7 @@ from firstfault.analysis import memlines
 from firstfault.analysis.context import CONFIG_NEEDLE
 from firstfault.analysis.model import KIND_KERNEL, KIND_RECORD, KIND_STREAM, Event
 from firstfault.analysis.bands import MARKED_PHASES, Band, Bands, Mark, failure_phase, phase_bands
-from firstfault.analysis.seen import Bounded, Seen, spread
+from firstfault.analysis.seen import Bounded, Seen, Staircase, spread
 from firstfault.analysis.timeline import NodeClock
 
 SERIES = ("rss", "cgroup", "gpu", "allocated", "reserved", "host_used")
@@ -46,7 +59,11 @@ MAX_POINTS = 120  # samples per series in the report (peaks, the last and the ke
 # DeepSpeed's throughput line ends a step (its first steps are warm-up and print none). Not the
 # engine's "step=N, skipped=" line: a collector keeps only the latest of those (analysis/marks.py)
 # and a report from its marks must be the report from all records.
-_TIMER = re.compile(r"/global_step=(?P<step>\d+), .*MemAllocated=(?P<ma>[\d.]+)GB, MaxMemAllocated=(?P<max>[\d.]+)GB")
+TIMER = re.compile(r"/global_step=(?P<step>\d+), .*MemAllocated=(?P<ma>[\d.]+)GB, MaxMemAllocated=(?P<max>[\d.]+)GB")
+TIMER_NEEDLE = "MemAllocated="  # what every throughput line holds (marks.py finds them by it)
+BUCKET_NS = 1_000_000_000  # throughput lines: the staircase of each second (of the line's own clock)
+LAST_PER_BUCKET = 8  # throughput lines: the last of each second kept beside its staircase
+MAX_BUCKETS = 512  # seconds per (stream, pid) before they widen to 2, 4, ... seconds (<= ~5k lines kept)
 _MEMCG_TO_KILL_NS = 5_000_000_000  # a memcg OOM report's usage line and its kill line lie this close
 # what every line the watcher reads holds (memlines.NEEDLES, the marks', the kernel's): a fast way past the rest
 _ANY = re.compile("|".join(map(re.escape, (*memlines.NEEDLES, "is about to be saved!", CONFIG_NEEDLE, "memory: usage ",
@@ -73,6 +90,55 @@ SAMPLES_KEPT = (500, 2000, 1000)  # per stream and series: first, middle (evenly
 MARKS_KEPT = (2000, 6000)  # per stream: first and last phase marks (pairs must stay whole)
 
 
+def timer_figure(text: str) -> tuple[int, int, int] | None:
+    """(step, allocated, max allocated) of DeepSpeed's throughput line, in bytes; None for another line."""
+    if TIMER_NEEDLE not in text or (m := TIMER.search(text)) is None:
+        return None
+    return int(m["step"]), int(float(m["ma"]) * memlines.GIB), int(float(m["max"]) * memlines.GIB)
+
+
+def timer_key(fig: tuple[int, int, int]) -> int:
+    """What a throughput line's staircase ranks it by: the highest figure it holds."""
+    return max(fig[1], fig[2])
+
+
+def timer_key_of(ma: str, max_ma: str) -> int:
+    """timer_key of the line whose TIMER match's ``ma`` and ``max`` groups these are."""
+    return max(int(float(ma) * memlines.GIB), int(float(max_ma) * memlines.GIB))
+
+
+class TimerLines:
+    """The throughput lines of one (stream, pid) that the memory view keeps: per second
+    (``BUCKET_NS``, of each line's own time) a seen.Staircase (its last LAST_PER_BUCKET lines
+    and those no later line beats); past MAX_BUCKETS seconds, the seconds pair up (2 s, then
+    4 s...). What stays depends only on the set of lines."""
+
+    __slots__ = ("shift", "buckets")
+
+    def __init__(self) -> None:
+        self.shift = 0
+        self.buckets: dict[int, Staircase] = {}
+
+    def add(self, t: int, order: tuple, key: int, item) -> None:
+        b = (t // BUCKET_NS) >> self.shift
+        box = self.buckets.get(b)
+        if box is None:
+            box = self.buckets[b] = Staircase(LAST_PER_BUCKET)
+        box.add(order, key, item)
+        while len(self.buckets) > MAX_BUCKETS:
+            self.shift += 1
+            wide: dict[int, Staircase] = {}
+            for k, box in self.buckets.items():
+                if (w := wide.get(k >> 1)) is None:
+                    wide[k >> 1] = box
+                else:
+                    w.merge(box)
+            self.buckets = wide
+
+    def entries(self) -> list[tuple]:
+        return [e for box in self.buckets.values() for e in box.entries]
+
+
 @dataclass(slots=True)
 class MemoryWatcher:
     """Keeps the memory figures and phase marks of the Events it is shown, bounded per stream
@@ -82,14 +148,19 @@ class MemoryWatcher:
     _marks: dict[str, Bounded] = field(default_factory=dict)
     streams: list[Event] = field(default_factory=list)
     _memcg: dict[str | None, Sample] = field(default_factory=dict)
+    _timers: dict[tuple, TimerLines] = field(default_factory=dict)
+
+    def _timer_lines(self) -> list[tuple[Mark, Sample]]:
+        """The kept throughput lines, in (time, seq, origin) order."""
+        return [e[2] for e in sorted((e for t in self._timers.values() for e in t.entries()), key=lambda e: e[0])]
 
     @property
     def samples(self) -> list[Sample]:
-        return [s for b in self._samples.values() for s in b.items()]
+        return [s for b in self._samples.values() for s in b.items()] + [s for _, s in self._timer_lines()]
 
     @property
     def marks(self) -> list[Mark]:
-        return [m for b in self._marks.values() for m in b.items()]
+        return [m for b in self._marks.values() for m in b.items()] + [m for m, _ in self._timer_lines()]
 
     def _sample(self, s: Sample) -> None:
         key = (s.stream, s.series, s.pid)
@@ -112,12 +183,19 @@ class MemoryWatcher:
             self._record(ev)
             return
         text = ev.text
-        if "MemAllocated=" in text and (m := _TIMER.search(text)) is not None:
+        if (fig := timer_figure(text)) is not None:
             # DeepSpeed's throughput line, once a step on a long run: the step's end and its allocator figure
             seen = Seen.of(ev, text=False)
-            self._mark(Mark(seen, "step", "point", f"training to the end of step {m['step']}", ev.stream))
-            self._sample(Sample(seen, "allocated", int(float(m["ma"]) * memlines.GIB), None,
-                                int(float(m["max"]) * memlines.GIB), ev.rank, ev.pid, "log", ev.stream))
+            mark = Mark(seen, "step", "point", f"training to the end of step {fig[0]}", ev.stream)
+            sample = Sample(seen, "allocated", fig[1], None, fig[2], ev.rank, ev.pid, "log", ev.stream)
+            if ev.occurred_ns is None:  # no time to put it in a second by: kept as other lines are
+                self._mark(mark)
+                self._sample(sample)
+                return
+            lines = self._timers.get((ev.stream, ev.pid))
+            if lines is None:
+                lines = self._timers[(ev.stream, ev.pid)] = TimerLines()
+            lines.add(ev.occurred_ns, (ev.occurred_ns, ev.seq, ev.origin), timer_key(fig), (mark, sample))
             return
         if _ANY.search(text) is None:
             return

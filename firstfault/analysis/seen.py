@@ -16,7 +16,9 @@ filled after it was yielded; ``placed`` reads them when called, after the pass.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
+from operator import itemgetter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -131,3 +133,40 @@ class Bounded:
             kept.append(self.top[1])
             kept.sort(key=lambda e: e[0])
         return [item for _, item in kept]
+
+
+
+class Staircase:
+    """Of a set of items, the last ``last`` (in ``order``) and those that no later item equals or
+    beats by ``key`` (its strict suffix maxima: the highest, at its latest occurrence, and the
+    falls after it), in order. Unlike Bounded, what it keeps does not depend on the order the
+    items came in, and of a part of the set that drops a prefix (in ``order``) it keeps only
+    items that the whole kept: so a store can choose, per block, the items this keeps of all
+    blocks (analysis/marks.py)."""
+
+    __slots__ = ("last", "entries")
+
+    def __init__(self, last: int) -> None:
+        self.last = last
+        self.entries: list[tuple] = []  # (order, key, item), order rising
+
+    def add(self, order: tuple, key: int, item) -> None:
+        e = self.entries
+        i = bisect_right(e, order, key=itemgetter(0))
+        if len(e) - i >= self.last and any(x[1] >= key for x in e[i:]):
+            return  # neither among the last nor beating every later item
+        e.insert(i, (order, key, item))
+        keep, top = [], None
+        for k, x in enumerate(reversed(e)):  # the later items' highest is among the kept ones
+            if k < self.last or top is None or x[1] > top:
+                keep.append(x)
+            top = x[1] if top is None else max(top, x[1])
+        keep.reverse()
+        self.entries = keep
+
+    def merge(self, other: Staircase) -> None:
+        for order, key, item in other.entries:
+            self.add(order, key, item)
+
+    def items(self) -> list:
+        return [item for _, _, item in self.entries]

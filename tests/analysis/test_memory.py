@@ -124,3 +124,38 @@ def test_the_agents_samples_give_each_rank_its_memory():
     assert (r1["cgroup"]["peak"], r1["cgroup"]["limit"]) == (400 << 20, 512 << 20)
     assert r1["gpu"]["peak"] == 7 << 30
     assert rep["memory"]["ranks"]["2"]["series"]["cgroup"]["limit"] is None  # v1's "no limit"
+
+
+def _staircases(items, bucket_ns, last):
+    """Brute force: per second, its ``last`` items and those no later item of it equals or beats."""
+    by: dict[int, list] = {}
+    for t, order, key in items:
+        by.setdefault(t // bucket_ns, []).append((order, key))
+    out = set()
+    for its in by.values():
+        its.sort()
+        out |= {o for i, (o, k) in enumerate(its) if i >= len(its) - last or all(k > k2 for _, k2 in its[i + 1:])}
+    return out
+
+
+def test_throughput_lines_kept_per_second_depend_on_the_set_only(monkeypatch):
+    """TimerLines keeps each second's last lines and staircase (its peak and the falls after it),
+    whatever order the lines come in; past MAX_BUCKETS seconds the seconds pair up, and what
+    stays is the staircase of the wider buckets."""
+    import random
+
+    from firstfault.analysis import memory
+
+    rnd = random.Random(3)
+    items = [(t, (t, seq, f"n/s/{seq}"), rnd.choice((1, 2, 3, 4)))
+             for seq, t in enumerate(sorted(rnd.randrange(0, 40 * 10**9) for _ in range(6000)))]
+    for max_buckets, width in ((512, 10**9), (10, 4 * 10**9)):  # 40 seconds: 40, 20, then 10 buckets
+        monkeypatch.setattr(memory, "MAX_BUCKETS", max_buckets)
+        kept = []
+        for shuffled in (items, rnd.sample(items, len(items))):
+            lines = memory.TimerLines()
+            for t, order, key in shuffled:
+                lines.add(t, order, key, order)
+            kept.append({e[2] for e in lines.entries()})
+        assert kept[0] == kept[1] == _staircases(items, width, memory.LAST_PER_BUCKET)
+        assert len(kept[0]) < len(items) / 4

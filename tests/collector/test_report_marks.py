@@ -3,6 +3,7 @@ from every record: real jobs' logs, and adversarial streams (progress ties, time
 of order, lines without rank or time, resends, late fills, prune cutting blocks)."""
 
 import json
+import re
 import random
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from firstfault.wire import Record
 from firstfault.collector import query
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.marks import ReportMarker
+from firstfault.analysis.memory import TIMER_NEEDLE
 from firstfault.analysis.parse import parse_stamp, strip_prefixes
 from firstfault.analysis.report import needles, progress_needles
 from firstfault.analysis.scan import Needles
@@ -27,13 +29,22 @@ T0 = 1_796_206_319_782_000_000
 S = 1_000_000_000
 CATALOG = load_catalog()
 # Needles other than progress lines': a line holding one is read whole by a report (an error, a
-# memory figure such as the DeepSpeed timer line's MemAllocated=, which memory by phase reads every one of)
-_READ_WHOLE = [w for w in Needles(needles(CATALOG)).words if w not in set(progress_needles(CATALOG))]
+# memory figure); DeepSpeed's throughput line (MemAllocated=) is a progress line whose memory
+# figure the memory view keeps per second (memory.TimerLines): counted apart (_timer_lines)
+_READ_WHOLE = [w for w in Needles(needles(CATALOG)).words
+               if w not in set(progress_needles(CATALOG)) and w != TIMER_NEEDLE]
 
 
 def _progress_only(records) -> list[Record]:
     """The rank lines that hold progress needles and nothing else a report reads."""
-    return [r for r in records if r.source == "ranklog" and not any(w in r.message for w in _READ_WHOLE)]
+    return [r for r in records if r.source == "ranklog" and not any(w in r.message for w in _READ_WHOLE)
+            and TIMER_NEEDLE not in r.message]
+
+
+def _timer_lines(records) -> list[Record]:
+    """DeepSpeed's throughput lines holding nothing else a report reads whole."""
+    return [r for r in records if r.source == "ranklog" and TIMER_NEEDLE in r.message
+            and not any(w in r.message for w in _READ_WHOLE)]
 
 
 def _saves_reading(needed: list[Record], every: list[Record], share: float) -> None:
@@ -122,7 +133,8 @@ def _line(rnd: random.Random, rank: int, step: int, t: int) -> str:
         return f"{stamp} [INFO] [logging.py:107:log_dist] [Rank {rank}] step={step}, skipped=0, lr=[0.1]"
     if k < 0.55:
         return (f"{stamp} [INFO] [timer.py:264:stop] epoch=0/micro_step={step}/global_step={step}, "
-                "RunningAvgSamplesPerSec=1.0, CurrSamplesPerSec=1.0, MemAllocated=1GB, MaxMemAllocated=2GB")
+                f"RunningAvgSamplesPerSec=1.0, CurrSamplesPerSec=1.0, MemAllocated={rnd.choice((1, 1.5, 2))}GB, "
+                f"MaxMemAllocated={rnd.choice((2, 2.5))}GB")  # ties and falls within a second
     if k < 0.6:
         return f"[rank{rank}]: note, skipped=3 batches of bad data"  # a needle, not progress
     if k < 0.62:
@@ -249,3 +261,48 @@ def test_a_rank_of_plain_lines_in_a_busy_block_is_still_known_with_its_node(tmp_
     assert rep == _report(plain, "j")
     assert {r: v["node"] for r, v in rep["ranks"].items()} == {"0": "gpu-01", "1": "gpu-01", "2": "gpu-01"}
     assert not [g for g in rep["gaps"] if g.get("rank") is not None]
+
+
+def _throughput(rnd: random.Random, n: int, node: str) -> list[Record]:
+    """A long run's DeepSpeed throughput lines (timer.py's format) from 4 ranks, ~500 a second
+    each, memory rising and falling, some lines with no pid or time."""
+    out, t, mem = [], T0, [8.0] * 4
+    for seq in range(n):
+        t += rnd.choice((0, 1_000_000, 2_000_000, -1_000_000))
+        rank = seq % 4
+        mem[rank] = max(1.0, mem[rank] + rnd.choice((-0.25, 0.0, 0.0, 0.25)))
+        stamp = "[2026-12-02 10:{:02d}:{:02d},{:03d}]".format(*divmod(t // S % 3600, 60), t // 10**6 % 1000)
+        msg = (f"{stamp} [INFO] [timer.py:264:stop] epoch=0/micro_step={seq}/global_step={seq}, "
+               f"RunningAvgSamplesPerSec=9.5, CurrSamplesPerSec=9.6, MemAllocated={mem[rank]:.2f}GB, "
+               f"MaxMemAllocated={mem[rank] + rnd.choice((0, 0.5)):.2f}GB")
+        out.append(Record(node=node, stream="s1", seq=seq, source="ranklog", kind="rank.line", message=msg,
+                          occurred_ns=None if rnd.random() < 0.02 else t, observed_ns=t + 5_000_000, job="j",
+                          rank=rank, pid=None if rnd.random() < 0.02 else 24000 + rank,
+                          fields={"path": f"/logs/rank{rank}.log"} if rank % 2 else {}))
+    return out
+
+
+@pytest.mark.parametrize("seed,backend", [(0, "sqlite"), (1, "sqlite"), pytest.param(0, "postgres", marks=pytest.mark.slow)])
+def test_throughput_lines_are_read_per_second_and_report_the_same(tmp_path, request, seed, backend):
+    """The memory view keeps, per (stream, pid) and second, the throughput lines no later one
+    beats (memory.TimerLines); the marker keeps those of each block, before and after prune."""
+    rnd = random.Random(seed)
+    clock, marked, plain = _stores(tmp_path, request, backend)
+    records = _throughput(rnd, 12_000, "gpu-01")
+    order = list(range(0, len(records), 500))
+    rnd.shuffle(order)  # late fills: blocks interleave in time
+    for i in order:
+        for s in (marked, plain):
+            _insert(s, records[i:i + 500], "frames" if i % 1000 else "records")
+    rep = _report(marked, "j")
+    assert rep == _report(plain, "j")
+    every = list(plain.records(Selection(job="j")))
+    needed = list(marked.needed(Selection(job="j"), ReportMarker(CATALOG).name))
+    assert len(_timer_lines(needed)) < len(_timer_lines(every)) / 4
+    # the series' peak is the highest figure of all the lines, not of a sample of them
+    top = max(max(float(x) for x in re.findall(r"MemAllocated=([\d.]+)GB", r.message)) for r in every
+              if r.rank == 0)
+    assert rep["memory"]["ranks"]["0"]["series"]["allocated"]["peak"] == int(top * (1 << 30))
+    clock.now = T0 + 3 * S + 3600 * S  # cuts the stream (~6 s) inside blocks and seconds
+    assert marked.prune(max_age_s=3600, max_bytes=None) == plain.prune(max_age_s=3600, max_bytes=None) > 0
+    assert _report(marked, "j") == _report(plain, "j")

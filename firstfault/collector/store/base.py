@@ -144,7 +144,8 @@ class Marker(Protocol):
 
     def mark(self, *, source: Sequence[str], kind: Sequence[str], message: Sequence[str],
              occurred_ns: Sequence[int | None], rank: Sequence[int | None],
-             fields: Sequence[dict], order: Sequence[int] | None = None) -> list[int]:
+             fields: Sequence[dict], order: Sequence[int] | None = None,
+             pid: Sequence[int | None] | None = None) -> list[int]:
         """Indices (ascending) of the records a report needs, of one block: records
         of one (node, stream) and one job, in (occurred else observed time, seq)
         order: the columns' values at the indices ``order``, or all of them (None)."""

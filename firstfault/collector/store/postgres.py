@@ -71,7 +71,7 @@ RETRIES = 5  # a transaction rolled back by a deadlock is tried this often
 _pack = msgpack.Packer().pack
 _column_getters = tuple(map(attrgetter, COLUMNS))
 _node_stream = attrgetter("node", "stream")
-_MARKED_COLUMNS = ("source", "kind", "message", "occurred_ns", "rank", "fields")
+_MARKED_COLUMNS = ("source", "kind", "message", "occurred_ns", "rank", "fields", "pid")
 _seq_of = attrgetter("seq")
 
 _COPY = ("COPY records (sid, seq, t_ns, jid, rank, source, kind, message, occurred_ns, "
@@ -379,7 +379,7 @@ class PostgresStore(PostgresReads):
             pick = {c: [cols[c][i] for i in rows] for c in _MARKED_COLUMNS}
             for k in self._marker.mark(source=pick["source"], kind=pick["kind"],
                                        message=pick["message"], occurred_ns=pick["occurred_ns"],
-                                       rank=pick["rank"], fields=pick["fields"]):
+                                       rank=pick["rank"], fields=pick["fields"], pid=pick["pid"]):
                 need[rows[k]] = True
         return need
 

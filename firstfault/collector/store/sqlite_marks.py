@@ -12,7 +12,7 @@ current marker and read any other block whole.
 
 from __future__ import annotations
 
-from firstfault.collector.store.blocks import (FIELDS, KIND, MESSAGE, OCCURRED, RANK, SOURCE, Block,
+from firstfault.collector.store.blocks import (FIELDS, KIND, MESSAGE, OCCURRED, PID, RANK, SOURCE, Block,
                                                times, unpack)
 from firstfault.collector.store.sqlite_schema import INSERT_MARKS
 
@@ -53,7 +53,7 @@ class Marking:
         c = b.cols
         got = self._marker.mark(source=c[SOURCE], kind=c[KIND], message=c[MESSAGE],
                                 occurred_ns=c[OCCURRED], rank=c[RANK], fields=c[FIELDS],
-                                order=b.order)
+                                order=b.order, pid=c[PID])
         t = b.t  # positions in block order: by time, then position (= seq)
         b.marked = got if b.order is None else sorted(got, key=t.__getitem__)
 
