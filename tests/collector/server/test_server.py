@@ -267,6 +267,28 @@ def test_read_timeout_closes_a_silent_connection(serve):
     srv.settle(lambda: srv.metrics.errors.get("timeout") == 1)
 
 
+@pytest.mark.parametrize("after_hello, code, counted", [
+    (b"", None, None),  # EOF between frames: the session ends, nothing to count
+    (b"\x00\x00\x01\x00abc", None, "truncated"),  # EOF inside a frame
+    (b"\x00\x00\x00\x02\xc1\xc1", wire.ERR_MALFORMED, "malformed"),  # a bad frame, socket left open
+])
+def test_eof_and_bad_frames_close_at_once_not_at_the_read_timeout(serve, after_hello, code, counted):
+    """A WireError closes the stream and EOF ends the session when they happen; neither
+    waits for the read timeout (30 s here)."""
+    srv = serve(limits=LimitsConfig(read_timeout_s=30))
+    a = srv.agent()
+    a.hello()
+    a.send_raw(after_hello)
+    if code is None:
+        a.sock.shutdown(socket.SHUT_WR)
+    t0 = time.monotonic()
+    err = a.expect_error(timeout=25)
+    assert time.monotonic() - t0 < 5
+    assert (err.code if err else None) == code
+    srv.settle(lambda: srv.metrics.connections_open == 0, timeout=5)
+    assert srv.metrics.errors == ({counted: 1} if counted else {})
+
+
 def test_store_failure_is_not_acked(serve):
     store = FakeStore()
     store.fail = OSError("disk full")
