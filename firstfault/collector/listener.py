@@ -60,7 +60,8 @@ class Listener:
         self.log_limiter = log_limiter or LogLimiter()
         self.sockets: list[socket.socket] = []
         self._accepting: list[asyncio.Task] = []
-        self._pending: dict[asyncio.Task, None] = {}  # oldest first
+        # oldest first; the value: its socket until the task starts (then None)
+        self._pending: dict[asyncio.Task, socket.socket | None] = {}
         self.tasks: set[asyncio.Task] = set()  # every connection's task
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
@@ -95,8 +96,8 @@ class Listener:
             t.cancel()
         for s in self.sockets:
             s.close()
-        for t in list(self._pending):
-            t.cancel()
+        while self._pending:
+            self._end_pending(next(iter(self._pending)))
 
     async def _accept(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -111,15 +112,24 @@ class Listener:
             task = asyncio.create_task(self._connection(conn), name="firstfault-connection")
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
-            self._pending[task] = None
+            self._pending[task] = conn
             while len(self._pending) > self.max_pending:
-                oldest = next(iter(self._pending))
-                del self._pending[oldest]
-                oldest.cancel()
+                self._end_pending(next(iter(self._pending)))
                 self.metrics.error("pending_evicted")
+
+    def _end_pending(self, task: asyncio.Task) -> None:
+        """Cancel a connection not yet handed over. One whose task has not started yet
+        (a burst is accepted without yielding) never runs a line of _connection, so
+        its socket is closed here: else it stays open, unread, until garbage collected."""
+        conn = self._pending.pop(task)
+        task.cancel()
+        if conn is not None:
+            conn.close()
 
     async def _connection(self, conn: socket.socket) -> None:
         me = asyncio.current_task()
+        if me in self._pending:
+            self._pending[me] = None  # started: this task closes its socket from now on
         try:
             peer = _peer(conn)
             try:

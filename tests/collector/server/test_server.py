@@ -3,6 +3,7 @@ backpressure, clocks, TLS, graceful stop. The store is the in-memory FakeStore."
 
 from __future__ import annotations
 
+import collections
 import socket
 import ssl
 import struct
@@ -265,6 +266,59 @@ def test_read_timeout_closes_a_silent_connection(serve):
     err = a.expect_error()
     assert err.code == wire.ERR_PROTOCOL and "within" in err.reason
     srv.settle(lambda: srv.metrics.errors.get("timeout") == 1)
+
+
+@pytest.mark.parametrize("after_hello, code, counted", [
+    (b"", None, None),  # EOF between frames: the session ends, nothing to count
+    (b"\x00\x00\x01\x00abc", None, "truncated"),  # EOF inside a frame
+    (b"\x00\x00\x00\x02\xc1\xc1", wire.ERR_MALFORMED, "malformed"),  # a bad frame, socket left open
+])
+def test_eof_and_bad_frames_close_at_once_not_at_the_read_timeout(serve, after_hello, code, counted):
+    """A WireError closes the stream and EOF ends the session when they happen; neither
+    waits for the read timeout (30 s here)."""
+    srv = serve(limits=LimitsConfig(read_timeout_s=30))
+    a = srv.agent()
+    a.hello()
+    a.send_raw(after_hello)
+    if code is None:
+        a.sock.shutdown(socket.SHUT_WR)
+    t0 = time.monotonic()
+    err = a.expect_error(timeout=25)
+    assert time.monotonic() - t0 < 5
+    assert (err.code if err else None) == code
+    srv.settle(lambda: srv.metrics.connections_open == 0, timeout=5)
+    assert srv.metrics.errors == ({counted: 1} if counted else {})
+
+
+def test_a_burst_of_strangers_beyond_the_bound_is_closed_not_leaked(serve):
+    """Connections accepted in one burst beyond limits.max_unauthenticated close the
+    oldest at once, also those whose task had not started yet (their socket was left
+    open, unread, until the garbage collector found it: found by bench/fuzz_ingest.py's
+    1,000 idle connections). Each one is welcomed or closed; none hangs."""
+    srv = serve(limits=LimitsConfig(read_timeout_s=30, max_unauthenticated=4))
+    hello = _hello_frame()
+    socks = [socket.create_connection(srv.server.address, timeout=5) for _ in range(300)]
+    for s in socks:
+        s.sendall(hello)
+    outcome = collections.Counter(map(_first_answer, socks))
+    assert outcome["hung"] == 0, outcome
+    assert outcome["Welcome"] <= 4 and outcome["closed"] + outcome["Error"] >= 296, outcome
+    assert srv.metrics.errors["pending_evicted"] + srv.metrics.errors.get("internal", 0) >= 296
+
+
+def _first_answer(s: socket.socket) -> str:
+    """The first message's type, "closed" when it closed first, "hung" if neither came."""
+    dec = wire.FrameDecoder()
+    try:
+        with s:
+            while data := s.recv(65536):
+                for msg in dec.feed(data):
+                    return type(msg).__name__
+        return "closed"
+    except ConnectionResetError:
+        return "closed"
+    except TimeoutError:
+        return "hung"
 
 
 def test_store_failure_is_not_acked(serve):
