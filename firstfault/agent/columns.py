@@ -6,9 +6,12 @@ time. ``Runs`` keeps such a column as (value, count) runs, so the spool packs an
 checks each value once, and no tuple is built per record (building rows and
 turning them back into columns cost ~0.3 µs a record: bench/RESULTS.md).
 
-``message`` is a plain list: each value a str, or bytes that are UTF-8 text (the
-tailer's lines as read, once the source knew the chunk is valid UTF-8: they are
-packed as msgpack str without being decoded; the spool checks them again).
+``message`` is a plain list: each value a str, or each bytes that are UTF-8 text
+(the tailer's lines as read, once the source knew the chunk is valid UTF-8: they are
+packed as msgpack str without being decoded; the spool checks them again). Never
+both: the spool packs a column as text only when its first or last value is bytes
+(a bytes value among str would go out as msgpack bin, which the wire refuses), so
+ColumnsBuilder.build turns a mixed column to str (``as_text``).
 """
 
 from __future__ import annotations
@@ -92,6 +95,11 @@ class Columns:
         return list(zip(*cols))
 
 
+def as_text(messages: list[str | bytes]) -> list[str]:
+    """Every message as str (the bytes ones are UTF-8)."""
+    return [m.decode() if type(m) is bytes else m for m in messages]
+
+
 class ColumnsBuilder:
     """Collects records as columns: ``lines`` for a chunk's rank lines, ``row`` for any
     other record; ``build()`` the Columns."""
@@ -100,6 +108,7 @@ class ColumnsBuilder:
         self.runs = [Runs() for _ in COLUMNS]
         self.message: list[str | bytes] = []
         self.runs[MESSAGE] = None  # type: ignore[call-overload]
+        self._mixed = False  # str and bytes messages both added
 
     def __len__(self) -> int:
         return len(self.message)
@@ -109,6 +118,8 @@ class ColumnsBuilder:
         """``rank.line`` records (severity 6, no occurred time: the collector reads the
         line's own stamp) of one chunk of a rank's file."""
         k = len(messages)
+        if k and self.message and type(messages[0]) is not type(self.message[0]):
+            self._mixed = True
         self.message += messages
         for col, value in zip(self.runs, (SOURCE_RANKLOG, KIND_RANK_LINE, None, None, observed_ns,
                                           None, None, job, rank, local_rank, None, 6, fields)):
@@ -117,6 +128,8 @@ class ColumnsBuilder:
 
     def row(self, row: tuple) -> None:
         """One record: a tuple of the wire columns."""
+        if self.message and type(row[MESSAGE]) is not type(self.message[0]):
+            self._mixed = True
         self.message.append(row[MESSAGE])
         for col, value in zip(self.runs, row):
             if col is not None:
@@ -130,5 +143,5 @@ class ColumnsBuilder:
 
     def build(self) -> Columns:
         cols = list(self.runs)
-        cols[MESSAGE] = self.message
+        cols[MESSAGE] = as_text(self.message) if self._mixed else self.message
         return Columns(len(self.message), cols)

@@ -87,7 +87,7 @@ class SpoolSink:
         message, fields = list(cols[MESSAGE]), cols[FIELDS]
         fields = Runs(list(run) for run in fields) if type(fields) is Runs else list(fields)
         for i, (text, mark) in hits.items():
-            message[i] = text
+            message[i] = text if type(message[i]) is str else text.encode()  # one type a column
             if type(fields) is Runs:
                 fields.set(i, {**fields.at(i), "redacted": mark})
             else:

@@ -248,19 +248,19 @@ _pack_text = msgpack.Packer(use_bin_type=False).pack  # bytes as str (raw), not 
 
 
 def check_values(name: str, values: Sequence) -> None:
-    """wire.check_column, where the message column may also hold bytes: each must be
-    UTF-8 of at most MAX_MESSAGE_BYTES (they are sent as str without a decode)."""
+    """wire.check_column, where the message column may instead hold bytes: each must be
+    UTF-8 of at most MAX_MESSAGE_BYTES (they are sent as str without a decode), and
+    none may be str (a column of both would be packed with its bytes as bin)."""
     types = set(map(type, values)) if name == "message" else None
     if types is None or bytes not in types:
         return wire.check_column(name, values)
-    text = [v for v in values if type(v) is not bytes] if len(types) > 1 else []
-    raw = [v for v in values if type(v) is bytes] if text else values
-    if text:
-        wire.check_column(name, text)
-    if max(map(len, raw)) > wire.MAX_MESSAGE_BYTES:
+    if len(types) > 1:  # pack_column would send bytes among str as msgpack bin
+        raise wire.WireError("batch column 'message': bytes mixed with other values "
+                             "(columns.as_text makes a column all str)")
+    if max(map(len, values)) > wire.MAX_MESSAGE_BYTES:
         raise wire.WireError(f"batch column 'message': a message over {wire.MAX_MESSAGE_BYTES} bytes")
-    if not all(map(bytes.isascii, raw)):
-        for v in raw:
+    if not all(map(bytes.isascii, values)):
+        for v in values:
             try:
                 v.decode()
             except UnicodeDecodeError as e:

@@ -336,6 +336,7 @@ def test_columns_are_spooled_as_the_same_rows_would_be(tmp_path_factory, n, path
     ({"message": [b"\xff\xfe not UTF-8"]}, "UTF-8"),
     ({"message": [b"x" * (MAX_MESSAGE_BYTES + 1)]}, "message"),
     ({"message": [b"ok", 7]}, "message"),
+    ({"message": ["text", b"raw"]}, "mixed"),  # the raw one would go out as msgpack bin
     ({"rank": Runs([[0, 1], [-1, 1]])}, "rank"),
     ({"fields": Runs([[{"path": "/a"}, 1], [{"bad": [1]}, 1]])}, "fields"),
     ({"severity": Runs([[6, 3]])}, "values for 2 records"),

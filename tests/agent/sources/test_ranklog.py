@@ -583,6 +583,32 @@ def test_lines_reach_the_spool_as_read_valid_text_undecoded(tmp_path):
     spool.close()
 
 
+def test_a_wake_mixing_text_and_undecoded_lines_goes_out_as_a_valid_batch(tmp_path):
+    """One wake's chunks: a chunk with an invalid byte (its lines as text), a valid one (its
+    lines' bytes as read), a traceback (grouped as text), and text again. Not one message
+    may go out as msgpack bin (the collector refuses the whole frame, and the agent would
+    send it again and again: found by the fault suite)."""
+    logs = [tmp_path / f"rank{r}.log" for r in range(4)]
+    write(logs[0], b"[rank0]: bad \xff byte\n[rank0]: next\n")
+    write(logs[1], b"".join(b"[rank1]: step %d ok\n" % i for i in range(5)))
+    write(logs[2], b"[rank2]: Traceback (most recent call last):\n"
+                   b'[rank2]:   File "/job/train.py", line 9, in <module>\n'
+                   b"[rank2]: ValueError: bad batch\n[rank2]: after\n")
+    write(logs[3], b"[rank3]: also \xfe bad\n")
+    spool = Spool(tmp_path / "spool", node="n1", max_bytes=64 << 20, fsync="never")
+    with Tailer(str(tmp_path / "ranklog.json")) as t:
+        engine = RankLines(t, spool_emit(spool), traceback_flush_s=0.0)
+        for p in logs:
+            t.add(str(p))
+        engine.batches([b for p in logs for b in t.poll_batches(str(p))])
+        engine.tick()
+    _, frame = spool.read_frame_after(None)
+    got = [r.message for r in decode_batch(frame)]
+    spool.close()
+    assert "[rank1]: step 4 ok" in got and "[rank0]: bad \\xff byte" in got and "[rank3]: also \\xfe bad" in got
+    assert any(m.startswith("[rank2]: Traceback") for m in got)
+
+
 def test_a_kill_before_the_commit_is_caught_up_from_the_spool(tmp_path, running):
     """Rows spooled after the last commit (a rotated file drained, its successor read, a
     new file opened after other paths were emitted, a traceback held open) are found in
