@@ -604,17 +604,22 @@ class _TooManyContainers(ValueError):
     pass
 
 
-def _unpack(body: bytes | bytearray) -> Any:
+def _counted() -> dict[str, Any]:
+    """The hooks that count every map and array as it is built and stop past MAX_CONTAINERS."""
     left = MAX_CONTAINERS
 
-    def count(x: Any) -> Any:  # every map and array, as it is built
+    def count(x: Any) -> Any:
         nonlocal left
         left -= 1
         if left < 0:
             raise _TooManyContainers(f"more than {MAX_CONTAINERS} maps and arrays exceeds max_containers")
         return x
+    return dict(object_hook=count, list_hook=count)
+
+
+def _unpack(body: bytes | bytearray) -> Any:
     try:
-        return msgpack.unpackb(body, object_hook=count, list_hook=count, **_UNPACK_LIMITS)
+        return msgpack.unpackb(body, **_counted(), **_UNPACK_LIMITS)
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         # Oversized str/array/map ("N exceeds max_str_len(M)"), bad UTF-8,
         # truncation, trailing bytes, nesting too deep.
@@ -625,8 +630,9 @@ def _unpack(body: bytes | bytearray) -> Any:
 def _unpack_columns(body: bytes) -> tuple[Any, dict[str, bytes] | None]:
     """(_unpack(body), the bytes of each value of its ``cols`` map) for a body that is
     a map holding a ``cols`` map; anything else, or anything wrong, goes to _unpack
-    (which says what is wrong) with None for the bytes. Same values, same limits."""
-    u = msgpack.Unpacker(**_UNPACK_LIMITS)
+    (which says what is wrong) with None for the bytes. Same values, same limits
+    (MAX_CONTAINERS too: a bomb in a column stops as early)."""
+    u = msgpack.Unpacker(**_counted(), **_UNPACK_LIMITS)
     u.feed(body)
     m: dict[str, Any] = {}
     packed: dict[str, bytes] = {}

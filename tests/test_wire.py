@@ -589,10 +589,12 @@ def test_the_record_columns_are_named_once():
         wire.COLUMNS.index(c) for c in ("source", "job", "fields"))
 
 
-def test_a_msgpack_bomb_stops_at_the_container_limit():
+@pytest.mark.parametrize("columns", [False, True], ids=["records", "columns"])
+def test_a_msgpack_bomb_stops_at_the_container_limit(columns):
     """Found by the ingest fuzzer (bench/fuzz.py): an 8 MiB batch of nested empty maps
     decoded into 8 million dicts (~600 MB, 1.5 s of the collector's event loop). Decoding now
-    stops at MAX_CONTAINERS maps and arrays."""
+    stops at MAX_CONTAINERS maps and arrays, in the collector's columns decoder too (which
+    keeps each column's bytes: it had no limit, found by the ingest fuzz test in CI)."""
     import resource
     import time
 
@@ -605,10 +607,11 @@ def test_a_msgpack_bomb_stops_at_the_container_limit():
             + b"\xdc" + (10000).to_bytes(2, "big") + inner * 10000)
     before, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.process_time()
     with pytest.raises(wire.FrameError, match="maps and arrays") as e:
-        list(wire.FrameDecoder().feed(len(body).to_bytes(4, "big") + body))
+        list(wire.FrameDecoder(batch_columns=columns).feed(len(body).to_bytes(4, "big") + body))
     assert e.value.code == wire.ERR_TOO_LARGE
     assert time.process_time() - t0 < 0.5
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50 << 10  # KiB
     ok = wire.encode_batch([wire.Record(node="n", stream="s", seq=i, source="x", kind="y", message="",
                                         observed_ns=1, fields={"a": 1}) for i in range(10_000)])
     assert len(wire.decode_batch(ok)) == 10_000  # a full batch with a map per record still decodes
+    assert len(wire.decode_batch_columns(ok)) == 10_000 and wire.decode_batch_columns(ok).cols is not None
