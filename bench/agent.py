@@ -63,6 +63,7 @@ from firstfault import wire  # noqa: E402
 
 FILES = 8
 GAP: list[float | None] = [None]  # --read-gap-s
+NO_REDACT = [False]  # --no-redact
 TICK = os.sysconf("SC_CLK_TCK")
 LINE = ("[2026-12-02 10:{m:02d}:{s:02d},{ms:03d}] [INFO] [logging.py:96:log_dist] [Rank {r}] "
         "step={i}, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)] t_ns={t}\n")
@@ -275,6 +276,8 @@ def start_agent(work: str, port: int, cpu: int, fsync_ms: int, samplers: bool,
     """The agent of the checkout ``tree`` (another one than this: a before/after run)."""
     off = ["--kmsg-enabled", "false"]
     extra = ["--ranklog-read-gap-s", str(GAP[0])] if GAP[0] is not None and tree == ROOT else []
+    if NO_REDACT[0] and tree == ROOT:
+        extra += ["--redact-enabled", "false"]
     if samplers:
         off += ["--cgroup-interval-s", "1"]
     else:
@@ -565,8 +568,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1,
                     help="rounds of every phase and shipper, in turn; medians printed at the end")
     ap.add_argument("--read-gap-s", type=float, help="this checkout's ranklog read_gap_s")
+    ap.add_argument("--no-redact", action="store_true",
+                    help="this checkout's agent with [redact] enabled = false (what redaction costs)")
     args = ap.parse_args()
     GAP[0] = args.read_gap_s
+    NO_REDACT[0] = args.no_redact
     os.sched_setaffinity(0, {1 - args.cpu})
     kinds = ["agent"] + (["agent@base"] if args.base else []) + (
         [] if args.no_rsyslog or not shutil.which("rsyslogd") else ["rsyslog"])

@@ -70,8 +70,10 @@ _RECORD = re.compile(
     r"|[\w.-]+:\d+:\d+ \[\d+\] |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"
     r"|Fatal Python error: |terminate called |(?:Current thread|Thread) 0x|srun: |slurmstepd: ")
 _GLUED = re.compile(r"(?:\[[A-Za-z_][\w.-]*?\d+\]:[ ]?)*Traceback \(most recent call last\):$")
-# Bytes in a chunk that say a traceback may open in it (the agent's cheap pre-check).
-MARKS = (HEADER.encode(), b'File "', "│".encode())
+# Bytes in a chunk that say a traceback may open in it (the agent's cheap pre-check): the
+# header, a frame line's ``File "``, rich's frame border ``│`` and its top corner ``╭`` (its
+# header may be cut by colour escapes).
+_HEADER_B, _FRAME_B, _RICH_B = HEADER.encode(), b'File "', ("│".encode(), "╭".encode())
 
 
 def split_prefix(line: str) -> tuple[str, str]:
@@ -90,8 +92,12 @@ def visible(line: str) -> str:
 
 
 def may_open(data: bytes) -> bool:
-    """Whether a traceback can open anywhere in ``data`` (exact: no opening without one of MARKS)."""
-    return any(m in data for m in MARKS)
+    """Whether a traceback can open anywhere in ``data`` (exact: none opens without the
+    header, ``File "``, ``│`` or ``╭``). Short needles are slow to search (~0.06 µs per 100-byte
+    line each), so each is looked for only where a one-byte search (``"``) or ``isascii``
+    says it can be there: ~0.05 µs a line in all, not 0.14."""
+    return (_HEADER_B in data or (b'"' in data and _FRAME_B in data)
+            or (not data.isascii() and any(m in data for m in _RICH_B)))
 
 
 def is_start(text: str) -> bool:

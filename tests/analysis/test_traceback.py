@@ -115,3 +115,20 @@ def test_incomplete_traceback_has_no_type():
     asm = tb.Assembler("Traceback (most recent call last):")
     asm.feed('  File "a.py", line 1, in f')
     assert not asm.complete and asm.result().exc_type is None
+
+
+def test_may_open_is_true_wherever_a_traceback_opens():
+    """The agent's pre-check (may_open on a chunk's bytes) never misses a line where the
+    grammar opens a traceback: every line of the test data, plus rich's frame border."""
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    lines = ["╭───── Traceback (most recent call last) ─────╮",
+             '│ /job/train.py:9 in <module>                  │', '  File "/job/train.py", line 9, in <module>']
+    for p in data.rglob("*"):
+        if p.is_file() and p.suffix in (".log", ".txt", ".json", ""):
+            lines += p.read_bytes().decode("utf-8", "replace").splitlines()
+    opens = [ln for ln in lines if tb.opening(tb.visible(tb.split_prefix(ln)[1])) is not None]
+    assert len(opens) > 100
+    assert [ln for ln in opens if not tb.may_open(ln.encode())] == []
+    assert not tb.may_open(b"[rank0]: step 12 loss 0.5\n[rank1]: \"quoted\" but no frame")
