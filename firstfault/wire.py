@@ -754,19 +754,18 @@ _PACKED_NAMES = tuple(map(msgpack.packb, _COLUMN_NAMES))
 
 def decode_batch(frame: bytes) -> list[Record]:
     """The records of exactly one whole framed ``batch`` message."""
-    decoder = FrameDecoder()
-    msgs = list(decoder.feed(frame))
-    if len(msgs) != 1 or decoder.pending or not isinstance(msgs[0], Batch):
-        raise FrameError(f"expected exactly one whole batch frame, got {len(msgs)} "
-                         f"message(s) and {decoder.pending} trailing bytes")
-    return list(msgs[0].records)
+    return list(_one_batch(frame, False).records)
 
 
 def decode_batch_columns(frame: bytes) -> BatchColumns:
     """The columns of exactly one whole framed ``batch`` message (see BatchColumns)."""
-    decoder = FrameDecoder(batch_columns=True)
+    return _one_batch(frame, True)
+
+
+def _one_batch(frame: bytes, batch_columns: bool) -> Any:
+    decoder = FrameDecoder(batch_columns=batch_columns)
     msgs = list(decoder.feed(frame))
-    if len(msgs) != 1 or decoder.pending or not isinstance(msgs[0], BatchColumns):
+    if len(msgs) != 1 or decoder.pending or not isinstance(msgs[0], BatchColumns if batch_columns else Batch):
         raise FrameError(f"expected exactly one whole batch frame, got {len(msgs)} "
                          f"message(s) and {decoder.pending} trailing bytes")
     return msgs[0]
