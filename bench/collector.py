@@ -53,8 +53,8 @@ import msgpack
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from firstfault.wire import (COLUMNS, Ack, FrameDecoder, Hello, Ping, Pong, Welcome,  # noqa: E402
-                             array_header, encode_message)
+from firstfault.wire import COLUMNS, Ack, Hello, Ping, Pong, Welcome, array_header, encode_message  # noqa: E402
+from firstfault.wiredecode import FrameDecoder  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -138,7 +138,7 @@ def serve(db: str, profile: bool) -> None:
 def _frames(records: int, batch: int):
     """(node, seqs, decoded columns) of the bench's batches as the server decodes them
     (FrameDecoder: with the frame's column bytes where this checkout keeps them)."""
-    from firstfault.wire import FrameDecoder
+    from firstfault.wiredecode import FrameDecoder
 
     batches = [_columns(random.Random(f"gpu-{i:03d}"), batch) for i in range(8)]
     offsets = list(range(batch))

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import msgpack  # noqa: E402
 
-from firstfault import wire  # noqa: E402
+from firstfault import wiredecode  # noqa: E402
 from firstfault.wire import Record  # noqa: E402
 from firstfault.collector import query  # noqa: E402
 from firstfault.analysis.catalog import load_catalog  # noqa: E402
@@ -171,7 +171,7 @@ def as_received(node: str, stream: str, seqs: range, cols: dict) -> dict:
     with its columns' bytes (wire.PackedColumns; not timed: the server's work)."""
     body = msgpack.packb({"type": "batch", "node": node, "stream": stream, "count": len(seqs),
                           "seq": seqs.start, "cols": cols})
-    return wire.decode_batch_columns(len(body).to_bytes(4, "big") + body).cols
+    return wiredecode.decode_batch_columns(len(body).to_bytes(4, "big") + body).cols
 
 
 def bench_records_path(args, out: Path) -> float:

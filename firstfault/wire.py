@@ -104,7 +104,7 @@ import struct
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar
 
 import msgpack
 
@@ -562,10 +562,7 @@ _TYPES: dict[str, Any] = {c.TYPE: c for c in (Hello, Welcome, Batch, Ack, Ping, 
 
 # --- frames --------------------------------------------------------------------
 
-_PREFIX = struct.Struct(">I")
-_UNPACK_LIMITS = dict(raw=False, strict_map_key=True, max_str_len=MAX_MESSAGE_BYTES,
-                      max_bin_len=0, max_ext_len=0, max_array_len=MAX_BATCH_RECORDS,
-                      max_map_len=MAX_MAP_LEN)
+FRAME_PREFIX = struct.Struct(">I")  # a frame's body length
 
 
 def encode_message(msg: Message) -> bytes:
@@ -578,14 +575,14 @@ def encode_message(msg: Message) -> bytes:
     if len(body) > MAX_FRAME_BYTES:
         raise WireError(f"{msg.TYPE}: frame of {len(body)} bytes exceeds MAX_FRAME_BYTES "
                         f"({MAX_FRAME_BYTES}); send fewer records per batch", ERR_TOO_LARGE)
-    return _PREFIX.pack(len(body)) + body
+    return FRAME_PREFIX.pack(len(body)) + body
 
 
 def decode_message(m: Any, *, batch_columns: bool = False,
                    packed: dict[str, bytes] | None = None) -> Message | BatchColumns:
     """The message for one decoded frame body (a map with a ``type``); with
     ``batch_columns`` a batch comes as BatchColumns instead of Batch (its columns a
-    PackedColumns when ``packed`` has every column's bytes, from _unpack_columns)."""
+    PackedColumns when ``packed`` has every column's bytes: wiredecode.py)."""
     if type(m) is not dict:
         raise FrameError(f"frame body must be a map, got {_show(m)}")
     if "type" not in m:
@@ -598,121 +595,6 @@ def decode_message(m: Any, *, batch_columns: bool = False,
         whole = packed is not None and all(name in packed for name in _COLUMN_NAMES)
         return BatchColumns.from_wire(m, packed if whole else None)
     return cls.from_wire(m)
-
-
-class _TooManyContainers(ValueError):
-    pass
-
-
-def _counted() -> dict[str, Any]:
-    """The hooks that count every map and array as it is built and stop past MAX_CONTAINERS."""
-    left = MAX_CONTAINERS
-
-    def count(x: Any) -> Any:
-        nonlocal left
-        left -= 1
-        if left < 0:
-            raise _TooManyContainers(f"more than {MAX_CONTAINERS} maps and arrays exceeds max_containers")
-        return x
-    return dict(object_hook=count, list_hook=count)
-
-
-def _unpack(body: bytes | bytearray) -> Any:
-    try:
-        return msgpack.unpackb(body, **_counted(), **_UNPACK_LIMITS)
-    except (ValueError, TypeError, msgpack.UnpackException) as e:
-        # Oversized str/array/map ("N exceeds max_str_len(M)"), bad UTF-8,
-        # truncation, trailing bytes, nesting too deep.
-        code = ERR_TOO_LARGE if "exceeds max_" in str(e) else ERR_MALFORMED
-        raise FrameError(f"malformed frame body ({len(body)} bytes): {e}", code) from e
-
-
-def _unpack_columns(body: bytes) -> tuple[Any, dict[str, bytes] | None]:
-    """(_unpack(body), the bytes of each value of its ``cols`` map) for a body that is
-    a map holding a ``cols`` map; anything else, or anything wrong, goes to _unpack
-    (which says what is wrong) with None for the bytes. Same values, same limits
-    (MAX_CONTAINERS too: a bomb in a column stops as early)."""
-    u = msgpack.Unpacker(**_counted(), **_UNPACK_LIMITS)
-    u.feed(body)
-    m: dict[str, Any] = {}
-    packed: dict[str, bytes] = {}
-    try:
-        for _ in range(_map_header(u)):
-            key = _map_key(u)
-            if key != "cols":
-                m[key] = u.unpack()
-                continue
-            cols = {}
-            for _ in range(_map_header(u)):
-                name = _map_key(u)
-                start = u.tell()
-                cols[name] = u.unpack()
-                packed[name] = body[start:u.tell()]
-            m[key] = cols
-        if u.tell() != len(body):
-            raise ValueError
-    except (ValueError, TypeError, msgpack.UnpackException):
-        return _unpack(body), None
-    return m, packed
-
-
-def _map_header(u: msgpack.Unpacker) -> int:
-    n = u.read_map_header()
-    if n > MAX_MAP_LEN:
-        raise ValueError(f"a map of {n} entries")
-    return n
-
-
-def _map_key(u: msgpack.Unpacker) -> str:
-    key = u.unpack()
-    if type(key) is not str:
-        raise ValueError("a map key that is not a str")
-    return key
-
-
-class FrameDecoder:
-    """Turns a byte stream into messages; after any WireError, close the stream.
-
-    ``for msg in decoder.feed(chunk): ...`` buffers ``chunk`` at once and yields
-    every message it completes, in order; a length prefix over
-    ``max_frame_bytes`` raises FrameError before its body is buffered. With
-    ``batch_columns`` batches come as BatchColumns (no Record objects built).
-    """
-
-    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES, *,
-                 batch_columns: bool = False) -> None:
-        self.max_frame_bytes = max_frame_bytes
-        self.batch_columns = batch_columns
-        self._buf = bytearray()
-
-    @property
-    def pending(self) -> int:
-        """Bytes buffered that do not yet make a whole frame."""
-        return len(self._buf)
-
-    def feed(self, data: bytes) -> Iterator[Message]:
-        self._buf += data
-        self._check_prefix()  # reject an oversize prefix even if never iterated
-        return self._messages()
-
-    def _check_prefix(self) -> int | None:
-        if len(self._buf) < 4:
-            return None
-        (n,) = _PREFIX.unpack_from(self._buf)
-        if n > self.max_frame_bytes:
-            raise FrameError(f"frame length {n} exceeds the limit of "
-                             f"{self.max_frame_bytes} bytes", ERR_TOO_LARGE)
-        return n
-
-    def _messages(self) -> Iterator[Message]:
-        while (n := self._check_prefix()) is not None and len(self._buf) >= 4 + n:
-            body = bytes(self._buf[4:4 + n])
-            del self._buf[:4 + n]
-            if self.batch_columns:
-                m, packed = _unpack_columns(body)
-                yield decode_message(m, batch_columns=True, packed=packed)
-            else:
-                yield decode_message(_unpack(body))
 
 
 def encode_batch(records: list[Record] | tuple[Record, ...]) -> bytes:
@@ -739,7 +621,7 @@ def encode_packed_columns(node: str, stream: str, seqs: range | list[int],
     if len(body) > MAX_FRAME_BYTES:
         raise WireError(f"batch: frame of {len(body)} bytes exceeds MAX_FRAME_BYTES "
                         f"({MAX_FRAME_BYTES}); send fewer records per batch", ERR_TOO_LARGE)
-    return _PREFIX.pack(len(body)) + body
+    return FRAME_PREFIX.pack(len(body)) + body
 
 
 def array_header(n: int) -> bytes:
@@ -750,25 +632,6 @@ def array_header(n: int) -> bytes:
 
 _COLS_KEY = msgpack.packb("cols") + bytes([0x80 | len(_COLUMN_NAMES)])
 _PACKED_NAMES = tuple(map(msgpack.packb, _COLUMN_NAMES))
-
-
-def decode_batch(frame: bytes) -> list[Record]:
-    """The records of exactly one whole framed ``batch`` message."""
-    return list(_one_batch(frame, False).records)
-
-
-def decode_batch_columns(frame: bytes) -> BatchColumns:
-    """The columns of exactly one whole framed ``batch`` message (see BatchColumns)."""
-    return _one_batch(frame, True)
-
-
-def _one_batch(frame: bytes, batch_columns: bool) -> Any:
-    decoder = FrameDecoder(batch_columns=batch_columns)
-    msgs = list(decoder.feed(frame))
-    if len(msgs) != 1 or decoder.pending or not isinstance(msgs[0], BatchColumns if batch_columns else Batch):
-        raise FrameError(f"expected exactly one whole batch frame, got {len(msgs)} "
-                         f"message(s) and {decoder.pending} trailing bytes")
-    return msgs[0]
 
 
 def clock_offset(t1: int, t2: int, t3: int, t4: int) -> tuple[int, int]:

@@ -19,12 +19,13 @@ PKG = ROOT / "firstfault"
 # part -> the parts it may import (itself always); a part is a top-level module or subpackage
 ALLOWED = {
     "wire": set(),
+    "wiredecode": {"wire"},
     "common": {"wire"},
     "analysis": {"wire"},
     "reports": {"analysis", "wire"},
     "offline": {"analysis", "reports", "common", "wire"},
-    "agent": {"analysis", "common", "wire"},
-    "collector": {"analysis", "reports", "common", "wire"},
+    "agent": {"analysis", "common", "wire", "wiredecode"},
+    "collector": {"analysis", "reports", "common", "wire", "wiredecode"},
     "demo": set(),  # starts the daemons as processes, imports none of them
     "demo_rank": set(),
     "__init__": set(),

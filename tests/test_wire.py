@@ -16,12 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firstfault import wire
+
 from firstfault.wire import (
     MAX_BATCH_RECORDS, MAX_FIELDS, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES, MAX_NAME_BYTES,
-    Ack, Batch, BatchColumns, Error, FrameDecoder, FrameError, Hello, Ping, Pong, Record,
-    VersionError, Welcome, WireError, clock_offset, decode_batch, decode_batch_columns,
-    decode_message, encode_batch, encode_message,
+    Ack, Batch, BatchColumns, Error, FrameError, Hello, Ping, Pong, Record,
+    VersionError, Welcome, WireError, clock_offset, decode_message, encode_batch, encode_message,
 )
+from firstfault.wiredecode import FrameDecoder, decode_batch, decode_batch_columns
 
 DATA = Path(__file__).resolve().parent / "data" / "wire"
 UPDATE = os.environ.get("FIRSTFAULT_UPDATE_GOLDENS") == "1"
@@ -550,7 +551,7 @@ def test_fast_fields_check_agrees_on_maps(col):
 
 @pytest.mark.parametrize("n", [1, 15, 16, 70_000])
 def test_encode_packed_columns_makes_the_frame_msgpack_makes_of_the_batch_map(n):
-    from firstfault.wire import decode_batch_columns, encode_packed_columns
+    from firstfault.wire import encode_packed_columns
     cols = {"source": ["ranklog"] * n, "kind": ["rank.line"] * n,
             "message": [f"step {i} é" for i in range(n)], "occurred_ns": [None] * n,
             "observed_ns": list(range(10, 10 + n)), "boot_id": [None] * n, "mono_ns": [None] * n,
@@ -607,11 +608,11 @@ def test_a_msgpack_bomb_stops_at_the_container_limit(columns):
             + b"\xdc" + (10000).to_bytes(2, "big") + inner * 10000)
     before, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.process_time()
     with pytest.raises(wire.FrameError, match="maps and arrays") as e:
-        list(wire.FrameDecoder(batch_columns=columns).feed(len(body).to_bytes(4, "big") + body))
+        list(FrameDecoder(batch_columns=columns).feed(len(body).to_bytes(4, "big") + body))
     assert e.value.code == wire.ERR_TOO_LARGE
     assert time.process_time() - t0 < 0.5
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50 << 10  # KiB
     ok = wire.encode_batch([wire.Record(node="n", stream="s", seq=i, source="x", kind="y", message="",
                                         observed_ns=1, fields={"a": 1}) for i in range(10_000)])
-    assert len(wire.decode_batch(ok)) == 10_000  # a full batch with a map per record still decodes
-    assert len(wire.decode_batch_columns(ok)) == 10_000 and wire.decode_batch_columns(ok).cols is not None
+    assert len(decode_batch(ok)) == 10_000  # a full batch with a map per record still decodes
+    assert len(decode_batch_columns(ok)) == 10_000 and decode_batch_columns(ok).cols is not None

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from firstfault import wire
+from firstfault import wire, wiredecode
 from firstfault.agent.osthread import name_this_thread
 from firstfault.common.settings import Address
 from firstfault.agent.spool import Spool
@@ -206,7 +206,7 @@ class Shipper:
                 node=self.spool.node, stream=self.spool.stream, token=self.token,
                 agent_ns=time.time_ns(), agent_name=AGENT_NAME,
                 agent_version=self.agent_version)))
-            decoder = wire.FrameDecoder()
+            decoder = wiredecode.FrameDecoder()
             welcome = await self._first(reader, decoder)
             self.stats.sessions += 1
             self.stats.connected_to = str(addr)
@@ -222,7 +222,7 @@ class Shipper:
             except (OSError, asyncio.TimeoutError, ssl.SSLError):
                 pass
 
-    async def _first(self, reader: asyncio.StreamReader, decoder: wire.FrameDecoder) -> Welcome:
+    async def _first(self, reader: asyncio.StreamReader, decoder: wiredecode.FrameDecoder) -> Welcome:
         while True:
             data = await asyncio.wait_for(reader.read(1 << 16), self.idle_timeout_s)
             if not data:
@@ -248,7 +248,7 @@ class _Session:
     """One connection after welcome: a writer (batches) and a reader (acks, pings)."""
 
     def __init__(self, shipper: Shipper, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, decoder: wire.FrameDecoder, welcome: Welcome) -> None:
+                 writer: asyncio.StreamWriter, decoder: wiredecode.FrameDecoder, welcome: Welcome) -> None:
         self.s, self.reader, self.writer, self.decoder = shipper, reader, writer, decoder
         self.max_records = welcome.max_batch_records
         # spool entry bytes ~ wire bytes; 1 MiB frames keep the agent's RSS low

@@ -55,9 +55,9 @@ from typing import Any, Callable
 
 from firstfault.wire import (
     ERR_AUTH, ERR_INTERNAL, ERR_PROTOCOL, ERR_SHUTDOWN, ERR_TOO_LARGE, MAX_BATCH_RECORDS,
-    MAX_TEXT_BYTES, Ack, BatchColumns, Error, FrameDecoder, Hello, Ping, Pong, Welcome,
-    WireError, encode_message,
+    MAX_TEXT_BYTES, Ack, BatchColumns, Error, Hello, Ping, Pong, Welcome, WireError, encode_message,
 )
+from firstfault.wiredecode import FrameDecoder
 from firstfault.common.tokens import accepts, digest
 from firstfault.collector.clock import ClockTracker
 from firstfault.collector.config import ClockConfig, LimitsConfig, TLSConfig, is_loopback_host

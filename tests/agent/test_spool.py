@@ -30,7 +30,8 @@ from firstfault.agent import spoolfile
 from firstfault.agent.columns import MESSAGE, Columns, Runs
 from firstfault.agent.spool import InvalidRecordError, Spool, SpoolError, SpoolFullError
 from firstfault.agent.spoolfile import HEADER, pack_column
-from firstfault.wire import MAX_MESSAGE_BYTES, Record, decode_batch, decode_batch_columns, encode_batch
+from firstfault.wire import MAX_MESSAGE_BYTES, Record, encode_batch
+from firstfault.wiredecode import decode_batch, decode_batch_columns
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1796206319790113000

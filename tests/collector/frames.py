@@ -3,7 +3,7 @@ columns' bytes (wire.PackedColumns), one per run of one (node, stream)."""
 
 from itertools import groupby
 
-from firstfault import wire
+from firstfault import wire, wiredecode
 from firstfault.wire import BatchColumns, Record
 
 
@@ -15,7 +15,7 @@ def as_frames(batch: list[Record]) -> list[BatchColumns]:
         first: dict[int, Record] = {}
         for r in run:
             first.setdefault(r.seq, r)
-        out.append(wire.decode_batch_columns(wire.encode_batch([first[q] for q in sorted(first)])))
+        out.append(wiredecode.decode_batch_columns(wire.encode_batch([first[q] for q in sorted(first)])))
     assert all(isinstance(b.cols, wire.PackedColumns) for b in out)
     return out
 

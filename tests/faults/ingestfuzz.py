@@ -44,7 +44,8 @@ from pathlib import Path
 import msgpack
 
 from firstfault import wire
-from firstfault.wire import Ack, Batch, Error, FrameDecoder, Hello, Ping, Pong, Record, encode_message
+from firstfault.wire import Ack, Batch, Error, Hello, Ping, Pong, Record, encode_message
+from firstfault.wiredecode import FrameDecoder
 
 NODE = "fuzz-good"
 

@@ -24,7 +24,8 @@ from firstfault.agent.sources import get
 from firstfault.agent.sources.ranklog import COMMIT_BYTES, KIND_RANK_GAP, RankLines, RanklogSource
 from firstfault.agent.spool import COLUMNS, Spool
 from firstfault.agent.tail import Tailer, to_text
-from firstfault.wire import KIND_RANK_LINE, KIND_RANK_TRACEBACK, Batch, Record, decode_batch
+from firstfault.wire import KIND_RANK_LINE, KIND_RANK_TRACEBACK, Batch, Record
+from firstfault.wiredecode import decode_batch
 
 from tests.agent.tailmodel import Clock, Model, write
 from tests.agent.sources.conftest import DATA

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from firstfault import wire
-from firstfault.wire import (
-    Ack, Batch, Error, FrameDecoder, Hello, Ping, Pong, Record, Welcome, encode_message,
-)
+from firstfault.wire import Ack, Batch, Error, Hello, Ping, Pong, Record, Welcome, encode_message
+from firstfault.wiredecode import FrameDecoder
 from firstfault.collector.server import IngestServer
 
 

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.collector.server.ingest_helpers import FakeStore, LoopThread, Running
 
-from firstfault.wire import Ack, Error, FrameDecoder, Ping, Pong, Welcome, WireError
+from firstfault.wire import Ack, Error, Ping, Pong, Welcome, WireError
+from firstfault.wiredecode import FrameDecoder
 from firstfault.collector.config import ClockConfig, LimitsConfig
 from firstfault.collector.server import IngestServer
 

@@ -14,7 +14,7 @@ import msgpack
 import pytest
 from tests.collector.server.ingest_helpers import ClosedByServer, FakeStore, make_pki, make_records
 
-from firstfault import wire
+from firstfault import wire, wiredecode
 from firstfault.wire import Batch, Hello, Ping, Pong
 from firstfault.collector.config import ClockConfig, LimitsConfig, TLSConfig
 from firstfault.collector.metrics import Metrics
@@ -308,7 +308,7 @@ def test_a_burst_of_strangers_beyond_the_bound_is_closed_not_leaked(serve):
 
 def _first_answer(s: socket.socket) -> str:
     """The first message's type, "closed" when it closed first, "hung" if neither came."""
-    dec = wire.FrameDecoder()
+    dec = wiredecode.FrameDecoder()
     try:
         with s:
             while data := s.recv(65536):
