@@ -18,7 +18,8 @@ ASCII and the backslash as ``\\xNN`` (an embedded newline is ``\\x0a``), so the
 text is ASCII; it is shipped as read, escapes and all.
 
 Emits, with ``boot_id``, ``mono_ns`` = usec * 1000, ``occurred_ns`` = the stamp on
-the wall clock (firstfault/agent/clock.py), ``severity`` = level:
+the wall clock (firstfault/agent/clock.py: measured with a marker line the agent
+writes, which it then drops), ``severity`` = level:
 
 - ``kernel.line``: message = the text; fields ``seq``, ``facility``, ``level``,
   ``clock_error_ns`` (bound on the occurred_ns error), ``flags`` unless ``-``,
@@ -53,7 +54,8 @@ import threading
 import time
 from typing import NamedTuple
 
-from firstfault.agent.clock import BootWall, boot_wall, kmsg_error_ns, kmsg_to_wall_ns, read_boot_id
+from firstfault.agent.clock import (BootWall, PrintkClock, is_sync_marker, kmsg_error_ns, kmsg_to_wall_ns,
+                                    read_boot_id)
 from firstfault.agent.hostpaths import HostPaths
 from firstfault.wire import COLUMNS, KIND_KERNEL_GAP, KIND_KERNEL_LINE, MAX_FIELDS, SOURCE_KMSG
 
@@ -140,8 +142,8 @@ class KmsgStream:
         self._overrun = True
 
     def feed(self, data: bytes, boot: BootWall, observed_ns: int | None = None) -> list[Draft]:
-        """Drafts for one read: the kernel.line (none for a record already sent), after a
-        kernel.gap if records are missing before it."""
+        """Drafts for one read: the kernel.line (none for a record already sent, nor for
+        the agent's clock marker), after a kernel.gap if records are missing before it."""
         observed_ns = time.time_ns() if observed_ns is None else observed_ns
         try:
             e = parse_kmsg_record(data)
@@ -162,6 +164,8 @@ class KmsgStream:
             out.append(self.gap(expected, e.seq - 1, reason, observed_ns))
         self._overrun = self._resuming = False
         self.last_seq = e.seq
+        if is_sync_marker(e.prio >> 3, e.text):
+            return out
         extra = {"seq": e.seq}
         if e.flags != "-":
             extra["flags"] = e.flags
@@ -222,6 +226,7 @@ class KmsgSource(Source):
         stream = KmsgStream(boot_id, saved, self.name)
         stored = stream.last_seq
         fd = os.open(self.paths.kmsg, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        clock = PrintkClock(self.paths.kmsg)
         saved_seq, saved_at = stored, time.monotonic()
         try:
             poller = select.poll()
@@ -231,7 +236,7 @@ class KmsgSource(Source):
                 poller.register(stop, select.POLLIN)
                 timeout_ms = None
             while not stop.is_set():
-                boot = boot_wall()
+                boot = None
                 for _ in range(1000):  # a burst, then look at stop again
                     try:
                         data = os.read(fd, READ_BYTES)
@@ -240,6 +245,8 @@ class KmsgSource(Source):
                     except BrokenPipeError:
                         stream.overrun()
                         continue
+                    if boot is None:  # measured again only when records need it (clock.py)
+                        boot = clock.get()
                     for d in stream.feed(data, boot):
                         emit(d)
                 else:

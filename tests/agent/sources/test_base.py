@@ -3,6 +3,7 @@ HostPaths and the clocks."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import select
@@ -231,6 +232,34 @@ def test_kmsg_time_to_wall_time_and_its_error_bound():
     fresh = clock.kmsg_error_ns(boot.at_boottime_ns // 1000, boot)
     day_old = clock.kmsg_error_ns(max(0, boot.at_boottime_ns // 1000 - 86_400 * 10**6), boot)
     assert fresh < 10**6 and fresh <= day_old <= fresh + 86_400 * 500_000  # 500 ppm of a day
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not os.access("/dev/kmsg", os.W_OK), reason="needs a writable /dev/kmsg (root)")
+def test_printk_clock_is_measured_with_a_marker_and_a_later_line_lands_within_its_bound():
+    boot = clock.sync_printk_wall("/dev/kmsg")
+    assert boot is not None and boot.error_ns < 10**6
+    text = f"firstfault-clock-test {os.urandom(8).hex()}"
+    before = time.time_ns()
+    with open("/dev/kmsg", "wb", buffering=0) as f:
+        f.write(f"<7>{text}\n".encode())
+    after = time.time_ns()
+    with open("/dev/kmsg", "rb", buffering=0) as f:
+        os.set_blocking(f.fileno(), False)
+        usec = next(int(r.split(b",")[2]) for r in iter(lambda: f.read(16384), None)
+                    if r.split(b";", 1)[1].startswith(text.encode()))
+    at, err = clock.kmsg_to_wall_ns(usec, boot), clock.kmsg_error_ns(usec, boot)
+    assert before - err <= at <= after + err and err < 2 * 10**6
+
+
+def test_printk_clock_without_a_writable_kmsg_falls_back_to_the_boottime_guess_with_a_wide_bound(tmp_path):
+    assert clock.sync_printk_wall(str(tmp_path / "no-kmsg")) is None
+    c = clock.PrintkClock(str(tmp_path / "no-kmsg"))
+    boot = c.get()
+    assert c.synced is False and c.get() is boot  # not tried again before every_s
+    guess = clock.boot_wall()
+    assert abs(boot.ns - guess.ns) < 10**7
+    assert boot.error_ns >= guess.at_boottime_ns * clock.MAX_SLEW_PPM // 10**6  # drift since boot
 
 
 def test_emit_many_uses_the_sinks_batch_method_else_one_by_one():

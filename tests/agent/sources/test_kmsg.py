@@ -88,6 +88,16 @@ def test_stream_makes_kernel_line_drafts():
     assert s.last_seq == 270
 
 
+def test_stream_drops_the_agents_clock_marker_but_not_a_kernel_line_that_looks_alike():
+    s = KmsgStream("boot-a", last_seq=4)
+    marker = "firstfault-agent: printk clock sync 0123456789abcdef"
+    assert s.feed(f"15,5,1000,-;{marker}\n".encode(), BOOT) == [] and s.last_seq == 5
+    [d] = s.feed(f"6,6,1000,-;{marker}\n".encode(), BOOT)  # facility kern: the kernel's own
+    assert d.message == marker and s.last_seq == 6
+    [gap, _] = s.feed(f"15,9,1000,-;{marker}\n".encode(), BOOT) + s.feed(rec(10), BOOT)
+    assert gap.kind == "kernel.gap" and (gap.fields["first_seq"], gap.fields["last_seq"]) == (7, 8)
+
+
 def test_stream_ships_a_malformed_read_rather_than_dropping_it():
     [d] = KmsgStream("b").feed(b"garbage without header", BOOT, observed_ns=1)
     assert d.kind == "kernel.line" and d.message == "garbage without header"
@@ -180,10 +190,12 @@ def test_a_line_written_to_dev_kmsg_arrives_as_a_record(tmp_path, sink, running)
         d = sink.wait_for(has(text))
     assert d.source == "kmsg" and d.boot_id == read_boot_id() and d.severity == 6
     assert d.fields["facility"] == 1 and d.fields["level"] == 6  # root's writes are "user"
-    # the kmsg stamp on the wall clock: within 50 ms (printk's clock against the wall clock)
-    # of the moment of the write, which lies between before and after
-    assert before - 50_000_000 < d.occurred_ns < after + 50_000_000
-    assert d.occurred_ns <= d.observed_ns and d.fields["clock_error_ns"] < 1_000_000
+    # the kmsg stamp on the wall clock, within its stated bound of the moment of the write
+    # (between before and after); the bound is small for a live record: printk's clock is
+    # measured (clock.py), not taken for CLOCK_BOOTTIME (55 ms apart after 8 h on this VM)
+    err = d.fields["clock_error_ns"]
+    assert before - err <= d.occurred_ns <= after + err and err < 2_000_000
+    assert d.occurred_ns <= d.observed_ns
     assert d.mono_ns % 1000 == 0 and d.mono_ns > 0
     statuses = [x.fields["state"] for x in sink.of("agent.status")]
     assert statuses == ["running", "stopped"]
