@@ -214,6 +214,21 @@ class _Reader:
         return True
 
 
+    def _extend_fingerprint(self, f: _File, data: bytes) -> None:
+        """Take the first bytes just read at ``f.read`` into the fingerprint, so that a line
+        is never returned from bytes the fingerprint does not cover yet (a file opened empty
+        and then written). Only when the file's head still holds the known first bytes and
+        the bytes read: a content rewritten meanwhile is ``_recheck``'s to find."""
+        n = self.fingerprint_bytes
+        try:
+            head = (data[:n] if f.read == 0 else
+                    os.pread(f.fd, n, 0)[:f.read + len(data)])
+        except OSError:
+            return
+        if (len(head) > max(f.fp_len, f.read) and head[f.read:] == data[:len(head) - f.read]
+                and (not f.fp_len or _fingerprint(head[:f.fp_len]) == f.fp)):
+            f.fp_len, f.fp = len(head), _fingerprint(head)
+
     def _read(self, ps: _PathState, f: _File, budget: int, now_ns: int,
               out: list[LineBatch]) -> tuple[int, bool]:
         """Read and split up to ``budget`` bytes; (bytes read, reached the end)."""
@@ -231,6 +246,8 @@ class _Reader:
                 return used, True
             used += len(data)
             f.last_growth = self.clock()
+            if f.fp_len < self.fingerprint_bytes and f.read < self.fingerprint_bytes:
+                self._extend_fingerprint(f, data)
             self._split(ps, f, data, now_ns, out)
             if len(data) < want:
                 return used, True

@@ -359,6 +359,45 @@ def test_restart_after_truncate_while_stopped_reads_the_new_content(log, state):
         assert [e.kind for e in t.take_events()] == [LOST]
 
 
+class _WriterBetweenCheckAndRead(Tailer):
+    """A tailer whose file is written right after it checked the first bytes and before
+    it reads: the race a file created empty and then written runs into."""
+
+    def __init__(self, *a, writes, **kw):
+        super().__init__(*a, **kw)
+        self.writes = writes
+
+    def _check_fingerprint(self, f):
+        ok = super()._check_fingerprint(f)
+        if self.writes:
+            path, data = self.writes.pop(0)
+            write(path, data)
+        return ok
+
+
+def test_lines_read_past_the_first_bytes_checked_are_covered_by_the_fingerprint(log, state):
+    write(log, b"")
+    writes = [(log, b"hello\n"), (log, b"world\n")]  # one after each check of the first bytes
+    with _WriterBetweenCheckAndRead(state, writes=writes) as t:
+        t.add(str(log))
+        lines = t.poll_file(str(log))  # opened empty, checked again; both arrive before the read
+        assert datas(lines) == [b"hello", b"world"] and not writes
+        assert t.fingerprint(str(log), lines[0].file) == (12, tailfile._fingerprint(b"hello\nworld\n"))
+
+
+def test_a_fingerprint_is_not_extended_over_bytes_that_are_not_the_ones_read(log, state):
+    write(log, b"ab\n")
+    with Tailer(state) as t:
+        t.add(str(log))
+        [line] = t.poll_file(str(log))
+        f = t._paths[str(log)].files[-1]
+        known = (f.fp_len, f.fp)
+        with open(log, "r+b") as w:  # the head rewritten: not the bytes this content began with
+            w.write(b"XY\ncd\n")
+        t._extend_fingerprint(f, b"cd\n")  # as if "cd" had been read at offset 3
+        assert (f.fp_len, f.fp) == known
+
+
 # -- advance: positions the consumer kept past the last commit --------------------------
 
 def _where(t: Tailer, line: Line) -> tuple[int, int, int, int, str]:
