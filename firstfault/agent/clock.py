@@ -39,9 +39,16 @@ by
    stamped may be 43 s off; a live record read within ``SYNC_EVERY_S`` of a
    measurement is off by at most 0.3 s (by about 1 ms at this VM's 2 ppm).
 
-Where /dev/kmsg cannot be written (CAP_SYSLOG without root, a read-only /dev), the
-``dmesg -T`` assumption is all there is, and its bound counts the drift since boot
-at 500 ppm: honest, and wide on a node that has been up for long.
+Where /dev/kmsg cannot be written (the packaged unit: a user with CAP_SYSLOG and
+``DeviceAllow=/dev/kmsg r``), the records themselves are the measurement
+(``PrintkClock.observe``): a record read at wall time R was stamped before, so
+R - stamp is an upper bound on printk's zero, and a record read right after the
+kernel woke the reader is late by the wake-up only (printk wakes readers through
+irq_work: within a tick). The smallest such bound of the last ``SYNC_EVERY_S`` is
+the estimate, with an assumed error of ``LIVE_READ_NS`` (10 ms: a tick and a
+scheduling delay; a reader held up for longer breaks it). Until a first live record
+arrives, the ``dmesg -T`` assumption is all there is, and its bound counts the
+drift since boot at 500 ppm: honest, and wide on a node that has been up for long.
 
 Known issues: a wall-clock *step* (``date -s``, chrony ``makestep``) between the
 stamp and the conversion, and suspend (printk's clock stops, boottime does not),
@@ -68,6 +75,7 @@ _NS_PER_US = 1_000
 MAX_SLEW_PPM = 500  # MAXFREQ: 500000 ns/s, the kernel's cap on NTP frequency correction
 SYNC_PREFIX = "firstfault-agent: printk clock sync "
 SYNC_EVERY_S = 600.0
+LIVE_READ_NS = 10_000_000  # assumed bound on stamp -> read of a record read when the kernel woke us
 
 
 def wall_ns() -> int:
@@ -171,7 +179,20 @@ class PrintkClock:
         self._warned = False
         self._boot: BootWall | None = None
         self._at = 0.0
+        self._live: BootWall | None = None  # the tightest live record of the window (unsynced)
+        self._live_at = 0.0
         self._lock = threading.Lock()
+
+    def observe(self, usec: int, read_wall_ns: int) -> None:
+        """A record stamped ``usec`` read at ``read_wall_ns`` right after the kernel woke the
+        reader: without a marker, its upper bound on printk's zero is the estimate while
+        it is the tightest of the window (module docstring)."""
+        with self._lock:
+            if self.synced is not False or usec < 0:
+                return
+            bound, now = read_wall_ns - usec * _NS_PER_US, time.monotonic()
+            if self._live is None or bound < self._live.ns or now - self._live_at >= self.every_s:
+                self._live, self._live_at = BootWall(bound, LIVE_READ_NS, usec * _NS_PER_US), now
 
     def get(self) -> BootWall:
         with self._lock:
@@ -185,6 +206,8 @@ class PrintkClock:
                         log.warning("cannot measure printk's clock through %s: kernel times assume it is "
                                     "CLOCK_BOOTTIME (error bound widened)", self.kmsg_path)
                         self._warned = True
+            if self.synced is False and self._live is not None:
+                return self._live
             return self._boot
 
     def _measure(self, tries: int = 3, good_ns: int = 500_000) -> BootWall | None:

@@ -18,8 +18,9 @@ ASCII and the backslash as ``\\xNN`` (an embedded newline is ``\\x0a``), so the
 text is ASCII; it is shipped as read, escapes and all.
 
 Emits, with ``boot_id``, ``mono_ns`` = usec * 1000, ``occurred_ns`` = the stamp on
-the wall clock (firstfault/agent/clock.py: measured with a marker line the agent
-writes, which it then drops), ``severity`` = level:
+the wall clock (firstfault/agent/clock.py: printk's clock measured with a marker
+line the agent writes and then drops, or, where it may not write /dev/kmsg, from
+the records it reads as the kernel wakes it), ``severity`` = level:
 
 - ``kernel.line``: message = the text; fields ``seq``, ``facility``, ``level``,
   ``clock_error_ns`` (bound on the occurred_ns error), ``flags`` unless ``-``,
@@ -106,6 +107,14 @@ def parse_kmsg_record(data: bytes) -> KmsgEntry:
             key, _, value = line[1:].partition("=")
             props[key] = value
     return KmsgEntry(prio, seq, usec, parts[3] if len(parts) > 3 else "-", lines[0], props)
+
+
+def record_usec(data: bytes) -> int:
+    """The stamp of a kmsg read (``prio,seq,usec,...``), cheaply; -1 if there is none."""
+    try:
+        return int(data.split(b",", 3)[2])
+    except (IndexError, ValueError):
+        return -1
 
 
 def kernel_line(source: str, text: str, usec: int, boot: BootWall, prio: int, boot_id: str | None,
@@ -227,6 +236,7 @@ class KmsgSource(Source):
         stored = stream.last_seq
         fd = os.open(self.paths.kmsg, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         clock = PrintkClock(self.paths.kmsg)
+        clock.get()  # measured now, so that observe() knows whether it is needed
         saved_seq, saved_at = stored, time.monotonic()
         try:
             poller = select.poll()
@@ -235,8 +245,8 @@ class KmsgSource(Source):
             if isinstance(stop, StopEvent):
                 poller.register(stop, select.POLLIN)
                 timeout_ms = None
+            woken = False  # the kernel woke us: what is read now was stamped just before
             while not stop.is_set():
-                boot = None
                 for _ in range(1000):  # a burst, then look at stop again
                     try:
                         data = os.read(fd, READ_BYTES)
@@ -245,12 +255,16 @@ class KmsgSource(Source):
                     except BrokenPipeError:
                         stream.overrun()
                         continue
-                    if boot is None:  # measured again only when records need it (clock.py)
-                        boot = clock.get()
-                    for d in stream.feed(data, boot):
+                    observed = time.time_ns()
+                    if woken:
+                        clock.observe(record_usec(data), observed)
+                    # measured again only when records need it (clock.py)
+                    for d in stream.feed(data, clock.get(), observed):
                         emit(d)
                 else:
+                    woken = False
                     continue  # more to read: no wait
+                woken = False
                 if stored is not None and stream.last_seq == stored and (
                         stream.max_seen is not None and stream.max_seen < stored):
                     # The saved seq lies beyond everything in this boot's buffer: the state
@@ -265,7 +279,7 @@ class KmsgSource(Source):
                 if stream.last_seq != saved_seq and time.monotonic() - saved_at >= SAVE_EVERY_S:
                     saved_seq = self._save(boot_id, stream.last_seq, saved_seq)
                     saved_at = time.monotonic()
-                poller.poll(timeout_ms)
+                woken = any(ready == fd for ready, _ in poller.poll(timeout_ms))
         except OSError as e:
             if e.errno == errno.EINVAL:
                 raise SourceError(f"read of {self.paths.kmsg} failed: record longer than "

@@ -263,6 +263,46 @@ def test_printk_clock_without_a_writable_kmsg_falls_back_to_the_boottime_guess_w
     assert boot.error_ns >= guess.at_boottime_ns * clock.MAX_SLEW_PPM // 10**6  # drift since boot
 
 
+def test_printk_clock_without_a_marker_takes_the_tightest_live_record_of_the_window(tmp_path, monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(clock.time, "monotonic", lambda: now[0])
+    c = clock.PrintkClock(str(tmp_path / "no-kmsg"), every_s=600)
+    c.observe(5_000_000, 10**18)  # before the first get(): not known to be unsynced yet
+    guess = c.get()
+    assert c.synced is False and guess.error_ns > clock.LIVE_READ_NS
+    c.observe(-1, 10**18)  # no stamp: ignored
+    assert c.get() is guess
+    c.observe(5_000_000, 10**18 + 7_000)  # read 7 µs late on the wall clock
+    assert c.get() == clock.BootWall(10**18 + 7_000 - 5 * 10**9, clock.LIVE_READ_NS, 5 * 10**9)
+    c.observe(6_000_000, 10**18 + 10**9 + 2_000)  # a tighter one wins
+    assert c.get().ns == 10**18 + 2_000 - 5 * 10**9
+    c.observe(7_000_000, 10**18 + 2 * 10**9 + 90_000)  # a looser one does not, within the window
+    assert c.get().ns == 10**18 + 2_000 - 5 * 10**9
+    now[0] += 600  # the window is over: the next live record starts the next one
+    c.observe(8_000_000, 10**18 + 3 * 10**9 + 50_000)
+    best = c.get()
+    assert best.ns == 10**18 + 50_000 - 5 * 10**9 and best.at_boottime_ns == 8 * 10**9
+    assert clock.kmsg_error_ns(8_000_000, best) == clock.LIVE_READ_NS + 1000
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not os.access("/dev/kmsg", os.W_OK), reason="needs a writable /dev/kmsg (root)")
+def test_kmsg_source_that_cannot_write_its_marker_times_a_live_record_by_its_read(tmp_path, sink, running,
+                                                                                  monkeypatch):
+    monkeypatch.setattr(clock, "sync_printk_wall", lambda path, timeout_s=0.5: None)  # as the unit's user
+    text = f"firstfault-live-clock-test {os.urandom(8).hex()}"
+    with running(KmsgSource(state_dir=str(tmp_path)), sink):
+        time.sleep(0.3)  # the buffer drained: what comes next is read when the kernel wakes us
+        before = time.time_ns()
+        with open("/dev/kmsg", "wb", buffering=0) as f:
+            f.write(f"<6>{text}\n".encode())
+        d = sink.wait_for(lambda d: d.kind == "kernel.line" and d.message == text)
+    assert not [x for x in sink.of("kernel.line") if x.message.startswith(clock.SYNC_PREFIX)]
+    err = d.fields["clock_error_ns"]
+    assert before <= d.occurred_ns <= d.observed_ns  # no later than read, no earlier than written
+    assert clock.LIVE_READ_NS < err < clock.LIVE_READ_NS + 10**6  # not the dmesg -T guess's bound
+
+
 def test_emit_many_uses_the_sinks_batch_method_else_one_by_one():
     from firstfault.agent.sources.base import emit_many
 
