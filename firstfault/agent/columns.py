@@ -91,7 +91,7 @@ class Columns:
         """One tuple of the wire columns per record (for a consumer that takes rows),
         messages as str."""
         cols = [c.values() if type(c) is Runs else c for c in self.cols]
-        cols[MESSAGE] = [m.decode() if type(m) is bytes else m for m in cols[MESSAGE]]
+        cols[MESSAGE] = as_text(cols[MESSAGE])
         return list(zip(*cols))
 
 

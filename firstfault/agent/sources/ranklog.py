@@ -98,7 +98,7 @@ from firstfault.analysis.traceback import END, HELD, Grammar, may_open, opening,
 from firstfault.wire import (COLUMNS, KIND_RANK_LINE, KIND_RANK_STACKS, KIND_RANK_TRACEBACK, MAX_MESSAGE_BYTES,
                         MAX_NAME_BYTES, SOURCE_RANKLOG)
 
-from firstfault.agent.columns import ColumnsBuilder
+from firstfault.agent.columns import ColumnsBuilder, as_text
 from firstfault.agent.sources.base import Emit, SinkFull, Source, emit_columns, emit_many, printable, register
 
 log = logging.getLogger(__name__)
@@ -145,10 +145,6 @@ def decode_lines(data: list[bytes], raw: bytes | None = None) -> tuple[list[byte
         return data, marked
     except UnicodeDecodeError:
         return [fit_message(d.decode("utf-8", "backslashreplace")) for d in data], marked
-
-
-def as_text(messages: list[bytes] | list[str]) -> list[str]:
-    return [m.decode() if type(m) is bytes else m for m in messages]
 
 
 class _Pending:
