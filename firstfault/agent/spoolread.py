@@ -112,14 +112,20 @@ class SpoolReads:
         Whole entries are not decoded: their column arrays' bytes go into the frame
         as they are (wire.encode_packed_columns), checked at append and by the crc
         here. WireError (ERR_TOO_LARGE) if the frame passes MAX_FRAME_BYTES."""
-        got = self._from_recent(-1 if seq is None else seq, max_records, max_bytes)
-        if got is not None:
-            ranges, cols = got
-            seqs = _seqs(ranges)
-            return seqs, wire.encode_packed_columns(self.node, self.stream, seqs,
-                                                    [b"".join(c) for c in cols])
-        ranges = []
-        cols = [[] for _ in COLUMNS]
+        got = (self._from_recent(-1 if seq is None else seq, max_records, max_bytes)
+               or self._from_file(seq, max_records, max_bytes))
+        if got is None:
+            return None
+        ranges, cols = got
+        seqs = _seqs(ranges)
+        return seqs, wire.encode_packed_columns(self.node, self.stream, seqs,
+                                                [b"".join(c) for c in cols])
+
+    def _from_file(self, seq: int | None, max_records: int, max_bytes: int
+                   ) -> tuple[list[range], list[list[bytes]]] | None:
+        """What _pick takes, as (seq ranges, each column's array elements); None if nothing."""
+        ranges: list[range] = []
+        cols: list[list[bytes]] = [[] for _ in COLUMNS]
         for eseq, lo, hi, count, payload in self._pick(seq, max_records, max_bytes):
             if lo == 0 and hi == count:
                 got = column_elements(payload)
@@ -129,11 +135,7 @@ class SpoolReads:
             for c, b in zip(cols, got):
                 c.append(b)
             ranges.append(range(eseq + lo, eseq + hi))
-        if not ranges:
-            return None
-        seqs = _seqs(ranges)
-        return seqs, wire.encode_packed_columns(self.node, self.stream, seqs,
-                                                [b"".join(c) for c in cols])
+        return (ranges, cols) if ranges else None
 
     def _pick(self, seq: int | None, max_records: int, max_bytes: int
               ) -> Iterator[tuple[int, int, int, int, memoryview]]:
