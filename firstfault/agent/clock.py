@@ -153,15 +153,22 @@ def sync_printk_wall(kmsg_path: str, timeout_s: float = 0.5) -> BootWall | None:
                 continue
             except BrokenPipeError:  # overrun: records lost to this reader, read on
                 continue
-            head, _, text = data.partition(b";")
-            if text.split(b"\n", 1)[0] == want:
-                stamp_ns = int(head.split(b",")[2]) * _NS_PER_US
+            if data.partition(b";")[2].split(b"\n", 1)[0] == want and (usec := record_usec(data)) >= 0:
+                stamp_ns = usec * _NS_PER_US
                 return BootWall((w1 + w2) // 2 - stamp_ns, (w2 - w1 + 1) // 2, stamp_ns)
         return None
-    except (OSError, ValueError, IndexError):
+    except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def record_usec(data: bytes) -> int:
+    """The stamp of a /dev/kmsg read (``prio,seq,usec,...;text``), cheaply; -1 if there is none."""
+    try:
+        return int(data.split(b",", 3)[2])
+    except (IndexError, ValueError):
+        return -1
 
 
 def is_sync_marker(facility: int, text: str) -> bool:

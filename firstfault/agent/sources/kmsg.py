@@ -56,7 +56,7 @@ import time
 from typing import NamedTuple
 
 from firstfault.agent.clock import (BootWall, PrintkClock, is_sync_marker, kmsg_error_ns, kmsg_to_wall_ns,
-                                    read_boot_id)
+                                    read_boot_id, record_usec)
 from firstfault.agent.hostpaths import HostPaths
 from firstfault.wire import COLUMNS, KIND_KERNEL_GAP, KIND_KERNEL_LINE, MAX_FIELDS, SOURCE_KMSG
 
@@ -107,14 +107,6 @@ def parse_kmsg_record(data: bytes) -> KmsgEntry:
             key, _, value = line[1:].partition("=")
             props[key] = value
     return KmsgEntry(prio, seq, usec, parts[3] if len(parts) > 3 else "-", lines[0], props)
-
-
-def record_usec(data: bytes) -> int:
-    """The stamp of a kmsg read (``prio,seq,usec,...``), cheaply; -1 if there is none."""
-    try:
-        return int(data.split(b",", 3)[2])
-    except (IndexError, ValueError):
-        return -1
 
 
 def kernel_line(source: str, text: str, usec: int, boot: BootWall, prio: int, boot_id: str | None,
