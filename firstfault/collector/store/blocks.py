@@ -201,13 +201,17 @@ def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
+def data_seqs(s: int | list[int], m: int) -> Sequence[int]:
+    """The seqs of a row's ``m`` data records from its unpacked ``seqs`` (pack_seqs)."""
+    return range(s, s + m) if type(s) is int else s
+
+
 def read_block(seqs: bytes, data: bytes, idx: bytes | None) -> tuple[list, list[int], list[int], list[int]]:
     """(data's columns, the block's positions in block order, its seqs, its t_ns) of
     a row (or of a marks row: idx None)."""
     cols = unpack(data)
-    s = unpack(seqs)
     pos = list(range(len(cols[SOURCE]))) if idx is None else unpack(idx)
-    seq = list(range(s, s + len(cols[SOURCE]))) if type(s) is int else s
+    seq = list(data_seqs(unpack(seqs), len(cols[SOURCE])))
     t = times(cols)
     if idx is None:
         return cols, pos, seq, list(t)

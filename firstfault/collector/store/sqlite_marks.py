@@ -13,7 +13,7 @@ current marker and read any other block whole.
 from __future__ import annotations
 
 from firstfault.collector.store.blocks import (FIELDS, KIND, MESSAGE, OCCURRED, PID, RANK, SOURCE, Block,
-                                               times, unpack)
+                                               data_seqs, times, unpack)
 from firstfault.collector.store.sqlite_schema import INSERT_MARKS
 
 MARK_STEP_RECORDS = 20_000  # records mark_pending marks per call (~10-30 ms of the store thread)
@@ -38,8 +38,7 @@ class Marking:
                 if row is None:
                     continue  # pruned
                 cols = unpack(row[1])
-                s = unpack(row[0])
-                b = Block(None, cols, range(s, s + len(cols[SOURCE])) if type(s) is int else s,
+                b = Block(None, cols, data_seqs(unpack(row[0]), len(cols[SOURCE])),
                           times(cols), None if row[2] is None else unpack(row[2]))
                 self._mark(b)
                 db.execute(INSERT_MARKS, (bid, mid, *b.marked_rows()))
