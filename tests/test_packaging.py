@@ -37,7 +37,7 @@ def test_only_firstfault_goes_into_site_packages(wheel):
     tops = {line.split(",", 1)[0].split("/", 1)[0] for line in record.splitlines() if line}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"firstfault"}
     names = set(wheel.namelist())
-    assert "firstfault/analysis/signatures.toml" in names and "firstfault/__main__.py" in names
+    assert "firstfault/analysis/signatures/99-fallback.toml" in names and "firstfault/__main__.py" in names
     assert not any(n.startswith("tests/") for n in names)
 
 

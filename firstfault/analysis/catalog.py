@@ -1,13 +1,13 @@
-"""The failure catalog: load, check and match ``signatures.toml``. Pure.
+"""The failure catalog: load, check and match ``signatures/*.toml``. Pure.
 
-Reads only the TOML shipped next to this module (``importlib.resources``) or
-one at a given path: ``[[signature]]`` entries (the file's header documents
-their keys; one example line they match: ``[rank0]: RuntimeError: [.../pair.cc:553]
+Reads only the TOML files shipped in ``signatures/`` next to this module
+(``importlib.resources``), in the order of their names, or the files at a given
+path: ``[[signature]]`` entries (signatures/README.md documents their keys; one example line they match: ``[rank0]: RuntimeError: [.../pair.cc:553]
 Connection closed by peer [127.0.0.1]:15546`` -> ``gloo.peer_closed``, a cascade)
 and ``[xid.<code>]`` tables (name, bucket, category, optional role).
 
 Invariants:
-- Signatures are tried in file order, each only on text holding one of its
+- Signatures are tried in file order (files by name), each only on text holding one of its
   needles (literal, case-sensitive); so ``Catalog.prefilter`` (every needle in
   one regex) is an exact skip test: text it does not hit matches nothing.
 - ``load_catalog`` checks every entry and raises one ``CatalogError`` listing
@@ -186,41 +186,63 @@ class Catalog:
 
 
 def load_catalog(path: str | Path | None = None) -> Catalog:
-    """Load and check the catalog: the shipped one when ``path`` is None."""
+    """Load and check the catalog: the shipped one when ``path`` is None, else the TOML
+    file at ``path`` or every ``*.toml`` in the folder at ``path`` (in the order of their names)."""
     if path is None:
-        res = importlib.resources.files("firstfault.analysis").joinpath("signatures.toml")
-        return parse_catalog(res.read_text(encoding="utf-8"), "firstfault/analysis/signatures.toml")
-    return parse_catalog(Path(path).read_text(encoding="utf-8"), str(path))
+        folder = importlib.resources.files("firstfault.analysis").joinpath("signatures")
+        files = sorted((f for f in folder.iterdir() if f.name.endswith(".toml")), key=lambda f: f.name)
+        return parse_catalog_files([(f"firstfault/analysis/signatures/{f.name}", f.read_text(encoding="utf-8"))
+                                    for f in files])
+    p = Path(path)
+    if p.is_dir():
+        return parse_catalog_files([(str(f), f.read_text(encoding="utf-8")) for f in sorted(p.glob("*.toml"))])
+    return parse_catalog(p.read_text(encoding="utf-8"), str(p))
 
 
 def parse_catalog(raw: str, source: str = "<string>") -> Catalog:
     """Check a catalog's TOML text; every problem is reported at once."""
-    try:
-        doc = tomllib.loads(raw)
-    except tomllib.TOMLDecodeError as e:
-        raise CatalogError(source, [f"not valid TOML: {e}"]) from None
-    problems = [f"unknown top-level key {k!r}" for k in doc if k not in _TOP]
-    entries = doc.get("signature")
-    if not isinstance(entries, list) or not entries:
-        problems.append("no [[signature]] entries")
-        entries = []
-    sigs, seen = [], set()
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            problems.append(f"signature #{i}: not a table")
+    return parse_catalog_files([(source, raw)])
+
+
+def parse_catalog_files(texts: list[tuple[str, str]]) -> Catalog:
+    """Check the catalog made of several TOML texts ((source, text), in the order signatures are
+    tried); every problem of every file is reported at once, each with its file."""
+    problems: list[str] = []
+    sigs: list[Signature] = []
+    xids: dict[int, XidInfo] = {}
+    seen: set = set()
+    for source, raw in texts:
+        try:
+            doc = tomllib.loads(raw)
+        except tomllib.TOMLDecodeError as e:
+            problems.append(f"{source}: not valid TOML: {e}")
             continue
-        sid = entry.get("id")
-        where = f"signature #{i} {sid!r}"
-        if isinstance(sid, str) and sid in seen:
-            problems.append(f"{where}: duplicate id")
-        seen.add(sid if isinstance(sid, str) else None)
-        before = len(problems)
-        sig = _signature(i, where, entry, problems)
-        if len(problems) == before:
-            sigs.append(sig)
-    xids = _xids(doc.get("xid", {}), problems)
+        problems += [f"{source}: unknown top-level key {k!r}" for k in doc if k not in _TOP]
+        entries = doc.get("signature", [])
+        if not isinstance(entries, list):
+            problems.append(f"{source}: signature must be [[signature]] tables")
+            entries = []
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                problems.append(f"{source}: signature #{i}: not a table")
+                continue
+            sid = entry.get("id")
+            where = f"{source}: signature #{i} {sid!r}"
+            if isinstance(sid, str) and sid in seen:
+                problems.append(f"{where}: duplicate id")
+            seen.add(sid if isinstance(sid, str) else None)
+            before = len(problems)
+            sig = _signature(len(sigs), where, entry, problems)
+            if len(problems) == before:
+                sigs.append(sig)
+        for code, info in _xids(doc.get("xid", {}), problems).items():
+            if code in xids:
+                problems.append(f"{source}: xid {code} is defined twice")
+            xids[code] = info
+    if not sigs and not problems:
+        problems.append("no [[signature]] entries")
     if problems:
-        raise CatalogError(source, problems)
+        raise CatalogError(texts[0][0] if len(texts) == 1 else "the catalog", problems)
     return Catalog(tuple(sigs), xids)
 
 
