@@ -28,7 +28,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
 
-_PREFIX = re.compile(r"\[(?:rank(?P<rank>\d+)|(?P<role>[A-Za-z_][\w.-]*?)(?P<local>\d+))\]:[ ]?")
+from firstfault.analysis.prefixes import Peeled, peel
+
 _SRUN = re.compile(r"\s*(?P<label>\d+): ")
 
 _DS = re.compile(
@@ -48,42 +49,18 @@ _HF = re.compile(
 _ISO = re.compile(
     r"(?P<d>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?:[,.](?P<f>\d{1,9}))?(?P<z>Z|[+-]\d\d:?\d\d)?\b"
 )
+_SYSLOG = re.compile(r"(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) (?P<dd>[ \d]\d) (?P<t>\d\d:\d\d:\d\d)\b")
+_MONTH_NUMBER = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
 _NCCL = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL ")
 _LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "FATAL"}
 
 
-@dataclass(slots=True)
-class Prefixes:
-    """What launcher prefixes said about a line, and the text without them."""
-
-    text: str
-    rank: int | None = None
-    local_rank: int | None = None
-    label: int | None = None  # srun --label task id (a global rank)
+Prefixes = Peeled  # what a line's prefixes said, and its text without them (prefixes.py)
 
 
-def strip_prefixes(line: str, *, srun_labels: bool = False) -> Prefixes:
-    """Remove launcher prefixes (tee, ``[rankN]:``, srun label) from one line."""
-    out = Prefixes(line)
-    pos = 0
-    if srun_labels:
-        m = _SRUN.match(line)
-        if m:
-            out.label = int(m.group("label"))
-            pos = m.end()
-    while True:
-        m = _PREFIX.match(line, pos)
-        if not m:
-            break
-        if m.group("rank") is not None:
-            out.rank = int(m.group("rank"))
-        else:
-            out.local_rank = int(m.group("local"))
-        pos = m.end()
-    if out.rank is None and out.label is not None:
-        out.rank = out.label
-    out.text = line[pos:] if pos else line
-    return out
+def strip_prefixes(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[str] = frozenset()) -> Peeled:
+    """Remove the prefixes launchers, collectors and pastes put in front of one line (prefixes.peel)."""
+    return peel(line, srun_labels=srun_labels, labels=labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +129,12 @@ def parse_stamp(text: str, *, year: int, tz: tzinfo = timezone.utc) -> Stamp | N
             r = _to_ns(year, int(m.group("mo")), int(m.group("dd")), m.group("t"), m.group("f"), tz)
             if r:
                 return Stamp(r[0], r[1], _LEVELS[m.group("level")], int(m.group("pid")))
+        return None
+    if c in "JFMASOND":
+        m = _SYSLOG.match(text)  # syslog / journald short: "Feb 18 10:48:25", no year, local time
+        if m:
+            r = _to_ns(year, _MONTH_NUMBER[m.group("mon")], int(m.group("dd")), m.group("t"), None, tz)
+            return Stamp(r[0], r[1]) if r else None
         return None
     if c.isdigit():
         m = _ISO.match(text)

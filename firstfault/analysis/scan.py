@@ -29,6 +29,7 @@ from firstfault.analysis import stacks
 from firstfault.analysis import traceback as tb
 from firstfault.analysis.model import KIND_LINE, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
 from firstfault.analysis.parse import Stamp, parse_nccl_origin, parse_stamp, strip_prefixes
+from firstfault.analysis.prefixes import Peeled
 
 MAX_LINE_BYTES = 64 * 1024
 _WINDOW = 16 * 1024  # how far back/forward to look for a neighbouring timestamp
@@ -131,15 +132,20 @@ class _Scanner:
         self.pending: list[Event] = []  # events waiting for a later timestamp (before_ns)
         self.first_ns: int | None = None  # the stream's first timestamp
         self.mixed: bool | None = None  # ranks interleave in this stream (decided on its first lines)
+        self.labels: set[str] = set()  # word labels (srun tasks, pdsh hosts) seen leading known lines
 
     # -- time ---------------------------------------------------------------
     def _stamp_of(self, text: str) -> Stamp | None:
         return parse_stamp(text, year=self.info.year, tz=self.info.tz)
 
+    def _peeled_stamp(self, pre: Peeled) -> Stamp | None:
+        """The line's own timestamp, else the one a collector or syslog put in front of it."""
+        return self._stamp_of(pre.text) or (self._stamp_of(pre.stamp) if pre.stamp else None)
+
     def _stamp_at(self, body: bytes, start: int) -> Stamp | None:
         end = body.find(b"\n", start)
         line = body[start : end if end >= 0 else len(body)].decode("utf-8", "replace")
-        return self._stamp_of(strip_prefixes(line, srun_labels=self.info.srun_labels).text)
+        return self._peeled_stamp(strip_prefixes(line, srun_labels=self.info.srun_labels, labels=self.labels))
 
     def _stamp_before(self, body: bytes, pos: int, floor: int) -> None:
         """Update last_stamp with the last timestamped line in body[floor:pos]."""
@@ -173,13 +179,13 @@ class _Scanner:
         self.pending.clear()
 
     # -- events -------------------------------------------------------------
-    def _event(self, pre, text: str, lineno: int) -> Event:
+    def _event(self, pre: Peeled, text: str, lineno: int) -> Event:
         info = self.info
         ev = Event(
             text=text,
             source=info.source,
             kind=KIND_LINE,
-            node=info.node,
+            node=info.node or pre.node,
             rank=pre.rank if pre.rank is not None else info.rank,
             local_rank=pre.local_rank if pre.local_rank is not None else info.local_rank,
             job=info.job,
@@ -188,7 +194,7 @@ class _Scanner:
             stream=info.stream,
             seq=lineno,
         )
-        st = self._stamp_of(text)
+        st = self._stamp_of(text) or (self._stamp_of(pre.stamp) if pre.stamp else None)
         if st:
             ev.occurred_ns, ev.clock, ev.uncertainty_ns, ev.level = st.ns, "line", st.uncertainty_ns, st.level
             self._close_pending(st)
@@ -215,12 +221,13 @@ class _Scanner:
         if len(raw) > MAX_LINE_BYTES:
             raw = raw[:MAX_LINE_BYTES] + b" [line cut by firstfault]"
         line = tb.visible(raw.decode("utf-8", "replace"))  # what a reader sees: no \r redraws, no colours
-        key, body = tb.split_prefix(line)  # tracebacks are followed per launcher prefix, as the agent does
+        pre = strip_prefixes(line, srun_labels=self.info.srun_labels, labels=self.labels)
+        self.labels.update(pre.labels)
+        key, body = pre.key, pre.text  # tracebacks are followed per key (who printed the line), as the agent does
         if key in self.open:
             if self.open[key][0].feed(body):
                 return
             yield self._finish(key)
-        pre = strip_prefixes(line, srun_labels=self.info.srun_labels)
         at = tb.opening(body)
         if at is not None:
             ev = self._event(pre, body[at:], lineno)
@@ -237,7 +244,7 @@ class _Scanner:
         if hit or self.needles.positions(raw) or self.needles.holds_progress(raw):
             yield self._event(pre, pre.text, lineno)
             return
-        st = self._stamp_of(pre.text)
+        st = self._peeled_stamp(pre)
         if st:
             self._close_pending(st)
             self.last_stamp = st

@@ -43,6 +43,7 @@ import re
 from dataclasses import dataclass
 
 from firstfault.analysis.model import Frame
+from firstfault.analysis.prefixes import peel
 
 MAX_LINES = 400
 MAX_MESSAGE_LINES = 30
@@ -51,10 +52,6 @@ HEADER = "Traceback (most recent call last)"
 TAKEN, HELD, END = 0, 1, 2  # part of it; maybe part of it (blank after the message); not part of it
 _BODY, _MESSAGE, _BLANK = 0, 1, 2
 
-# Launcher prefixes: an srun --label task number, then tee / PyTorch brackets ([default0]:[rank0]:),
-# as parse.py reads them (a bracket holds a name ending in a number: not torchrun's "[2]:" table rows).
-# PyTorch's "[rank0]: " carries a space, torchrun's tee "[default0]:" none (what follows it is the worker's).
-_PREFIX = re.compile(r"(?: {0,5}\d{1,5}: )?(?:\[rank\d+\]: ?|\[[A-Za-z_][\w.-]{0,62}?\d+\]:)*")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 FRAME = re.compile(r'\s*(?:\| )*\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 RICH_FRAME = re.compile(r"│ (?P<file>[^\s│]+?):(?P<line>\d+) in (?P<func>[^\s│]+)")
@@ -77,9 +74,11 @@ _HEADER_B, _FRAME_B, _RICH_B = HEADER.encode(), b'File "', ("│".encode(), "╭
 
 
 def split_prefix(line: str) -> tuple[str, str]:
-    """(the launcher prefixes at the start of ``line``, the rest): ``[rank1]: `` etc., "" if none."""
-    n = _PREFIX.match(line).end()
-    return line[:n], line[n:]
+    """(who printed ``line``, the line as printed): the key and the text of prefixes.peel
+    (``[rank1]: ``, a Ray worker, a collector's time, ...); "" when nothing leads it. A leading
+    task number (``12: ``) is taken for srun's label, as a traceback's lines all carry it."""
+    p = peel(line, srun_labels=True)
+    return p.key, p.text
 
 
 def visible(line: str) -> str:

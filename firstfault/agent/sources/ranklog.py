@@ -349,8 +349,7 @@ class RankLines:
         for start, end, text in zip(b.offsets, b.ends, texts):
             i = len(lines)
             lines.append([start, end, text, b.observed_ns, None])
-            prefix, body = split_prefix(text)
-            body = visible(body)
+            prefix, body = split_prefix(visible(text))
             t = p.open.get(prefix)
             if t is not None:
                 verdict = t.grouping.feed(body)

@@ -1,0 +1,150 @@
+"""Peel what launchers, log collectors and pastes put in front of a line. Pure.
+
+A rank's line reaches a reader behind any number of prefixes that the program
+never printed, in any order. ``peel`` removes every known one and keeps what it
+says (the rank, the node, the time, who printed the line), so the catalog and the
+traceback grammar see the line as the program printed it. Known prefixes, each from
+the tool's own format (examples made up)::
+
+    [rank7]:  [default0]:             PyTorch's worker prefix (global rank); torchrun --tee (role + local rank)
+    [rank: 3]                         Lightning's rank_prefixed_message
+    [1,3]<stderr>:                    Open MPI mpirun --tag-output ([jobid,rank]<stream>:)
+    12:                               srun --label (task id = global rank)
+    gpu-node-3:  10.0.0.5:            pdsh / the DeepSpeed multi-node launcher (host:)
+    trainer.node-7 [stderr]           a runner naming the node and the stream (milabench)
+    (WorkerDict pid=123, ip=10.0.0.5) Ray's worker prefix; (raylet), (pid=123); "[repeated 3x across cluster]" after
+    trainer-1  |                      docker compose service prefix
+    2026-02-18T10:48:25.681Z          a collector's RFC 3339 time (kubectl --timestamps, Loki, CloudWatch, docker)
+    2026-02-18T10:48:25.681Z stdout F the CRI log format (kubelet's files)
+    Feb 18 10:48:25 gpu-3 kernel:     journald / syslog (time, host, identifier[pid])
+    > >>                              Markdown quoting left in a paste
+    \\t, spaces                       only in front of another known prefix
+
+A program's own log header (DeepSpeed's ``[2026-... ] [INFO]``, glog, Python logging's
+``2026-02-18 10:48:25,681 - INFO -``) is part of what it printed and stays. Labels that
+could be ordinary words (``12: ``, ``node03: ``) are peeled only where the stream is
+known to be labelled or something known follows them (another prefix, a log header, a
+traceback line). ``key`` names who printed the line (node, Ray worker, service, task,
+rank): tracebacks are followed per key, so interleaved ranks stay apart.
+
+Invariants: never raises; the text comes back unchanged when nothing known leads it;
+at most MAX_PEELS prefixes come off a line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MAX_PEELS = 8
+
+_MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
+# each alternative is one prefix; named groups say what it carries
+_PREFIX = re.compile(
+    r"[ \t]*(?:"
+    r"\[rank(?P<rank>\d+)\]:[ ]?"
+    r"|\[rank: (?P<lrank>\d+)\][ ]"
+    r"|\[(?P<role>[A-Za-z_][\w.-]{0,62}?)(?P<local>\d+)\]:"
+    r"|\[\d+,(?P<mpi>\d+)\]<(?:stdout|stderr)>:[ ]?"
+    r"|\((?P<ray>(?:[A-Za-z_][\w.<>:-]*)?(?: ?pid=\d+)?)(?:, ip=(?P<rayip>[0-9A-Fa-f.:]+))?(?:, repr=[^)]*)?\)[ ]"
+    r"|(?P<service>[A-Za-z0-9][\w.-]*[-_]\d+)[ ]+\|[ ]"
+    r"|(?P<runner>[A-Za-z][\w-]*\.[\w.-]+) \[(?:stdout|stderr)\][ ]"
+    r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)[ \t]+(?:(?:stdout|stderr) [FP][ ])?"
+    r"|(?P<syslog>(?:" + _MONTHS + r") [ \d]\d \d\d:\d\d:\d\d) (?P<sysnode>[\w.-]+) [\w./@-]+(?:\[\d+\])?:[ ]"
+    r"|>+[ ]?"
+    r")"
+)
+# A label that may be an ordinary word: peeled only where something known follows it.
+_LABEL = re.compile(
+    r"[ \t]*(?:(?P<task>\d{1,5})|(?P<host>(?:\d{1,3}\.){3}\d{1,3}|[A-Za-z][\w-]*\d[\w.-]*|[A-Za-z][\w-]*-[\w.-]+)): "
+)
+# what may follow a label for it to be one: a launcher prefix, a log header, a traceback line
+_AFTER_LABEL = re.compile(
+    r"\[(?:rank\d|\d{4}-\d\d-\d\d|[IWEF]\d{4} |[A-Za-z_][\w.-]*\d+\]:)|Traceback \(|\s+File \"|[IWEF]\d{4} \d\d:"
+    r"|\d{4}-\d\d-\d\d[ T]\d\d:|[\w.-]+:\d+:\d+ \[\d+\] NCCL "
+)
+_RAY_REPEAT = re.compile(r" \[repeated \d+x across cluster\]$")
+_PEELABLE = frozenset("[ \t(>0123456789")  # a line starting otherwise can start only with a word prefix
+
+
+@dataclass(frozen=True, slots=True)
+class Peeled:
+    """One line with its prefixes off: the text the program printed and what the prefixes said."""
+
+    text: str
+    key: str = ""  # who printed it, from the prefixes ("" when nothing was peeled)
+    rank: int | None = None  # a global rank a prefix named
+    local_rank: int | None = None
+    label: int | None = None  # an srun task id
+    node: str | None = None
+    stamp: str | None = None  # a collector's or syslog's time in front of the line, as written
+    peeled: str = ""  # the prefixes as they were written
+    labels: tuple[str, ...] = ()  # the word labels peeled (``12``, ``gpu-3``): known for the stream's next lines
+
+
+def peel(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[str] = frozenset()) -> Peeled:
+    """``line`` without the prefixes in front of it (module docstring), and what they said.
+
+    ``srun_labels``: the stream is known to be labelled by srun; ``labels``: word labels
+    already peeled from this stream (with something known after them), peeled again
+    whatever follows them (a traceback's source lines)."""
+    if not line or (line[0] not in _PEELABLE and not line[0].isalpha()):
+        return Peeled(line)
+    pos, n = 0, 0
+    rank = local = label = None
+    node = stamp = None
+    who: list[str] = []
+    words: list[str] = []
+    while n < MAX_PEELS:
+        m = _PREFIX.match(line, pos)
+        if m is not None and m.end() > pos:
+            g = m.groupdict()
+            if g["rank"] is not None:
+                rank = int(g["rank"])
+            elif g["lrank"] is not None:
+                rank = int(g["lrank"])
+            elif g["local"] is not None:
+                local = int(g["local"])
+                who.append(f"{g['role']}{g['local']}")
+            elif g["mpi"] is not None:
+                rank = int(g["mpi"])
+            elif g["service"] is not None:
+                who.append(g["service"])
+            elif g["runner"] is not None:
+                node = node or g["runner"].rsplit(".", 1)[-1]
+                who.append(g["runner"])
+            elif g["iso"] is not None:
+                stamp = stamp or g["iso"]
+            elif g["syslog"] is not None:
+                stamp, node = stamp or g["syslog"], node or g["sysnode"]
+            elif m.group(0).strip().startswith("("):
+                node = node or g["rayip"]
+                who.append(f"({g['ray']}{', ' + g['rayip'] if g['rayip'] else ''})")
+            pos, n = m.end(), n + 1
+            continue
+        m = _LABEL.match(line, pos)
+        if m is None:
+            break
+        word = m.group("task") or m.group("host")
+        rest = line[m.end():]
+        if not (srun_labels and m.group("task") is not None) and word not in labels \
+                and _AFTER_LABEL.match(rest) is None and not (rest[:1] in ("[", "(") and peel(rest).peeled):
+            break
+        words.append(word)
+        if m.group("task") is not None:
+            label = int(m.group("task"))
+            who.append(f"task{label}")
+        else:
+            node = node or m.group("host")
+            who.append(m.group("host"))
+        pos, n = m.end(), n + 1
+    if pos == 0:
+        return Peeled(line)
+    text = line[pos:]
+    if text.endswith("across cluster]"):
+        text = _RAY_REPEAT.sub("", text)
+    if rank is None and label is not None:
+        rank = label
+    if rank is not None:
+        who.append(f"rank{rank}")
+    return Peeled(text, "|".join(who), rank, local, label, node, stamp, line[:pos], tuple(words))
