@@ -5,7 +5,7 @@
 The corpus (../shared/corpus/index.jsonl) labels 129 public GitHub threads in the report's own
 vocabulary: the first failing rank, the category and the phase. Its texts are third-party and
 never enter this repository: each case's excerpt is read from ``--texts`` (default
-``$FIRSTFAULT_CORPUS_TEXTS``, else ../scratch/corpus beside the checkout), one ``<id>.log`` per
+``$FIRSTFAULT_CORPUS_TEXTS``, else scratch/corpus in the nearest folder above the checkout), one ``<id>.log`` per
 case, and fed to ``firstfault analyze -`` on standard input, as a user pastes a log.
 
 Scoring, as the corpus's README asks:
@@ -33,8 +33,18 @@ from pathlib import Path
 from firstfault.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
-INDEX = ROOT.parent / "shared" / "corpus" / "index.jsonl"
-TEXTS = Path(os.environ.get("FIRSTFAULT_CORPUS_TEXTS", ROOT.parent / "scratch" / "corpus"))
+
+
+def _beside(rel: str) -> Path:
+    """``rel`` in the nearest folder above the checkout that holds it (a worktree may sit deeper)."""
+    for up in ROOT.parents:
+        if (up / rel).exists():
+            return up / rel
+    return ROOT.parent / rel
+
+
+INDEX = Path(os.environ.get("FIRSTFAULT_CORPUS_INDEX") or _beside("shared/corpus/index.jsonl"))
+TEXTS = Path(os.environ.get("FIRSTFAULT_CORPUS_TEXTS") or _beside("scratch/corpus"))
 CLASSES = ("rank", "category", "phase")
 
 # framework family: the first family whose word appears in the label's framework or launcher
