@@ -50,8 +50,9 @@ EXTRA_PLACEHOLDERS = ("xid_name",)  # filled from the Xid table, not from a rege
 _ID = re.compile(r"^[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+$")
 _REQUIRED = ("id", "role", "category", "phases", "needles", "patterns", "summary", "first_action",
              "reference", "examples")
-_OPTIONAL = ("not_examples",)
-_TOP = ("version", "signature", "xid")
+_OPTIONAL = ("not_examples", "max_confidence", "category_from_words")
+_TOP = ("version", "signature", "xid", "category_rule")
+CONFIDENCES = ("low", "medium", "high")
 
 
 class CatalogError(Exception):
@@ -77,6 +78,17 @@ class Signature:
     examples: tuple[str, ...]
     not_examples: tuple[str, ...] = ()
     index: int = 0  # position in the file: the order signatures are tried in
+    max_confidence: str = "high"  # the most confidence a finding of it can have (generic ones: less)
+    category_from_words: bool = False  # the category comes from the matched text (category_rule), not ``category``
+
+
+@dataclass(frozen=True, slots=True)
+class CategoryRule:
+    """``[[category_rule]]``: text (an exception's type and message) that one of ``patterns``
+    (case-insensitive) finds is of ``category``. Rules are tried in file order."""
+
+    category: str
+    patterns: tuple[re.Pattern[str], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +149,10 @@ def needle_regex(needles: Iterable[str]) -> re.Pattern[str]:
 class Catalog:
     """Signatures in file order, the Xid table and the needle prefilter."""
 
-    def __init__(self, signatures: tuple[Signature, ...], xids: dict[int, XidInfo]):
+    def __init__(self, signatures: tuple[Signature, ...], xids: dict[int, XidInfo],
+                 category_rules: tuple[CategoryRule, ...] = ()):
         self.signatures = signatures
+        self.category_rules = category_rules
         self._by_id = {s.id: s for s in signatures}
         self._xids = xids
         self.prefilter: re.Pattern[str] = needle_regex([n for s in signatures for n in s.needles])
@@ -176,9 +190,19 @@ class Catalog:
                     return self._match(sig, m)
         return None
 
+    def category_of(self, text: str, default: str) -> str:
+        """The category the first category_rule finding ``text`` names, else ``default``."""
+        for rule in self.category_rules:
+            if any(p.search(text) for p in rule.patterns):
+                return rule.category
+        return default
+
     def _match(self, sig: Signature, m: re.Match[str]) -> Match:
         groups = {k: v for k, v in m.groupdict().items() if v is not None}
         category, role, info, values = sig.category, sig.role, None, groups
+        if sig.category_from_words:
+            said = " ".join(v for k, v in groups.items() if k in ("exc_type", "message")) or m.group(0)
+            category = self.category_of(said, sig.category)
         code = groups.get("xid", "")
         if code.isdigit() and (info := self._xids.get(int(code))) is not None:
             category, role, values = info.category, info.role, {**groups, "xid_name": info.name}
@@ -210,6 +234,7 @@ def parse_catalog_files(texts: list[tuple[str, str]]) -> Catalog:
     problems: list[str] = []
     sigs: list[Signature] = []
     xids: dict[int, XidInfo] = {}
+    rules: list[CategoryRule] = []
     seen: set = set()
     for source, raw in texts:
         try:
@@ -235,6 +260,7 @@ def parse_catalog_files(texts: list[tuple[str, str]]) -> Catalog:
             sig = _signature(len(sigs), where, entry, problems)
             if len(problems) == before:
                 sigs.append(sig)
+        rules += _category_rules(source, doc.get("category_rule", []), problems)
         for code, info in _xids(doc.get("xid", {}), problems).items():
             if code in xids:
                 problems.append(f"{source}: xid {code} is defined twice")
@@ -243,7 +269,34 @@ def parse_catalog_files(texts: list[tuple[str, str]]) -> Catalog:
         problems.append("no [[signature]] entries")
     if problems:
         raise CatalogError(texts[0][0] if len(texts) == 1 else "the catalog", problems)
-    return Catalog(tuple(sigs), xids)
+    return Catalog(tuple(sigs), xids, tuple(rules))
+
+
+def _category_rules(source: str, entries: object, problems: list[str]) -> list[CategoryRule]:
+    if not isinstance(entries, list):
+        problems.append(f"{source}: category_rule must be [[category_rule]] tables")
+        return []
+    out = []
+    for i, entry in enumerate(entries):
+        where = f"{source}: category_rule #{i}"
+        if not isinstance(entry, dict):
+            problems.append(f"{where}: not a table")
+            continue
+        before = len(problems)
+        problems += [f"{where}: unknown key {k!r}" for k in entry if k not in ("category", "patterns", "reason")]
+        category = entry.get("category")
+        if category not in CATEGORIES or category in ("cascade", "unknown"):
+            problems.append(f"{where}: category {category!r} is not a failure category")
+        compiled = []
+        for j, p in enumerate(_field(where, entry, "patterns", "list", problems)):
+            try:
+                compiled.append(re.compile(p, re.IGNORECASE))
+            except re.error as e:
+                problems.append(f"{where}: pattern {j} does not compile: {e}")
+        _field(where, entry, "reason", "str", problems)
+        if len(problems) == before:
+            out.append(CategoryRule(category, tuple(compiled)))
+    return out
 
 
 def _field(where: str, entry: dict, key: str, kind: str, problems: list[str]):
@@ -292,9 +345,15 @@ def _signature(i: int, where: str, entry: dict, problems: list[str]) -> Signatur
             problems.append(f"{where}: {key} is not a valid template: {e}")
             continue
         problems += [f"{where}: {key} placeholder {{{n}}} is no group of any pattern" for n in names if n not in groups]
+    max_conf = entry.get("max_confidence", "high")
+    if max_conf not in CONFIDENCES:
+        problems.append(f"{where}: max_confidence {max_conf!r} is not one of {', '.join(CONFIDENCES)}")
+    from_words = entry.get("category_from_words", False)
+    if not isinstance(from_words, bool):
+        problems.append(f"{where}: category_from_words must be true or false")
     return Signature(str(sid), str(role), str(category), phases, lists["needles"], tuple(compiled),
                      texts["summary"], texts["first_action"], texts["reference"], lists["examples"],
-                     lists["not_examples"], i)
+                     lists["not_examples"], i, str(max_conf), bool(from_words))
 
 
 def _xids(table: object, problems: list[str]) -> dict[int, XidInfo]:

@@ -17,7 +17,7 @@ the tool's own format (examples made up)::
     2026-02-18T10:48:25.681Z          a collector's RFC 3339 time (kubectl --timestamps, Loki, CloudWatch, docker)
     2026-02-18T10:48:25.681Z stdout F the CRI log format (kubelet's files)
     Feb 18 10:48:25 gpu-3 kernel:     journald / syslog (time, host, identifier[pid])
-    > >>                              Markdown quoting left in a paste
+    > >>  `                           Markdown quoting and inline code left in a paste
     \\t, spaces                       only in front of another known prefix
 
 A program's own log header (DeepSpeed's ``[2026-... ] [INFO]``, glog, Python logging's
@@ -52,6 +52,7 @@ _PREFIX = re.compile(
     r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)[ \t]+(?:(?:stdout|stderr) [FP][ ])?"
     r"|(?P<syslog>(?:" + _MONTHS + r") [ \d]\d \d\d:\d\d:\d\d) (?P<sysnode>[\w.-]+) [\w./@-]+(?:\[\d+\])?:[ ]"
     r"|>+[ ]?"
+    r"|(?P<tick>`+)"
     r")"
 )
 # A label that may be an ordinary word: peeled only where something known follows it.
@@ -64,7 +65,7 @@ _AFTER_LABEL = re.compile(
     r"|\d{4}-\d\d-\d\d[ T]\d\d:|[\w.-]+:\d+:\d+ \[\d+\] NCCL "
 )
 _RAY_REPEAT = re.compile(r" \[repeated \d+x across cluster\]$")
-_PEELABLE = frozenset("[ \t(>0123456789")  # a line starting otherwise can start only with a word prefix
+_PEELABLE = frozenset("[ \t(>`0123456789")  # a line starting otherwise can start only with a word prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +142,8 @@ def peel(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[s
     if pos == 0:
         return Peeled(line)
     text = line[pos:]
+    if "`" in line[:pos] and text.endswith("`"):
+        text = text.rstrip("`")
     if text.endswith("across cluster]"):
         text = _RAY_REPEAT.sub("", text)
     if rank is None and label is not None:

@@ -47,7 +47,7 @@ BLAME = {
     "network": "infrastructure",
     "storage": "infrastructure",
 }
-GENERIC = {"python.exception"}
+GENERIC = {"python.exception", "python.traceback"}
 HANG_ID = "hang.stopped_first"
 
 
@@ -255,7 +255,7 @@ def confidence(f: Finding, tied: bool) -> str:
     got = "high"
     if tied or f.sig in GENERIC or f.ev.rank is None or any("only rank" in x for x in f.links):
         got = "medium"
-    return min(got, f.cap or "high", key=_LEVELS.index)
+    return min(got, f.cap or "high", f.match.signature.max_confidence, key=_LEVELS.index)
 
 
 _LEVELS = ("low", "medium", "high")

@@ -1,0 +1,80 @@
+"""When no specific signature knows a failure, the last resorts still name it: an exception
+line gets its category from its type and words (category_rule), a traceback cut before its
+exception line is a failure at low confidence, and neither is ever "high"."""
+
+from __future__ import annotations
+
+import pytest
+
+from firstfault.analysis.catalog import CatalogError, load_catalog, parse_catalog
+from tests.offline.scoring import Case, analyze
+
+CATALOG = load_catalog()
+
+
+@pytest.mark.parametrize("line, category", [
+    ("RuntimeError: CUDA error: out of memory", "gpu-memory"),
+    ("torch.OutOfMemoryError: something went wrong", "gpu-memory"),
+    ("MemoryError: cannot grow the buffer", "host-memory"),
+    ("RuntimeError: DataLoader worker (pid 77) is killed by signal: Killed.", "host-memory"),
+    ("ValueError: loss is nan at step 40", "numerics"),
+    ("AssertionError: grad norm is not finite", "numerics"),
+    ("OSError: [Errno 28] No space left on device", "storage"),
+    ("ConnectionRefusedError: [Errno 111] Connection refused", "network"),
+    ("torch.distributed.DistNetworkError: failed to recv, got 0 bytes", "network"),
+    ("ModuleNotFoundError: No module named 'flash_attn'", "config"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/data/train.jsonl'", "config"),
+    ("TypeError: forward() got an unexpected keyword argument 'labels'", "config"),
+    ("ValueError: num_heads must be divisible by tensor parallel size", "config"),
+])
+def test_an_exception_takes_its_category_from_its_words(line, category):
+    assert CATALOG.category_of(line, "user-code") == category
+    m = CATALOG.match(line)
+    assert m.signature.id != "python.exception" or m.category == category
+
+
+@pytest.mark.parametrize("line", [
+    "KeyError: 'input_ids'",
+    "IndexError: index 7 is out of bounds for dimension 0 with size 4",
+    "ValueError: infinite generator",  # "inf" only as a word
+    "RuntimeError: information missing",
+])
+def test_words_that_name_no_class_leave_user_code(line):
+    m = CATALOG.match(line)
+    assert m.signature.id == "python.exception" and m.category == "user-code"
+
+
+def test_a_category_rule_must_name_a_failure_category():
+    bad = '''
+[[category_rule]]
+category = "cascade"
+patterns = ["("]
+reason = "x"
+'''
+    with pytest.raises(CatalogError) as e:
+        parse_catalog(bad)
+    text = str(e.value)
+    assert "not a failure category" in text and "does not compile" in text
+
+
+CUT = """\
+[rank2]: Traceback (most recent call last):
+[rank2]:   File "/work/train.py", line 120, in <module>
+[rank2]:     main()
+[rank2]:   File "/site-packages/transformers/trainer.py", line 1900, in train
+[rank2]:     return inner_training_loop(
+[rank2]:   File "/site-packages/torch/autograd/__init__.py", line 200, in backward
+[rank2]:     Variable._execution_engine.run_backward(
+"""
+
+
+def test_a_traceback_cut_before_its_exception_is_a_low_confidence_failure():
+    ff = analyze(Case("cut", ["-"], {}, stdin=CUT.encode()))["first_failure"]
+    assert ff["signature"] == "python.traceback" and ff["rank"] == 2
+    assert ff["phase"] == "backward" and ff["confidence"] == "low"
+
+
+def test_a_bare_exception_line_in_prose_is_never_no_failure():
+    text = "I get this after a few steps:\n`[rank1]: RuntimeError: Expected all tensors to be on the same device`\n"
+    ff = analyze(Case("prose", ["-"], {}, stdin=text.encode()))["first_failure"]
+    assert ff is not None and ff["rank"] == 1 and ff["confidence"] != "high"

@@ -1,0 +1,101 @@
+"""prefixes.peel: every known prefix comes off, in any order, and what it said is kept;
+ordinary text is never taken for a prefix. Lines are written from each tool's format."""
+
+from __future__ import annotations
+
+import pytest
+
+from firstfault.analysis.catalog import load_catalog
+from firstfault.analysis.prefixes import peel
+from tests.offline.scoring import Case, analyze
+
+WATCHDOG = ("[rank7]:[E218 10:48:25.681000 4242 ProcessGroupNCCL.cpp:632] [Rank 7] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+            "ran for 600021 milliseconds before timing out.")
+
+
+@pytest.mark.parametrize("prefix, rank, node, stamp", [
+    ("", 7, None, None),
+    ("2026-02-18T10:48:25.681Z ", 7, None, "2026-02-18T10:48:25.681Z"),  # a collector's time
+    ("2026-02-18T10:48:25.681234567Z stderr F ", 7, None, "2026-02-18T10:48:25.681234567Z"),  # CRI file
+    ("\t", 7, None, None),
+    ("29: ", 7, None, None),  # srun --label before the worker's own prefix: the worker's rank wins
+    ("(WorkerDict pid=123, ip=10.0.0.5) ", 7, "10.0.0.5", None),  # Ray
+    ("trainer-1  | ", 7, None, None),  # docker compose
+    ("\x1b[36m", 7, None, None),  # colour left on (removed by traceback.visible before peel)
+    ("> ", 7, None, None),  # Markdown quote
+    ("gpu-node-3: ", 7, "gpu-node-3", None),  # pdsh
+    ("job.node-7 [stderr] ", 7, "node-7", None),
+])
+def test_a_known_prefix_hides_nothing(prefix, rank, node, stamp):
+    from firstfault.analysis.traceback import visible
+    p = peel(visible(prefix + WATCHDOG))
+    assert p.text.startswith("[E218 10:48:25.681000 4242 ProcessGroupNCCL.cpp:632] [Rank 7] Watchdog caught")
+    assert (p.rank, p.node, p.stamp) == (rank, node, stamp)
+    assert load_catalog().match(p.text).signature.id == "nccl.watchdog_timeout"
+
+
+def test_prefixes_stack_in_any_order():
+    a = peel("2026-02-18T10:48:25Z (RayTrainWorker pid=77, ip=10.1.2.3) [rank3]: RuntimeError: x")
+    b = peel("(RayTrainWorker pid=77, ip=10.1.2.3) 2026-02-18T10:48:25Z [rank3]: RuntimeError: x")
+    for p in (a, b):
+        assert (p.text, p.rank, p.node, p.stamp) == ("RuntimeError: x", 3, "10.1.2.3", "2026-02-18T10:48:25Z")
+    assert a.key == b.key  # the same writer, whatever the order
+
+
+def test_journald_kernel_line_keeps_host_and_time():
+    p = peel("Feb 18 10:48:25 gpu-3 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.")
+    assert p.text.startswith("NVRM: Xid (PCI:0000:3b:00): 79")
+    assert (p.node, p.stamp) == ("gpu-3", "Feb 18 10:48:25")
+
+
+def test_lightning_and_open_mpi_name_the_rank():
+    assert peel("[rank: 3] Seed set to 42").rank == 3
+    p = peel("[1,5]<stderr>:Traceback (most recent call last):")
+    assert (p.text, p.rank) == ("Traceback (most recent call last):", 5)
+
+
+def test_ray_repeat_suffix_and_bare_actor():
+    p = peel("(pid=2345) RuntimeError: boom [repeated 3x across cluster]")
+    assert p.text == "RuntimeError: boom" and p.key == "(pid=2345)"
+    assert peel("(raylet) A worker died or was killed").text == "A worker died or was killed"
+
+
+@pytest.mark.parametrize("line", [
+    "RuntimeError: Expected all tensors to be on the same device",  # an exception line, not a host label
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+    "  File \"/w/train.py\", line 3, in main",  # a frame's indentation stays
+    "0: hello",  # a number alone is no srun label unless the stream is labelled or something known follows
+    "node03: ready",
+    "Epoch 1: 100%|#####| 10/10",
+    "2026-02-18 10:48:25,681 - INFO - loss 1.2",  # a program's own logging header stays
+    "[2026-02-18 10:48:25,681] [INFO] [logging.py:96:log_dist] [Rank 0] hi",
+    "(see above) the config is wrong",
+    "step-100: loss 2.1",
+])
+def test_ordinary_text_is_not_peeled(line):
+    assert peel(line).text == line
+
+
+def test_labels_known_from_earlier_lines_peel_a_tracebacks_source_lines():
+    first = peel("worker-1: Traceback (most recent call last):")
+    assert first.labels == ("worker-1",)
+    assert peel("worker-1:     main()").text == "worker-1:     main()"
+    assert peel("worker-1:     main()", labels=set(first.labels)).text == "    main()"
+    assert peel("12: ValueError: bad", srun_labels=True).rank == 12
+
+
+def test_a_traceback_behind_ray_prefixes_is_assembled_and_classified():
+    log = "\n".join(f"(TaskRunner pid=4242, ip=10.0.0.9) {line}" for line in (
+        "Traceback (most recent call last):",
+        '  File "/opt/app/main_ppo.py", line 40, in run',
+        "    trainer.fit()",
+        '  File "/opt/app/trainer.py", line 88, in fit',
+        "    out = self.actor.update_policy(batch)",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.14 GiB of which 1.02 GiB is free.",
+    )) + "\n"
+    rep = analyze(Case("ray", ["-"], {}, stdin=log.encode()))
+    ff = rep["first_failure"]
+    assert ff["category"] == "gpu-memory" and ff["node"] == "10.0.0.9"
+    assert ff["rank"] is None  # "GPU 0" is a device, not a rank
