@@ -41,6 +41,7 @@ from firstfault.analysis.verdict import (
     judge_signals,
     phase_of,
     rank_firsts,
+    with_mentioned_category,
 )
 
 SCHEMA = "firstfault.report/1"
@@ -143,7 +144,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     failure_ns = None
     casc: list[Finding] = []
     if groups:
-        first_f = groups[0].findings[0]
+        first_f = with_mentioned_category(groups[0].findings[0], findings)
         failure_ns = first_f.ev.occurred_ns
     elif any(ff.role == "cascade" for ff in errors) or dumps:
         casc = sorted(firsts.values(), key=lambda ff: ff.ev.occurred_ns or 0) or outside

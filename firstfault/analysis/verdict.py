@@ -48,6 +48,8 @@ BLAME = {
     "storage": "infrastructure",
 }
 GENERIC = {"python.exception", "python.traceback"}
+CUT_TRACEBACK = "python.traceback"  # a failure whose own words are missing from the text
+MENTION = "text.failure_mention"  # the text names a class of failure in words
 HANG_ID = "hang.stopped_first"
 
 
@@ -225,6 +227,19 @@ def distinct_failures(findings: list[Finding], firsts: Mapping[int, Finding], co
         if f.ev.rank is not None and f.ev.rank not in g.ranks:
             g.ranks.append(f.ev.rank)
     return list(groups.values())
+
+
+def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
+    """A traceback cut before its exception line says nothing of what failed: where the text
+    names a class of failure in words (an issue title, a note, a message), the first such
+    mention gives the category, said in the links (its confidence stays low)."""
+    if f.sig != CUT_TRACEBACK:
+        return f
+    said = next((m for m in findings if m.sig == MENTION and m.category != "unknown"), None)
+    if said is None:
+        return f
+    return replace(f, match=replace(f.match, category=said.category),
+                   links=[*f.links, f"category from the text's words: {said.ev.text.strip()[:160]}"])
 
 
 def phase_of(f: Finding, saving_since: int | None, peers: list[Finding]) -> tuple[str, str]:

@@ -78,3 +78,15 @@ def test_a_bare_exception_line_in_prose_is_never_no_failure():
     text = "I get this after a few steps:\n`[rank1]: RuntimeError: Expected all tensors to be on the same device`\n"
     ff = analyze(Case("prose", ["-"], {}, stdin=text.encode()))["first_failure"]
     assert ff is not None and ff["rank"] == 1 and ff["confidence"] != "high"
+
+
+def test_a_cut_traceback_takes_its_category_from_words_around_it():
+    text = "Host memory grows until the OOM killer fires in engine.step\n```\n" + CUT.replace("backward", "step") + "```\n"
+    ff = analyze(Case("mention", ["-"], {}, stdin=text.encode()))["first_failure"]
+    assert ff["signature"] == "python.traceback" and ff["category"] == "host-memory"
+    assert ff["confidence"] == "low" and "text's words" in ff["evidence"][0]["linked_by"]
+
+
+def test_words_alone_are_never_the_failure():
+    ff = analyze(Case("words", ["-"], {}, stdin=b"we saw NaN once last week, unrelated\nall good now\n"))["first_failure"]
+    assert ff is None
