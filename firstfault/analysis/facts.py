@@ -24,7 +24,7 @@ from firstfault.analysis import timeline
 from firstfault.analysis.checkpoint import SaveMark
 from firstfault.analysis.findings import PROGRESS
 from firstfault.analysis.hang import Work, launcher_act
-from firstfault.analysis.model import Event
+from firstfault.analysis.model import KIND_TRACEBACK, Event
 from firstfault.analysis.phase import phase_from_frames
 from firstfault.analysis.verdict import Finding, exit_of, link_identity, link_kernel
 
@@ -60,10 +60,12 @@ def identify(findings: list[Finding], rank_nodes: dict[int, str | None],
     locals_seen |= {int(v) for f in findings if (v := f.match.groups.get("local_rank")) and v.isdigit()}
     single = len(nodes) <= 1 and not (ranks_seen and locals_seen and max(ranks_seen) > max(locals_seen))
     _failure_summary(findings)
+    _announced_ranks(findings)
     pids = link_identity(findings, single_node=single)
     for f in findings:
         if single and f.ev.rank is None and f.ev.local_rank is not None and f.ev.source != "kernel":
             f.ev.rank = f.ev.local_rank
+            f.ev.fields["rank_from"] = "local rank on a single node"
     _worker_folders(findings)
     started: dict[str | None, int] = {}
     for ev in procs:
@@ -105,6 +107,7 @@ def _worker_folders(findings: list[Finding]) -> None:
         folder = _folder(f.ev.stream)
         if f.ev.rank is None and folder and len(ranks.get(folder, ())) == 1:
             f.ev.rank = next(iter(ranks[folder]))
+            f.ev.fields["rank_from"] = "the rank its torchrun worker folder's lines carry"
 
 
 def _failure_summary(findings: list[Finding]) -> None:
@@ -115,6 +118,23 @@ def _failure_summary(findings: list[Finding]) -> None:
         above = at.get((f.ev.stream, f.ev.seq - 1))
         if above is not None and f.ev.rank is None:
             f.ev.rank = int(above.match.groups["rank"])
+            f.ev.fields["rank_from"] = "launcher summary (torchrun's failure table)"
+
+
+def _announced_ranks(findings: list[Finding]) -> None:
+    """A launcher line that names the rank of the traceback after it (mp.spawn's "-- Process N
+    terminated with the following error:"): the stream's next traceback without a rank is rank N's."""
+    told: dict[str, tuple[int, int]] = {}  # stream -> (seq of the line, rank it named)
+    for f in sorted(findings, key=lambda f: (f.ev.stream, f.ev.seq)):
+        rank = f.match.groups.get("rank")
+        if f.match.signature.names_rank_of_next_traceback and rank is not None and rank.isdigit():
+            told[f.ev.stream] = (f.ev.seq, int(rank))
+        elif f.ev.kind == KIND_TRACEBACK and f.ev.stream in told and f.ev.seq > told[f.ev.stream][0]:
+            if f.ev.rank is None:
+                f.ev.rank = told[f.ev.stream][1]
+                f.ev.fields["rank_from"] = "launcher line above the traceback"
+                f.links.append(f"the launcher named rank {f.ev.rank} for the traceback below its line")
+            del told[f.ev.stream]
 
 
 def _failure_hosts(findings: list[Finding], rank_nodes: dict[int, str | None]) -> None:

@@ -144,7 +144,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     failure_ns = None
     casc: list[Finding] = []
     if groups:
-        first_f = with_mentioned_category(groups[0].findings[0], findings)
+        first_f = with_mentioned_category(_with_rank(groups[0].findings), findings)
         failure_ns = first_f.ev.occurred_ns
     elif any(ff.role == "cascade" for ff in errors) or dumps:
         casc = sorted(firsts.values(), key=lambda ff: ff.ev.occurred_ns or 0) or outside
@@ -231,6 +231,18 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     return out
 
 
+def _with_rank(same: list[Finding]) -> Finding:
+    """The first finding of a failure, or the same failure where a rank said it: a message with no
+    rank (a title, a launcher's copy) that can not be ordered before the ranked one is that rank's."""
+    first = same[0]
+    if first.ev.rank is not None:
+        return first
+    ranked = next((h for h in same if h.ev.rank is not None), None)
+    if ranked is None or (first.ev.occurred_ns is not None and not timeline.overlap(first.ev, ranked.ev)):
+        return first
+    return ranked
+
+
 def _flight(events: list[Event], world: int | None, gaps: list[dict]) -> FRAnalysis | None:
     """The Flight Recorder analysis of the newest dump of each rank (None: no dumps)."""
     dumps = {}
@@ -313,6 +325,7 @@ def _first(f: Finding, ranks: list[int], tied: list[Finding], phase: tuple[str, 
         "first_action": f.match.signature.first_action,
         "reference": f.match.signature.reference,
         "evidence": [_evidence(f)],
+        "rank_from": ev.fields.get("rank_from") or ("agent process identity" if ev.rank is not None else None),
         "ranks_sharing": sorted(ranks) if ranks else ([ev.rank] if ev.rank is not None else []),
         "confidence": confidence(f, bool(tied)),
         "within_clock_uncertainty": bool(tied),

@@ -194,6 +194,10 @@ class _Scanner:
             stream=info.stream,
             seq=lineno,
         )
+        if pre.rank is not None:
+            ev.fields["rank_from"] = "line prefix"
+        elif info.rank is not None:
+            ev.fields["rank_from"] = "the file it was read from"
         st = self._stamp_of(text) or (self._stamp_of(pre.stamp) if pre.stamp else None)
         if st:
             ev.occurred_ns, ev.clock, ev.uncertainty_ns, ev.level = st.ns, "line", st.uncertainty_ns, st.level

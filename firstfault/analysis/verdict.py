@@ -112,6 +112,7 @@ def link_identity(findings: list[Finding], single_node: bool) -> dict[int, int]:
                 r = _int(g.get("local_rank"))
             if r is not None:
                 ev.rank = r
+                ev.fields["rank_from"] = "message" if f.role == "root" else "launcher or summary line"
         if ev.local_rank is None and _int(g.get("local_rank")) is not None:
             ev.local_rank = _int(g.get("local_rank"))
         pid = _int(g.get("pid")) or ev.pid
@@ -122,6 +123,7 @@ def link_identity(findings: list[Finding], single_node: bool) -> dict[int, int]:
     for f in findings:  # lines that name only a pid ("Signal 9 (SIGKILL) received by PID 4242")
         if f.ev.rank is None and f.ev.source != "kernel" and f.ev.pid in pids:
             f.ev.rank = pids[f.ev.pid]
+            f.ev.fields["rank_from"] = f"pid {f.ev.pid}"
     return pids
 
 
@@ -162,6 +164,7 @@ def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Ma
             continue
         if pid in pids:
             ev.rank = pids[pid]
+            ev.fields["rank_from"] = f"pid {pid}"
             f.links.append(f"pid {pid} is rank {ev.rank}")
         elif f.category == "host-memory":
             cands = killed.get(ev.node) or (killed.get(None) if ev.node is None else None)
@@ -169,6 +172,7 @@ def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Ma
                 cands = next(iter(killed.values()))
             if cands and len(cands) == 1:
                 ev.rank = next(iter(cands))
+                ev.fields["rank_from"] = "the only rank that died by SIGKILL on the node"
                 f.links.append(f"rank {ev.rank} is the only rank that died by SIGKILL on this node")
         if ev.rank is not None and ev.node is None:
             ev.node = rank_nodes.get(ev.rank)
@@ -266,9 +270,10 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding]) -> tupl
 
 
 def confidence(f: Finding, tied: bool) -> str:
-    """high when a specific signature names the rank and nothing ties or caps it."""
+    """high when a specific signature names the rank and the category and nothing ties or caps it
+    (a failure whose category is unknown says what happened, not whose fault it is: no bet)."""
     got = "high"
-    if tied or f.sig in GENERIC or f.ev.rank is None or any("only rank" in x for x in f.links):
+    if tied or f.sig in GENERIC or f.ev.rank is None or f.category == "unknown" or any("only rank" in x for x in f.links):
         got = "medium"
     return min(got, f.cap or "high", f.match.signature.max_confidence, key=_LEVELS.index)
 

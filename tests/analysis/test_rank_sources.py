@@ -1,0 +1,59 @@
+"""Where a failure's rank comes from when its own lines carry no prefix: a launcher line that
+names the rank of the traceback below it, the same failure said again by a rank; and no
+"high" answer whose category is unknown. Inputs are written from the tools' formats."""
+
+from __future__ import annotations
+
+from tests.offline.scoring import Case, analyze
+
+
+def _first(text: str) -> dict:
+    return analyze(Case("t", ["-"], {}, stdin=text.encode()))["first_failure"]
+
+
+SPAWN = """\
+Traceback (most recent call last):
+  File "train.py", line 281, in <module>
+    mp.spawn(run, nprocs=4, args=(cfg,))
+  File "/usr/lib/python3/site-packages/torch/multiprocessing/spawn.py", line 160, in join
+    raise ProcessRaisedException(msg, error_index, failed_process.pid)
+torch.multiprocessing.spawn.ProcessRaisedException:
+
+-- Process 2 terminated with the following error:
+Traceback (most recent call last):
+  File "/usr/lib/python3/site-packages/torch/multiprocessing/spawn.py", line 69, in _wrap
+    fn(i, *args)
+  File "/work/train.py", line 140, in run
+    batch = next(it)
+KeyError: 'pixel_values'
+"""
+
+
+def test_mp_spawn_names_the_rank_of_the_traceback_below_it():
+    ff = _first(SPAWN)
+    assert ff["rank"] == 2 and ff["category"] == "user-code"
+    assert "KeyError" in ff["evidence"][0]["text"]
+
+
+def test_a_launcher_line_names_only_the_next_traceback():
+    text = SPAWN + "\nTraceback (most recent call last):\n  File \"/work/other.py\", line 3, in f\n    g()\nValueError: later\n"
+    rep = analyze(Case("t", ["-"], {}, stdin=text.encode()))
+    later = [g for g in rep["distinct_failures"] if "later" in g["text"]]
+    assert later and later[0]["ranks"] == []
+
+
+def test_the_same_failure_said_without_a_rank_first_is_the_ranked_ones():
+    text = ("The job dies with: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+            "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    ff = _first(text)
+    assert ff["rank"] == 3 and ff["signature"] == "cuda.illegal_memory_access"
+
+
+def test_an_unknown_category_is_never_high_confidence():
+    ff = _first("[rank9]: RuntimeError: CUDA error: unspecified launch failure\n")
+    assert ff["rank"] == 9 and ff["category"] == "unknown" and ff["confidence"] != "high"
+
+
+def test_the_report_says_where_the_rank_came_from():
+    assert _first("[rank4]: ValueError: bad shape\n")["rank_from"] == "line prefix"
+    assert _first(SPAWN)["rank_from"] == "launcher line above the traceback"
