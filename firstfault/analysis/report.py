@@ -364,7 +364,9 @@ def _inferred(inf: Inference, casc: list[Finding], facts: Facts, saving: int | N
         "uncertainty_ms": None,
         "signature": HANG_ID,
         "fingerprint": None,
-        "category": "unknown",
+        # no rank singled out: all the log shows are consequences (timeouts, closed peers); a rank that
+        # stopped first is the failure, of a kind nothing said
+        "category": "cascade" if rank is None else "unknown",
         "phase": dump_phase or ("checkpoint-save" if saving is not None else "unknown"),
         "phase_from": ("stack dump" if dump_phase else
                        "checkpoint save under way" if saving is not None else "no evidence"),
