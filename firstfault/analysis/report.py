@@ -37,6 +37,7 @@ from firstfault.analysis.verdict import (
     Finding,
     confidence,
     distinct_failures,
+    exit_failure,
     fingerprint,
     judge_signals,
     phase_of,
@@ -177,6 +178,9 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
             ph = phase_from_frames([Frame(f.file, f.line, f.func) for f in reversed(fr.frames_of(inf.rank))])
             if ph:
                 first["phase"], first["phase_from"] = ph, "Flight Recorder frames"
+    elif (exited := exit_failure(findings)) is not None:  # nothing failed in words: a worker's exit is all
+        first = _first(exited, [exited.ev.rank] if exited.ev.rank is not None else [], [],
+                       phase_of(exited, saving, []), rank_nodes)
 
     ranks_out = {}
     for r in sorted(known_ranks | set(firsts) | set(facts.exits)):

@@ -233,6 +233,24 @@ def distinct_failures(findings: list[Finding], firsts: Mapping[int, Finding], co
     return list(groups.values())
 
 
+_QUIET = ("SIGTERM", "SIGINT")  # how launchers stop the survivors: no failure of the rank's own
+
+
+def exit_failure(findings: list[Finding]) -> Finding | None:
+    """When no line says what failed, a worker that exited non-zero (not stopped by its launcher)
+    is the failure, at low confidence: the one under torchrun's Root Cause header first (the
+    failure its agent observed first), else the earliest. None when no worker exited so."""
+    exits = [f for f in findings if f.ev.source != "kernel" and (ex := exit_of(f)) is not None
+             and ex["code"] not in (0, None) and ex["signal"] not in _QUIET]
+    if not exits:
+        return None
+    headers = [f for f in findings if "root_cause" in f.match.groups]  # torchrun's "Root Cause (first observed failure):"
+    under = [f for f in exits if any(f.ev.stream == h.ev.stream and f.ev.seq > h.ev.seq for h in headers)]
+    pick = min(under, key=lambda f: (f.ev.stream, f.ev.seq)) if under else exits[0]  # exits: in timeline order
+    return replace(pick, match=replace(pick.match, role="root"), cap="low",
+                   links=[*pick.links, "no line of the job says what failed: this worker's exit is the only sign"])
+
+
 def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
     """A traceback cut before its exception line says nothing of what failed: where the text
     names a class of failure in words (an issue title, a note, a message), the first such

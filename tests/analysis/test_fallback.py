@@ -90,3 +90,32 @@ def test_a_cut_traceback_takes_its_category_from_words_around_it():
 def test_words_alone_are_never_the_failure():
     ff = analyze(Case("words", ["-"], {}, stdin=b"we saw NaN once last week, unrelated\nall good now\n"))["first_failure"]
     assert ff is None
+
+
+def _table(rank: int, code: int, pid: int) -> str:
+    return (f"[{rank}]:\n  time      : 2026-03-05_07:01:51\n  host      : node-a\n"
+            f"  rank      : {rank} (local_rank: {rank})\n  exitcode  : {code} (pid: {pid})\n"
+            "  error_file: <N/A>\n  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n")
+
+
+def test_a_nonzero_exit_is_the_failure_when_nothing_says_more():
+    """torchrun's failure table alone (ChildFailedError.format_msg): the Root Cause entry's rank."""
+    text = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "=" * 40 + "\ntrain.py FAILED\n"
+            + "-" * 40 + "\nFailures:\n" + _table(1, 1, 501) + _table(2, 1, 502) + "-" * 40
+            + "\nRoot Cause (first observed failure):\n" + _table(0, 1, 500) + "=" * 40 + "\n")
+    ff = analyze(Case("table", ["-"], {}, stdin=text.encode()))["first_failure"]
+    assert ff["rank"] == 0 and ff["confidence"] == "low" and ff["category"] == "unknown"
+    assert "exit is the only sign" in ff["evidence"][0]["linked_by"]
+
+
+RICH = """\
+│ /opt/conda/lib/python3.10/site-packages/torch/distributed/fsdp/fully_sharded_data_parallel.py:391 in __init__ │
+│                                                                                                              │
+│ ❱  391 │   │   │   _auto_wrap(auto_wrap_kwargs, fsdp_kwargs, FullyShardedDataParallel)                       │
+│                                                                                                              │
+"""
+
+
+def test_a_rich_traceback_cut_before_its_exception_is_a_failure():
+    ff = analyze(Case("rich", ["-"], {}, stdin=RICH.encode()))["first_failure"]
+    assert ff["signature"] == "python.traceback" and ff["confidence"] == "low"
