@@ -166,7 +166,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         # same failure on other ranks at the same time is "ranks_sharing", not a tie
         tied = [h for g in groups[1:] for h in g.findings if timeline.overlap(first_f.ev, h.ev)]
         peers = [h for h in errors if h.role == "cascade" and h.ev.frames]
-        first = _first(first_f, groups[0].ranks, tied, phase_of(first_f, saving, peers), rank_nodes)
+        first = _first(first_f, groups[0].ranks, tied, phase_of(first_f, saving, peers, errors), rank_nodes)
         blame = BLAME.get(first_f.category, "unknown")
     elif casc or dumps or (fr and fr.culprits):
         inf, fr_decided = _with_flight_recorder(

@@ -126,13 +126,14 @@ def opening(text: str) -> int | None:
 class Grammar:
     """Where one traceback ends; create it on its opening line (prefix removed)."""
 
-    __slots__ = ("state", "group", "after_frame", "message_lines")
+    __slots__ = ("state", "group", "after_frame", "message_lines", "chained")
 
     def __init__(self, first: str) -> None:
         self.state = _BODY
         self.group = first.lstrip(" ").startswith("+ Exception Group")
         self.after_frame = is_frame(first)
         self.message_lines = 0
+        self.chained = False  # a chain separator was the last line that said something
 
     def feed(self, text: str) -> int:
         """TAKEN, HELD or END for the next line of this prefix (prefix removed, visible)."""
@@ -141,7 +142,14 @@ class Grammar:
             return TAKEN if not text or text[0] in " \t" else END
         if state == _BODY:
             after, self.after_frame = self.after_frame, False
-            if not text or text[0] in " \t│╭╰" or text.startswith(HEADER):
+            if text.startswith(HEADER):  # the chain's next part, or another traceback (ranks interleaved)
+                if not self.chained:
+                    return END
+                self.chained = False
+                return TAKEN
+            if text:
+                self.chained = False
+            if not text or text[0] in " \t│╭╰":
                 self.after_frame = text.startswith(" ") and FRAME.match(text) is not None
                 return TAKEN
             if FRAME.match(text):  # a pasted fragment that lost its indentation
@@ -156,7 +164,7 @@ class Grammar:
             return HELD
         if state == _BLANK:
             if text in _CHAIN:
-                self.state = _BODY
+                self.state, self.chained = _BODY, True
                 return TAKEN
             return END
         if (self.message_lines >= MAX_MESSAGE_LINES or _RECORD.match(text) or opening(text) is not None):

@@ -264,16 +264,23 @@ def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
                    links=[*f.links, f"category from the text's words: {said.ev.text.strip()[:160]}"])
 
 
-def phase_of(f: Finding, saving_since: int | None, peers: list[Finding]) -> tuple[str, str]:
+def phase_of(f: Finding, saving_since: int | None, peers: list[Finding],
+             parts: Iterable[Finding] = ()) -> tuple[str, str]:
     """The phase of a failure and where that came from.
 
-    In order: its own frames; the signature's one phase hint; a checkpoint save
-    under way when it happened; the stacks of the ranks that waited for it (a rank
-    killed without a stack was in the phase whose collective the others waited in).
+    In order: its own frames; the frames of the other parts of a traceback cut into pieces
+    (``parts``: ranks' tracebacks interleaved in one stream); the signature's one phase hint;
+    a checkpoint save under way when it happened; the stacks of the ranks that waited for it
+    (a rank killed without a stack was in the phase whose collective the others waited in).
     """
     p = phase_from_frames(f.ev.frames)
     if p:
         return p, "frames"
+    if f.sig == CUT_TRACEBACK:
+        for part in parts:
+            if part is not f and part.sig == CUT_TRACEBACK and part.ev.stream == f.ev.stream \
+                    and part.ev.rank == f.ev.rank and (p := phase_from_frames(part.ev.frames)):
+                return p, "frames of the rest of the cut traceback"
     hints = f.match.signature.phases
     if len(hints) == 1:
         return hints[0], "signature"

@@ -119,3 +119,31 @@ RICH = """\
 def test_a_rich_traceback_cut_before_its_exception_is_a_failure():
     ff = analyze(Case("rich", ["-"], {}, stdin=RICH.encode()))["first_failure"]
     assert ff["signature"] == "python.traceback" and ff["confidence"] == "low"
+
+
+INTERLEAVED = """\
+Traceback (most recent call last):
+  File "train.py", line 134, in <module>
+Traceback (most recent call last):
+  File "train.py", line 116, in train
+    model_engine.step()
+  File "/site-packages/deepspeed/runtime/engine.py", line 2070, in _take_model_step
+    self.optimizer.step()
+"""
+
+
+def test_a_header_inside_a_traceback_starts_another_and_lends_its_phase():
+    """Two ranks' tracebacks interleaved without prefixes: the second header is no source line;
+    the cut first part takes its phase from the rest of the traceback."""
+    rep = analyze(Case("interleaved", ["-"], {}, stdin=INTERLEAVED.encode()))
+    assert len(rep["distinct_failures"]) == 2
+    ff = rep["first_failure"]
+    assert ff["phase"] == "optimizer-step" and ff["phase_from"] == "frames of the rest of the cut traceback"
+
+
+def test_a_chained_traceback_stays_one():
+    text = ("Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n    g()\nKeyError: 'x'\n\n"
+            "During handling of the above exception, another exception occurred:\n\n"
+            "Traceback (most recent call last):\n  File \"a.py\", line 3, in h\n    f()\nValueError: bad\n")
+    rep = analyze(Case("chain", ["-"], {}, stdin=text.encode()))
+    assert [g["text"].splitlines()[-1] for g in rep["distinct_failures"]] == ["ValueError: bad"]
