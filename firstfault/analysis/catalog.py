@@ -50,7 +50,8 @@ EXTRA_PLACEHOLDERS = ("xid_name",)  # filled from the Xid table, not from a rege
 _ID = re.compile(r"^[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+$")
 _REQUIRED = ("id", "role", "category", "phases", "needles", "patterns", "summary", "first_action",
              "reference", "examples")
-_OPTIONAL = ("not_examples", "max_confidence", "category_from_words", "names_rank_of_next_traceback")
+_OPTIONAL = ("not_examples", "max_confidence", "category_from_words", "names_rank_of")
+NAMES_RANK_OF = ("next-traceback", "failure-above")
 _TOP = ("version", "signature", "xid", "category_rule")
 CONFIDENCES = ("low", "medium", "high")
 
@@ -80,7 +81,9 @@ class Signature:
     index: int = 0  # position in the file: the order signatures are tried in
     max_confidence: str = "high"  # the most confidence a finding of it can have (generic ones: less)
     category_from_words: bool = False  # the category comes from the matched text (category_rule), not ``category``
-    names_rank_of_next_traceback: bool = False  # the rank it names is the rank of the stream's next traceback
+    # the rank it names belongs to another line of its stream: the next traceback (a launcher's line
+    # above a child's traceback), or the nearest failure above it (a line of an exception's message)
+    names_rank_of: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,12 +352,16 @@ def _signature(i: int, where: str, entry: dict, problems: list[str]) -> Signatur
     max_conf = entry.get("max_confidence", "high")
     if max_conf not in CONFIDENCES:
         problems.append(f"{where}: max_confidence {max_conf!r} is not one of {', '.join(CONFIDENCES)}")
-    flags = {k: entry.get(k, False) for k in ("category_from_words", "names_rank_of_next_traceback")}
-    problems += [f"{where}: {k} must be true or false" for k, v in flags.items() if not isinstance(v, bool)]
+    from_words = entry.get("category_from_words", False)
+    if not isinstance(from_words, bool):
+        problems.append(f"{where}: category_from_words must be true or false")
+    names_rank_of = entry.get("names_rank_of")
+    if names_rank_of is not None and names_rank_of not in NAMES_RANK_OF:
+        problems.append(f"{where}: names_rank_of {names_rank_of!r} is not one of {', '.join(NAMES_RANK_OF)}")
     return Signature(str(sid), str(role), str(category), phases, lists["needles"], tuple(compiled),
                      texts["summary"], texts["first_action"], texts["reference"], lists["examples"],
-                     lists["not_examples"], i, str(max_conf), flags["category_from_words"] is True,
-                     flags["names_rank_of_next_traceback"] is True)
+                     lists["not_examples"], i, str(max_conf), from_words is True,
+                     names_rank_of if names_rank_of in NAMES_RANK_OF else None)
 
 
 def _xids(table: object, problems: list[str]) -> dict[int, XidInfo]:

@@ -18,6 +18,7 @@ the tool's own format (examples made up)::
     2026-02-18T10:48:25.681Z stdout F the CRI log format (kubelet's files)
     Feb 18 10:48:25 gpu-3 kernel:     journald / syslog (time, host, identifier[pid])
     > >>  `                           Markdown quoting and inline code left in a paste
+    # ##                              a Markdown heading (or a shell comment): what a person wrote, not a log
     \\t, spaces                       only in front of another known prefix
 
 A program's own log header (DeepSpeed's ``[2026-... ] [INFO]``, glog, Python logging's
@@ -53,6 +54,7 @@ _PREFIX = re.compile(
     r"|(?P<syslog>(?:" + _MONTHS + r") [ \d]\d \d\d:\d\d:\d\d) (?P<sysnode>[\w.-]+) [\w./@-]+(?:\[\d+\])?:[ ]"
     r"|>+[ ]?"
     r"|(?P<tick>`+)"
+    r"|(?P<heading>\#{1,6})[ ]"
     r")"
 )
 # A label that may be an ordinary word: peeled only where something known follows it.
@@ -65,7 +67,7 @@ _AFTER_LABEL = re.compile(
     r"|\d{4}-\d\d-\d\d[ T]\d\d:|[\w.-]+:\d+:\d+ \[\d+\] NCCL "
 )
 _RAY_REPEAT = re.compile(r" \[repeated \d+x across cluster\]$")
-_PEELABLE = frozenset("[ \t(>`0123456789")  # a line starting otherwise can start only with a word prefix
+_PEELABLE = frozenset("[ \t(>`#0123456789")  # a line starting otherwise can start only with a word prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,7 @@ class Peeled:
     stamp: str | None = None  # a collector's or syslog's time in front of the line, as written
     peeled: str = ""  # the prefixes as they were written
     labels: tuple[str, ...] = ()  # the word labels peeled (``12``, ``gpu-3``): known for the stream's next lines
+    prose: bool = False  # a heading or comment: a person's words about the log, not a line of it
 
 
 def peel(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[str] = frozenset()) -> Peeled:
@@ -94,6 +97,7 @@ def peel(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[s
     pos, n = 0, 0
     rank = local = label = None
     node = stamp = None
+    prose = False
     who: list[str] = []
     words: list[str] = []
     while n < MAX_PEELS:
@@ -116,6 +120,8 @@ def peel(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[s
                 who.append(g["runner"])
             elif g["iso"] is not None:
                 stamp = stamp or g["iso"]
+            elif g["heading"] is not None:
+                prose = True
             elif g["syslog"] is not None:
                 stamp, node = stamp or g["syslog"], node or g["sysnode"]
             elif m.group(0).strip().startswith("("):
@@ -150,4 +156,4 @@ def peel(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[s
         rank = label
     if rank is not None:
         who.append(f"rank{rank}")
-    return Peeled(text, "|".join(who), rank, local, label, node, stamp, line[:pos], tuple(words))
+    return Peeled(text, "|".join(who), rank, local, label, node, stamp, line[:pos], tuple(words), prose)

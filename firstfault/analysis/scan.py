@@ -194,6 +194,8 @@ class _Scanner:
             stream=info.stream,
             seq=lineno,
         )
+        if pre.prose:
+            ev.fields["prose"] = True
         if pre.rank is not None:
             ev.fields["rank_from"] = "line prefix"
         elif info.rank is not None:

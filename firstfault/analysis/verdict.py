@@ -221,7 +221,9 @@ def distinct_failures(findings: list[Finding], firsts: Mapping[int, Finding], co
     groups: dict[str, Group] = {}
     cands = [f for f in firsts.values() if f.role == "root"]
     cands += [f for f in findings if f.role == "root" and f.ev.rank is None]
-    cands.sort(key=lambda f: (f.ev.occurred_ns is None, f.ev.occurred_ns or 0, f.ev.stream, f.ev.seq))
+    # what a person wrote about the log (a heading) comes after every line of the log itself
+    cands.sort(key=lambda f: (bool(f.ev.fields.get("prose")), f.ev.occurred_ns is None, f.ev.occurred_ns or 0,
+                              f.ev.stream, f.ev.seq))
     for f in cands:
         key = fingerprint(f)
         g = groups.get(key)
@@ -253,11 +255,12 @@ def exit_failure(findings: list[Finding]) -> Finding | None:
 
 def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
     """A traceback cut before its exception line says nothing of what failed: where the text
-    names a class of failure in words (an issue title, a note, a message), the first such
-    mention gives the category, said in the links (its confidence stays low)."""
+    names a class of failure in words (an issue title, a note, a message, a known failure in a
+    heading), the first such mention gives the category, said in the links (confidence stays low)."""
     if f.sig != CUT_TRACEBACK:
         return f
-    said = next((m for m in findings if m.sig == MENTION and m.category != "unknown"), None)
+    said = next((m for m in findings if m.category not in ("unknown", "cascade")
+                 and (m.sig == MENTION or (m.ev.fields.get("prose") and m.role == "root"))), None)
     if said is None:
         return f
     return replace(f, match=replace(f.match, category=said.category),

@@ -99,3 +99,9 @@ def test_a_traceback_behind_ray_prefixes_is_assembled_and_classified():
     ff = rep["first_failure"]
     assert ff["category"] == "gpu-memory" and ff["node"] == "10.0.0.9"
     assert ff["rank"] is None  # "GPU 0" is a device, not a rank
+
+
+def test_a_heading_is_peeled_and_marked_as_prose():
+    p = peel("# CUDA out of memory when training on two nodes")
+    assert p.text == "CUDA out of memory when training on two nodes" and p.prose
+    assert not peel("[rank1]: RuntimeError: x").prose

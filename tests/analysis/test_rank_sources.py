@@ -57,3 +57,23 @@ def test_an_unknown_category_is_never_high_confidence():
 def test_the_report_says_where_the_rank_came_from():
     assert _first("[rank4]: ValueError: bad shape\n")["rank_from"] == "line prefix"
     assert _first(SPAWN)["rank_from"] == "launcher line above the traceback"
+
+
+def test_a_line_of_an_exception_message_names_the_rank_above_it():
+    text = ("RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. "
+            "This error indicates that your module has parameters that were not used in producing loss.\n"
+            "Parameter indices which did not receive grad for rank 5: 40 41\n")
+    ff = _first(text)
+    assert ff["signature"] == "ddp.unused_parameters" and ff["rank"] == 5
+    assert ff["rank_from"] == "a later line of its message" and ff["phase"] == "forward"
+
+
+def test_a_heading_is_a_persons_words_and_the_logs_own_line_goes_first():
+    """A Markdown heading naming the error (an issue's title) is weaker than the log: the rank's own
+    (cut) traceback is the failure, and takes its category from the heading's words."""
+    text = ("# RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one\n"
+            "[rank0]: Traceback (most recent call last):\n"
+            '[rank0]:   File "/w/tools/train.py", line 104, in <module>\n'
+            "[rank0]:     main()\n")
+    ff = _first(text)
+    assert ff["rank"] == 0 and ff["signature"] == "python.traceback" and ff["category"] == "user-code"
