@@ -293,6 +293,7 @@ def _category_rules(source: str, entries: object, problems: list[str]) -> list[C
             problems.append(f"{where}: category {category!r} is not a failure category")
         compiled = []
         for j, p in enumerate(_field(where, entry, "patterns", "list", problems)):
+            problems += _doubled_escape(where, j, p)
             try:
                 compiled.append(re.compile(p, re.IGNORECASE))
             except re.error as e:
@@ -301,6 +302,16 @@ def _category_rules(source: str, entries: object, problems: list[str]) -> list[C
         if len(problems) == before:
             out.append(CategoryRule(category, tuple(compiled)))
     return out
+
+
+_DOUBLED = re.compile(r"\\\\[bBdDsSwW]")
+
+
+def _doubled_escape(where: str, j: int, pattern: str) -> list[str]:
+    """A pattern holding two backslashes before b, d, s or w: a basic TOML string's escape written
+    in a literal ('...') string, which matches a backslash, never a word boundary or a class."""
+    m = _DOUBLED.search(pattern)
+    return [f"{where}: pattern {j} holds {m.group(0)!r}: in a '...' TOML string one backslash is the regex's"] if m else []
 
 
 def _field(where: str, entry: dict, key: str, kind: str, problems: list[str]):
@@ -334,6 +345,7 @@ def _signature(i: int, where: str, entry: dict, problems: list[str]) -> Signatur
                  if k in entry and not lists[k]]
     compiled = []
     for j, p in enumerate(lists["patterns"]):
+        problems += _doubled_escape(where, j, p)
         try:
             compiled.append(re.compile(p))
         except re.error as e:

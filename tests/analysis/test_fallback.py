@@ -147,3 +147,15 @@ def test_a_chained_traceback_stays_one():
             "Traceback (most recent call last):\n  File \"a.py\", line 3, in h\n    f()\nValueError: bad\n")
     rep = analyze(Case("chain", ["-"], {}, stdin=text.encode()))
     assert [g["text"].splitlines()[-1] for g in rep["distinct_failures"]] == ["ValueError: bad"]
+
+
+def test_a_doubled_backslash_in_a_literal_toml_pattern_is_refused():
+    bad = r'''
+[[category_rule]]
+category = "config"
+patterns = ['must\\bbe']
+reason = "x"
+'''
+    with pytest.raises(CatalogError) as e:
+        parse_catalog(bad)
+    assert "one backslash is the regex's" in str(e.value)
