@@ -145,7 +145,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     failure_ns = None
     casc: list[Finding] = []
     if groups:
-        first_f = with_mentioned_category(_with_rank(groups[0].findings), findings)
+        first_f = with_mentioned_category(_with_exit_rank(_with_rank(groups[0].findings), facts.exits), findings)
         failure_ns = first_f.ev.occurred_ns
     elif any(ff.role == "cascade" for ff in errors) or dumps:
         casc = sorted(firsts.values(), key=lambda ff: ff.ev.occurred_ns or 0) or outside
@@ -245,6 +245,19 @@ def _with_rank(same: list[Finding]) -> Finding:
     if ranked is None or (first.ev.occurred_ns is not None and not timeline.overlap(first.ev, ranked.ev)):
         return first
     return ranked
+
+
+def _with_exit_rank(f: Finding, exits: Mapping[int, dict]) -> Finding:
+    """A failure no line tied to a rank is the rank's whose exit the launcher reported as the
+    only failure (not stopped by the launcher itself); confidence at most medium."""
+    if f.ev.rank is not None or f.ev.source == "kernel":
+        return f
+    failed = [r for r, ex in exits.items() if ex.get("code") not in (0, None) and ex.get("signal") not in ("SIGTERM", "SIGINT")]
+    if len(failed) != 1:
+        return f
+    ev = replace(f.ev, rank=failed[0], fields={**f.ev.fields, "rank_from": "launcher summary (the only rank that failed)"})
+    return replace(f, ev=ev, cap="medium" if f.cap in (None, "high") else f.cap,
+                   links=[*f.links, f"rank {failed[0]} is the only rank its launcher reported failed"])
 
 
 def _flight(events: list[Event], world: int | None, gaps: list[dict]) -> FRAnalysis | None:

@@ -77,3 +77,21 @@ def test_a_heading_is_a_persons_words_and_the_logs_own_line_goes_first():
             "[rank0]:     main()\n")
     ff = _first(text)
     assert ff["rank"] == 0 and ff["signature"] == "python.traceback" and ff["category"] == "user-code"
+
+
+def test_a_failure_without_a_rank_is_the_only_failed_workers():
+    """An old torch prints no rank prefix; torchrun's agent line names the one worker that exited 1."""
+    text = ("Traceback (most recent call last):\n  File \"train.py\", line 40, in <module>\n    engine = init()\n"
+            "AssertionError: Check batch related parameters. train_batch_size is not equal to "
+            "micro_batch_per_gpu * gradient_acc_step * world_size 256 != 4 * 8 * 1\n"
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 9180) of binary: /usr/bin/python3\n")
+    ff = _first(text)
+    assert ff["rank"] == 0 and ff["rank_from"] == "launcher summary (the only rank that failed)"
+    assert ff["confidence"] != "high"
+
+
+def test_two_failed_workers_name_no_rank():
+    text = ("ValueError: bad\n"
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 9180) of binary: /usr/bin/python3\n"
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 1 (pid: 9181) of binary: /usr/bin/python3\n")
+    assert _first(text)["rank"] is None
