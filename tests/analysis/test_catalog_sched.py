@@ -316,3 +316,18 @@ def test_paste_dmesg_xid79_is_hardware():
     ff = paste("dmesg-xid79", DMESG_XID79)["first_failure"]
     assert ff["category"] == "hardware" and ff["signature"] in ("nvidia.xid", "nvidia.gpu_fell_off_bus")
     assert ff["rank"] is None  # a PCI address is no rank
+
+
+def test_slurm_memory_limit_reached_is_context_the_accounting_kill_is_root():
+    hit = CATALOG.match("slurmstepd: error: Exceeded step memory limit at some point.")
+    assert (hit.signature.id, hit.role) == ("slurm.memory_limit_hit", "context")
+    kill = CATALOG.match("srun: Exceeded job memory limit")
+    assert (kill.signature.id, kill.role, kill.category) == ("slurm.job_memory_limit", "root", "host-memory")
+    # a task's death by signal names the task, not the rank (see 64-slurm.toml)
+    assert CATALOG.match("srun: error: gpu-07: task 3: Aborted (core dumped)").groups.get("task") == "3"
+    assert "rank" not in CATALOG.match("srun: error: gpu-07: task 3: Aborted (core dumped)").groups
+
+
+def test_prose_is_not_a_kubernetes_or_slurm_status():
+    assert sig("I think the worker pod got OOMKilled again after the upgrade") is None
+    assert sig("We had a node failure on the cluster last night") is None
