@@ -57,7 +57,7 @@ FRAME = re.compile(r'\s*(?:\| )*\s*File "(?P<file>[^"]+)", line (?P<line>\d+), i
 RICH_FRAME = re.compile(r"│ (?P<file>[^\s│]+?):(?P<line>\d+) in (?P<func>[^\s│]+)")
 _EXC = re.compile(
     r"(?:\s*\|\s)?(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault|Group)"
-    r"|[A-Za-z_]\w*\.[\w.]*[A-Za-z_]\w*|[A-Z]\w+)(?::\s|:$|$)")
+    r"|[A-Za-z_]\w*\.[\w.]*[A-Za-z_]\w*|[A-Z]\w+)(?P<wrapped>\([A-Za-z_][\w.]*\))?(?::\s|:$|$)")
 _CHAIN = ("During handling of the above exception, another exception occurred:",
           "The above exception was the direct cause of the following exception:")
 # A line that starts a new log record (a logger header, glog and c10 lines, NCCL debug lines, a
@@ -155,7 +155,10 @@ class Grammar:
             if FRAME.match(text):  # a pasted fragment that lost its indentation
                 self.after_frame = True
                 return TAKEN
-            if _EXC.match(text):
+            m = _EXC.match(text)
+            if m and m.group("wrapped"):  # Ray's RayTaskError(X): the remote traceback's frames follow
+                return TAKEN
+            if m:
                 self.state, self.message_lines = _MESSAGE, 1
                 return TAKEN
             return TAKEN if after else END  # the source line of an unindented frame line

@@ -159,3 +159,18 @@ reason = "x"
     with pytest.raises(CatalogError) as e:
         parse_catalog(bad)
     assert "one backslash is the regex's" in str(e.value)
+
+
+def test_a_wrapping_exception_line_continues_with_the_remote_frames():
+    """Ray's RayTaskError(X): the worker's own frames and exception follow the wrapper's line."""
+    from firstfault.analysis import traceback as tb
+    res = tb.assemble([
+        "Traceback (most recent call last):",
+        '  File "/app/main.py", line 64, in main',
+        "    ray.get(ref)",
+        "ray.exceptions.RayTaskError(ValueError): ray::Worker.step() (pid=11, ip=10.0.0.5)",
+        '  File "/app/worker.py", line 9, in step',
+        "    check(batch)",
+        "ValueError: empty batch",
+    ])
+    assert res.exc_type == "ValueError" and [f.func for f in res.frames][-1] == "step"
