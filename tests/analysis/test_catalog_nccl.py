@@ -110,12 +110,18 @@ LINES = [
      "c10d.store_connect_failed", "root", "network", {"host": "node-0", "port": "29500"}),
     ("torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 3/4 clients joined.",
      "c10d.store_clients_timeout", "root", "network", {"joined": "3", "expected": "4"}),
+    ("RuntimeError: [/opt/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [10.9.8.7]:38121: "
+     "No route to host", "gloo.connect_failed", "root", "network", {"peer": "[10.9.8.7]:38121"}),
+    ("node-1:3301:3301 [0] bootstrap.cc:45 NCCL WARN Bootstrap : no socket interface found",
+     "nccl.no_interface", "root", "config", {}),
     # torchelastic and the DeepSpeed launcher
     ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
      "torchelastic.rendezvous_timeout", "root", "network", {}),
     ("WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node 'node-2_1234_0' has failed to send a "
      "keep-alive heartbeat to the rendezvous 'job7' due to an error of type RendezvousConnectionError.",
      "torchelastic.rendezvous_keepalive_failed", "cascade", "cascade", {"error_type": "RendezvousConnectionError"}),
+    ('    "message": "RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for '
+     'details.",', "torchelastic.rendezvous_connection", "root", "network", {}),
     ("  rank: 2 (local_rank: 2)", "torchelastic.failure_rank", "context", "unknown", {"rank": "2"}),
     ("Child process 5121 (local_rank 2) FAILED (exitcode -9)",
      "torchelastic.worker_sigkill", "root", "unknown", {"pid": "5121", "exitcode": "-9"}),
