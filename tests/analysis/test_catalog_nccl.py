@@ -114,6 +114,11 @@ LINES = [
      "No route to host", "gloo.connect_failed", "root", "network", {"peer": "[10.9.8.7]:38121"}),
     ("node-1:3301:3301 [0] bootstrap.cc:45 NCCL WARN Bootstrap : no socket interface found",
      "nccl.no_interface", "root", "config", {}),
+    # c10d's exception types: the specific signatures first, the type last (python.exception calls it user code)
+    ("torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote "
+     "server shutdown or crash?", "c10d.store_connection_lost", "cascade", "cascade", {}),
+    ("torch.distributed.DistBackendError: [PG ID 0 PG GUID 0(default_pg) Rank 2] something new",
+     "c10d.dist_error", "root", "unknown", {"exc_type": "DistBackendError"}),
     # torchelastic and the DeepSpeed launcher
     ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
      "torchelastic.rendezvous_timeout", "root", "network", {}),
