@@ -61,7 +61,9 @@ LINES = [
      "nccl.unique_id_store_error", "cascade", "cascade", {"pg_rank": "1"}),
     # c10d checks that name a rank
     ("RuntimeError: [Rank 0]: Rank 5 failed to pass monitoredBarrier in 60000 ms",
-     "c10d.monitored_barrier_failed", "root", "unknown", {"rank": "5", "timeout_ms": "60000"}),
+     "c10d.monitored_barrier_failed", "cascade", "cascade", {"missing_rank": "5", "timeout_ms": "60000"}),
+    ("[E ProcessGroupGloo.cpp:138] [Rank 0]: Ranks 2, 5 failed to pass monitoredBarrier in 60000 ms",
+     "c10d.monitored_barrier_failed", "cascade", "cascade", {"missing_ranks": "2, 5"}),
     ("[rank3]:[E325 10:00:00.000000000 ProcessGroupGloo.cpp:145] Rank 3 successfully reached monitoredBarrier, but "
      "received errors while waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.",
      "c10d.monitored_barrier_peer", "cascade", "cascade", {"rank": "3"}),
@@ -170,6 +172,13 @@ NOT_RANKS = [
     ("RuntimeError: [2] is setting up NCCL communicator and retreiving ncclUniqueId from [0] via c10d key-value store "
      "by key '0', but store->get('0') got error: Socket Timeout", "nccl.unique_id_store_error"),
     ("torch.distributed.DistBackendError: NCCL communicator was aborted on rank 3. ", "nccl.comm_aborted"),
+    # the mismatch names the reporting rank inside its process group, which may be a subgroup
+    ("RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: "
+     "CollectiveFingerPrint(SequenceNumber=9, OpType=ALLGATHER), but Rank 0 is running collective: "
+     "CollectiveFingerPrint(SequenceNumber=9, OpType=REDUCE_SCATTER).", "c10d.collective_mismatch"),
+    # the rank monitoredBarrier names did not print the line: it is the one that never arrived
+    ("[rank0]: RuntimeError: [Rank 0]: Rank 3 failed to pass monitoredBarrier in 30000 ms",
+     "c10d.monitored_barrier_failed"),
 ]
 
 
@@ -370,9 +379,15 @@ def test_the_deepspeed_launcher_line_names_no_rank_and_is_never_high():
     assert ff["rank"] is None and ff["confidence"] != "high"
 
 
-def test_the_monitored_barrier_names_the_rank_that_did_not_arrive():
-    ff = _ff(MONITORED_BARRIER)
-    assert (ff["rank"], ff["signature"]) == (3, "c10d.monitored_barrier_failed")
+def test_the_monitored_barrier_never_blames_the_rank_that_printed_it():
+    """Rank 0 prints it (under its own "[rank0]:" prefix from PyTorch 2.2): rank 0 only waited.
+    The rank that did not arrive is kept as missing_rank for the hang inference, never as the
+    rank of the line, and no confident answer names rank 0."""
+    m = CATALOG.match("RuntimeError: [Rank 0]: Rank 3 failed to pass monitoredBarrier in 30000 ms")
+    assert m.groups["missing_rank"] == "3" and "rank" not in m.groups
+    for text in (MONITORED_BARRIER, "".join(f"[rank0]: {line}\n" for line in MONITORED_BARRIER.splitlines())):
+        ff = _ff(text)
+        assert ff is None or ff["confidence"] != "high" or ff["rank"] != 0
 
 
 def test_a_port_in_use_is_config_at_init():
