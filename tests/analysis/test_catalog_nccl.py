@@ -36,6 +36,14 @@ LINES = [
      "collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, "
      "Timeout(ms)=120000) ran for 120092 milliseconds before timing out.",
      "nccl.watchdog_timeout", "cascade", "cascade", {"rank": "1", "seq": "1"}),
+    # behind a Ray actor prefix
+    ("(WorkerDict pid=3301, ip=10.0.0.5) [rank3]:[E1118 20:32:23.955028747 ProcessGroupNCCL.cpp:629] [Rank 3] "
+     "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2635, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+     "Timeout(ms)=1800000) ran for 1800024 milliseconds before timing out.",
+     "nccl.watchdog_timeout", "cascade", "cascade", {"rank": "3", "seq": "2635"}),
+    ("[PG ID 0 PG GUID 0(default_pg) Rank 3]  failure detected by watchdog at work sequence id: 2635 PG status: "
+     "last enqueued work: 2635, last completed work: 2634",
+     "nccl.work_status", "context", "unknown", {"rank": "3", "seq": "2635", "completed": "2634"}),
     ("[rank1]:[E ProcessGroupNCCL.cpp:626] [Rank 1] Work WorkNCCL(SeqNum=40, OpType=BROADCAST, NumelIn=1, "
      "NumelOut=1, Timeout(ms)=600000) timed out in blocking wait (TORCH_NCCL_BLOCKING_WAIT=1).",
      "nccl.blocking_wait_timeout", "cascade", "cascade", {"rank": "1", "op": "BROADCAST"}),
@@ -135,6 +143,11 @@ LINES = [
     ("[2026-12-02 10:09:40,512] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', "
      "'--local_rank=7', '--deepspeed_config', 'ds.json'] exits with return code = -9",
      "deepspeed.launcher_exit_signal", "root", "unknown", {"exitcode": "-9", "last_local_rank": "7"}),
+    # torch.distributed.launch before torchelastic raised CalledProcessError with the last command built
+    ("subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=3']' returned "
+     "non-zero exit status 1.", "deepspeed.launcher_exit", "context", "unknown", {"last_local_rank": "3"}),
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with signal SIGSEGV",
+     "torchelastic.worker_signal", "root", "unknown", {"local_rank": "2", "signal": "SIGSEGV"}),
     ("[2026-12-02 10:09:40,512] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', "
      "'--local_rank=7'] exits with return code = 1",
      "deepspeed.launcher_exit", "context", "unknown", {"exitcode": "1"}),
