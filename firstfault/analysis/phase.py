@@ -396,19 +396,21 @@ def phase_before_failure(lines: Iterable[str], phase_rules: PhaseRules | None = 
     return current
 
 
-_TASK = re.compile(r"ray::[A-Za-z_][\w]*\.(?P<method>[A-Za-z_]\w*)\(\)")
+_TASK = re.compile(r"ray::(?:[A-Za-z_]\w*\.)?(?P<method>[A-Za-z_]\w*)\(\)")
 
 
 def phase_from_task(text: str, phase_rules: PhaseRules | None = None) -> str | None:
     """The phase of the Ray task named in ``text`` (``ray::Actor.method()``), or None.
 
     verl's fused workers prefix the method with the role (``actor_rollout_generate_sequences``,
-    ``ref_compute_ref_log_prob``): a method matches a rule's name or ends with ``_`` + it.
+    ``ref_compute_ref_log_prob``): a method matches a rule's name or ends with ``_`` + it. When
+    the text names several tasks (``ray::g() ... At least one of the input arguments for this
+    task could not be computed: ray.exceptions.RayTaskError: ray::f()``), the last is the cause.
     """
-    m = _TASK.search(text)
-    if m is None:
+    found = _TASK.findall(text)
+    if not found:
         return None
-    method = m.group("method")
+    method = found[-1]
     for rule in (phase_rules or rules()).tasks:
         if any(method == n or method.endswith("_" + n) for n in rule.methods):
             return rule.phase
