@@ -253,6 +253,10 @@ def _frame_rules(doc: dict, key: str, allowed: tuple[str, ...], problems: list[s
             if not frag or not (isinstance(names, list) and names and all(isinstance(n, str) and n for n in names)):
                 problems.append(f"{where}: in_files {frag!r} must name a path fragment and a list of function names")
                 continue
+            if "/" not in frag and ".py" not in frag:
+                problems.append(f"{where}: in_files key {frag!r} is no path fragment (it holds no / and no .py): "
+                                "a key after [{kind}.in_files] belongs to that table".replace("{kind}", where.split(" ")[0]))
+                continue
             in_files.append((frag, frozenset(names)))
         if not (funcs or files or in_files) and len(problems) == before:
             problems.append(f"{where}: names no frame (funcs, files or in_files)")

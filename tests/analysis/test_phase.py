@@ -283,6 +283,21 @@ CASES = {
                                    (f"{SP}/mmengine/model/wrappers/distributed.py", "_run_forward")), "forward"),
     "mmengine build": (stack((f"{SP}/mmengine/_strategy/deepspeed.py", "prepare"),
                              (f"{SP}/mmengine/_strategy/base.py", "build_model")), "init"),
+    # --- TRL, vLLM ---
+    "trl grpo weight sync under zero3": (stack((f"{TF}/trainer.py", "training_step"), (f"{SP}/trl/extras/profiling.py", "wrapper"),
+                                               (f"{SP}/trl/trainer/grpo_trainer.py", "_prepare_inputs"),
+                                               (f"{SP}/trl/trainer/grpo_trainer.py", "_generate_and_score_completions"),
+                                               (f"{SP}/trl/trainer/grpo_trainer.py", "_move_model_to_vllm"),
+                                               (f"{DS}/runtime/zero/partition_parameters.py", "__enter__"),
+                                               (f"{DS}/runtime/zero/partition_parameters.py", "all_gather")), "param-gather"),
+    "trl grpo generation": (stack((f"{SP}/trl/trainer/grpo_trainer.py", "_generate_and_score_completions"),
+                                  (f"{SP}/vllm/entrypoints/llm.py", "generate"),
+                                  (f"{SP}/vllm/engine/llm_engine.py", "step")), "forward"),
+    "vllm engine construction": (stack((f"{SP}/verl/workers/rollout/vllm_rollout/vllm_rollout.py", "__init__"),
+                                       (f"{SP}/vllm/entrypoints/llm.py", "__init__"),
+                                       (f"{SP}/vllm/engine/llm_engine.py", "_initialize_kv_caches")), "init"),
+    "dpo concatenated_forward": (stack((f"{TF}/trainer.py", "compute_loss"), (f"{SP}/trl/trainer/dpo_trainer.py", "get_batch_loss_metrics"),
+                                       (f"{SP}/trl/trainer/dpo_trainer.py", "concatenated_forward")), "forward"),
     # --- failures while importing ---
     "import chain": (stack(("train_sft.py", "<module>"), ("<frozen importlib._bootstrap>", "_find_and_load"),
                            ("/src/coati/dataset/__init__.py", "<module>"), ("/src/coati/dataset/prompt_dataset.py", "<module>")),
@@ -316,6 +331,9 @@ NOT_CASES = {
     "a new_group in a data loader's set-up is data": (stack(USER, ("/x/torchdata/dataloader2/dataloader2.py", "__iter__"),
                                                             ("/x/torchdata/dataloader2/reading_service.py", "initialize"),
                                                             (f"{T}/distributed/distributed_c10d.py", "new_group")), "data"),
+    "a GatheredParameters context mid-training is no zero.Init": (stack(
+        USER, ("/home/u/ema.py", "update"), (f"{DS}/runtime/zero/partition_parameters.py", "__enter__"),
+        (f"{DS}/runtime/zero/partition_parameters.py", "all_gather")), "param-gather"),
     "a serialization helper shared by save and load names neither": (stack(
         (f"{T}/multiprocessing/spawn.py", "_wrap"), (f"{T}/serialization.py", "__init__")), None),
 }
@@ -386,6 +404,7 @@ reference = "y"
 funcs = "get_batch"
 [step.in_files]
 "torch/utils/data/" = []
+files = ["torch/utils/data/"]
 
 [[collective]]
 ops = ["allgather"]
@@ -426,6 +445,7 @@ def test_a_broken_file_reports_every_problem_at_once():
         "step #0: names no frame",
         "step #1: funcs must be a list of non-empty strings",
         "step #1: in_files 'torch/utils/data/' must name",
+        "step #1: in_files key 'files' is no path fragment",
         "collective #0: op 'allgather' is not an OpType name",
         "collective #0: seq must be a sequence number",
         "marker #0: a marker names a phase, or is a progress mark",
