@@ -29,6 +29,7 @@ Hints that are not frames, each a small pure function (the verdict decides when 
   (``Loading checkpoint shards``, ``Initializing distributed: GLOBAL_RANK: 0``, NCCL
   communicator set-up) with no progress line after it -> init.
 - ``phase_from_task``: the Ray task that failed (``ray::WorkerDict.actor_rollout_save_checkpoint()``).
+- ``phase_hint``: the three in that order, with where the phase came from (for ``phase_from``).
 """
 
 from __future__ import annotations
@@ -418,4 +419,22 @@ def phase_from_task(text: str, phase_rules: PhaseRules | None = None) -> str | N
     for rule in (phase_rules or rules()).tasks:
         if any(method == n or method.endswith("_" + n) for n in rule.methods):
             return rule.phase
+    return None
+
+
+def phase_hint(failure_text: str, before: Iterable[str] = (), sharded: bool | None = None,
+               phase_rules: PhaseRules | None = None) -> tuple[str, str] | None:
+    """The phase the hints that are not frames give, and where it came from (for ``phase_from``), or None.
+
+    In order: the Ray task named in ``failure_text``; the collective named in it (a watchdog
+    or timeout line; ``sharded`` as for ``phase_from_collective``); the set-up markers in
+    ``before`` (the text printed before the failure, oldest first) with no progress after them.
+    """
+    r = phase_rules or rules()
+    if (p := phase_from_task(failure_text, r)) is not None:
+        return p, "the Ray task that failed"
+    if (p := phase_from_collective(failure_text, sharded, r)) is not None:
+        return p, "the collective it timed out in"
+    if (p := phase_before_failure(before, r)) is not None:
+        return p, "set-up lines before it, with no training progress after them"
     return None

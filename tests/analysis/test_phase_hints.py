@@ -113,3 +113,18 @@ def test_the_last_marker_with_no_progress_after_it_names_the_phase():
 ])
 def test_the_ray_task_that_failed(text, want):
     assert phase_from_task(text) == want
+
+
+def test_phase_hint_tries_the_task_then_the_collective_then_the_markers():
+    from firstfault.analysis.phase import phase_hint
+
+    setup = ["Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2"]
+    task = "ray::WorkerDict.actor_rollout_save_checkpoint() (pid=4242, ip=10.0.0.5)"
+    assert phase_hint(task, setup) == ("checkpoint-save", "the Ray task that failed")
+    timeout = WATCHDOG.format(r=1, seq=1, op="BROADCAST")
+    assert phase_hint(timeout, setup) == ("init", "the collective it timed out in")
+    gather = WATCHDOG.format(r=1, seq=900, op="_ALLGATHER_BASE")
+    assert phase_hint(gather, [], sharded=True)[0] == "param-gather"
+    assert phase_hint(gather, setup)[0] == "init"  # not sharded: the collective says nothing, the markers do
+    assert phase_hint("Killed", setup) == ("init", "set-up lines before it, with no training progress after them")
+    assert phase_hint("Killed", setup + ["{'loss': 1.5, 'grad_norm': 0.9, 'learning_rate': 1e-05, 'epoch': 0.1}"]) is None
