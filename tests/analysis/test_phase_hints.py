@@ -61,6 +61,8 @@ def test_the_collective_of_a_watchdog_line(line, sharded, want):
     ("node1:4242:4300 [0] NCCL INFO Channel 00/02 :    0   1", "init"),
     ("node1:4242:4300 [0] NCCL INFO comm 0x5a1b2c0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x1f2e - Init COMPLETE",
      "init"),
+    ("I1203 10:00:05.123456 4242 ProcessGroupNCCL.cpp:869] [PG 0 Rank 2] ProcessGroupNCCL initialization options: "
+     "size: 8, global rank: 2, TIMEOUT(ms): 600000, USE_HIGH_PRIORITY_STREAM: 0", "init"),
     (" iteration       20/  500000 | consumed samples:          640 | elapsed time per iteration (ms): 812.3 |", PROGRESS),
     ("{'loss': 2.3012, 'grad_norm': 1.25, 'learning_rate': 1e-05, 'epoch': 0.01}", PROGRESS),
     ("Epoch 0:  12%|█▏        | 120/1000 [01:02<07:38,  1.92it/s, v_num=3, loss=0.812]", PROGRESS),
