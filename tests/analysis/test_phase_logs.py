@@ -1,0 +1,130 @@
+"""Whole pasted-log-shaped inputs, written from the frameworks' frame names and the exception
+formats (made-up paths and values), run through `firstfault analyze -` in-process: the phase
+comes from each framework's frames (firstfault/analysis/phases.toml)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.offline.scoring import Case, analyze
+
+# FSDP (torch 2.4) all-gathers a flat parameter for a forward and runs out of GPU memory
+FSDP = """\
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "/work/train_fsdp.py", line 88, in <module>
+[rank1]:     main()
+[rank1]:   File "/work/train_fsdp.py", line 70, in main
+[rank1]:     out = model(batch)
+[rank1]:   File "/usr/local/lib/python3.11/dist-packages/torch/nn/modules/module.py", line 1736, in _wrapped_call_impl
+[rank1]:     return self._call_impl(*args, **kwargs)
+[rank1]:   File "/usr/local/lib/python3.11/dist-packages/torch/distributed/fsdp/fully_sharded_data_parallel.py", line 849, in forward
+[rank1]:     args, kwargs = _pre_forward(
+[rank1]:   File "/usr/local/lib/python3.11/dist-packages/torch/distributed/fsdp/_runtime_utils.py", line 380, in _pre_forward
+[rank1]:     unshard_fn(state, handle)
+[rank1]:   File "/usr/local/lib/python3.11/dist-packages/torch/distributed/fsdp/_runtime_utils.py", line 415, in _pre_forward_unshard
+[rank1]:     _unshard(state, handle, state._unshard_stream, state._pre_unshard_stream)
+[rank1]:   File "/usr/local/lib/python3.11/dist-packages/torch/distributed/fsdp/_runtime_utils.py", line 299, in _unshard
+[rank1]:     handle.unshard()
+[rank1]:   File "/usr/local/lib/python3.11/dist-packages/torch/distributed/fsdp/_flat_param.py", line 1308, in unshard
+[rank1]:     padded_unsharded_flat_param = self._all_gather_flat_param(unsharded_flat_param)
+[rank1]:   File "/usr/local/lib/python3.11/dist-packages/torch/distributed/fsdp/_flat_param.py", line 1399, in _all_gather_flat_param
+[rank1]:     dist.all_gather_into_tensor(
+[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.15 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.11 GiB memory in use.
+"""
+
+# HF Trainer's compute_loss -> the model's forward runs out of memory, a step into training
+TRAINER = """\
+  3%|▎         | 30/1000 [00:41<22:05,  1.37s/it]
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/work/sft.py", line 140, in <module>
+[rank0]:     trainer.train()
+[rank0]:   File "/usr/local/lib/python3.10/dist-packages/transformers/trainer.py", line 2241, in train
+[rank0]:     return inner_training_loop(
+[rank0]:   File "/usr/local/lib/python3.10/dist-packages/transformers/trainer.py", line 2548, in _inner_training_loop
+[rank0]:     tr_loss_step = self.training_step(model, inputs, num_items_in_batch)
+[rank0]:   File "/usr/local/lib/python3.10/dist-packages/transformers/trainer.py", line 3698, in training_step
+[rank0]:     loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+[rank0]:   File "/usr/local/lib/python3.10/dist-packages/transformers/trainer.py", line 3759, in compute_loss
+[rank0]:     outputs = model(**inputs)
+[rank0]:   File "/usr/local/lib/python3.10/dist-packages/torch/nn/modules/module.py", line 1747, in _call_impl
+[rank0]:     return forward_call(*args, **kwargs)
+[rank0]:   File "/usr/local/lib/python3.10/dist-packages/transformers/models/llama/modeling_llama.py", line 1190, in forward
+[rank0]:     logits = logits.float()
+[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.83 GiB. GPU 0 has a total capacity of 79.15 GiB of which 3.11 GiB is free.
+"""
+
+# Megatron-Core's pipeline schedule runs out of memory in backward_step
+MEGATRON = """\
+ iteration       12/  500000 | consumed samples:          384 | elapsed time per iteration (ms): 912.4 | learning rate: 1.500E-06 |
+[rank3]: Traceback (most recent call last):
+[rank3]:   File "/workspace/Megatron-LM/pretrain_gpt.py", line 280, in <module>
+[rank3]:     pretrain(
+[rank3]:   File "/workspace/Megatron-LM/megatron/training/training.py", line 386, in pretrain
+[rank3]:     iteration, num_floating_point_operations_so_far = train(
+[rank3]:   File "/workspace/Megatron-LM/megatron/training/training.py", line 1441, in train
+[rank3]:     train_step(forward_step_func,
+[rank3]:   File "/workspace/Megatron-LM/megatron/training/training.py", line 754, in train_step
+[rank3]:     losses_reduced = forward_backward_func(
+[rank3]:   File "/workspace/Megatron-LM/megatron/core/pipeline_parallel/schedules.py", line 1492, in forward_backward_pipelining_without_interleaving
+[rank3]:     input_tensor_grad = backward_step(
+[rank3]:   File "/workspace/Megatron-LM/megatron/core/pipeline_parallel/schedules.py", line 366, in backward_step
+[rank3]:     custom_backward(output_tensor[0], output_tensor_grad[0])
+[rank3]:   File "/workspace/Megatron-LM/megatron/core/pipeline_parallel/schedules.py", line 150, in custom_backward
+[rank3]:     Variable._execution_engine.run_backward(
+[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 3 has a total capacity of 79.15 GiB of which 912.00 MiB is free.
+"""
+
+# a user's training_step, run by Lightning's optimizer closure, has a shape error
+LIGHTNING = """\
+Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2
+Epoch 0:  12%|█▏        | 120/1000 [01:02<07:38,  1.92it/s, v_num=3, loss=0.812]
+Traceback (most recent call last):
+  File "/home/u/fit.py", line 60, in <module>
+    trainer.fit(model, datamodule=dm)
+  File "/usr/lib/python3/site-packages/lightning/pytorch/trainer/trainer.py", line 538, in fit
+    call._call_and_handle_interrupt(
+  File "/usr/lib/python3/site-packages/lightning/pytorch/loops/optimization/automatic.py", line 270, in _optimizer_step
+    call._call_lightning_module_hook(
+  File "/usr/lib/python3/site-packages/lightning/pytorch/core/module.py", line 1306, in optimizer_step
+    optimizer.step(closure=optimizer_closure)
+  File "/usr/lib/python3/site-packages/lightning/pytorch/core/optimizer.py", line 153, in step
+    step_output = self._strategy.optimizer_step(self._optimizer, closure, **kwargs)
+  File "/usr/lib/python3/site-packages/lightning/pytorch/loops/optimization/automatic.py", line 129, in closure
+    step_output = self._step_fn()
+  File "/usr/lib/python3/site-packages/lightning/pytorch/loops/optimization/automatic.py", line 317, in _training_step
+    training_step_output = call._call_strategy_hook(trainer, "training_step", *kwargs.values())
+  File "/usr/lib/python3/site-packages/lightning/pytorch/strategies/strategy.py", line 390, in training_step
+    return self.lightning_module.training_step(*args, **kwargs)
+  File "/home/u/fit.py", line 31, in training_step
+    loss = self.criterion(logits, y.view(-1, 17))
+RuntimeError: shape '[-1, 17]' is invalid for input of size 64
+"""
+
+# FSDP's auto-wrap at construction runs out of memory
+FSDP_INIT = """\
+[rank2]: Traceback (most recent call last):
+[rank2]:   File "/work/train_fsdp.py", line 40, in <module>
+[rank2]:     model = FSDP(model, auto_wrap_policy=policy, device_id=local_rank)
+[rank2]:   File "/usr/local/lib/python3.11/dist-packages/torch/distributed/fsdp/fully_sharded_data_parallel.py", line 483, in __init__
+[rank2]:     _auto_wrap(
+[rank2]:   File "/usr/local/lib/python3.11/dist-packages/torch/distributed/fsdp/_wrap_utils.py", line 101, in _auto_wrap
+[rank2]:     _recursive_wrap(**recursive_wrap_kwargs, **root_kwargs)  # type: ignore[arg-type]
+[rank2]:   File "/usr/local/lib/python3.11/dist-packages/torch/distributed/fsdp/wrap.py", line 561, in _recursive_wrap
+[rank2]:     return _wrap(module, wrapper_cls, **kwargs), nonwrapped_numel
+[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 500.00 MiB. GPU 2 has a total capacity of 23.69 GiB of which 210.00 MiB is free.
+"""
+
+
+@pytest.mark.parametrize("name, text, rank, category, phase", [
+    ('fsdp', FSDP, 1, 'gpu-memory', 'param-gather'),
+    ('trainer', TRAINER, 0, 'gpu-memory', 'forward'),
+    ('megatron', MEGATRON, 3, 'gpu-memory', 'backward'),
+    ('lightning', LIGHTNING, None, 'user-code', 'forward'),
+    ('fsdp_init', FSDP_INIT, 2, 'gpu-memory', 'init'),
+])
+def test_a_pasted_traceback_gets_its_framework_phase(name, text, rank, category, phase):
+    rep = analyze(Case(name, ["-"], {}, stdin=text.encode()))
+    ff = rep["first_failure"]
+    assert ff is not None, name
+    assert (ff["rank"], ff["category"], ff["phase"]) == (rank, category, phase)
+    assert ff["phase_from"] == "frames"
