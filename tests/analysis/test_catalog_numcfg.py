@@ -103,6 +103,24 @@ LINES = [
      "user-code", {}),
     ("Parameter indices which did not receive grad for rank 3: 12 13", "torch.ddp_unused_parameters", "root",
      "user-code", {"rank": "3"}),
+    ("ValueError: Some specified arguments are not used by the HfArgumentParser: ['--local-rank=2']",
+     "hf.argument_parser_unused", "root", "config", {}),
+    ("RuntimeError: Expected to mark a variable ready only once. This error is caused by one of the following "
+     "reasons: 1) Use of a module parameter outside the `forward` function.", "torch.ddp_marked_ready_twice", "root",
+     "user-code", {}),
+    ("ValueError: Expected a string path to an existing deepspeed config, or a dictionary or a valid base64. "
+     "Received: ds.json", "deepspeed.setup_config", "root", "config", {"config": "ds.json"}),
+    ("RuntimeError: Error building extension 'cpu_adam'", "torch.extension_build_failed", "root", "config",
+     {"extension": "cpu_adam"}),
+    ("ValueError: Your setup doesn't support bf16/gpu.", "hf.training_arguments", "root", "config", {}),
+    ("NotImplementedError: Cannot copy out of meta tensor; no data!", "torch.meta_tensor_copy", "root", "config", {}),
+    ("ValueError: Attempting to unscale FP16 gradients.", "torch.grad_scaler_misuse", "root", "config", {}),
+    ("AssertionError: pipeline_model parallel group is not initialized", "megatron.parallel_group_uninitialized",
+     "root", "user-code", {}),
+    ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+     "initializing the engine.", "vllm.kv_cache_memory", "root", "gpu-memory", {}),
+    ("Loading checkpoint shards:  75%|███████▌  | 3/4 [00:09<00:03,  3.10s/it]", "hf.loading_checkpoint_shards",
+     "context", "unknown", {"done": "3", "total": "4"}),
     # GPU memory, every PyTorch wording; GPU N is a device index, never a rank
     ("RuntimeError: CUDA out of memory. Tried to allocate 64.00 MiB (GPU 3; 31.75 GiB total capacity; 30.1 GiB "
      "already allocated; 12.94 MiB free; 30.5 GiB reserved in total by PyTorch) If reserved memory is >> allocated "
@@ -306,6 +324,15 @@ lightning_fabric.utilities.exceptions.MisconfigurationException: You requested g
 """
 
 
+VLLM_NO_KV = """\
+(WorkerDict pid=2911, ip=10.0.0.7) INFO 03-01 21:32:40 [gpu_worker.py:220] Initializing the engine
+(WorkerDict pid=2911, ip=10.0.0.7) Traceback (most recent call last):
+(WorkerDict pid=2911, ip=10.0.0.7)   File "/usr/local/lib/python3.10/dist-packages/vllm/v1/worker/gpu_worker.py", line 187, in init_device
+(WorkerDict pid=2911, ip=10.0.0.7)     raise ValueError(
+(WorkerDict pid=2911, ip=10.0.0.7) ValueError: Free memory on device (13.91/79.33 GiB) on startup is less than desired GPU memory utilization (0.95, 75.36 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.
+"""
+
+
 @pytest.mark.parametrize("text,rank,category,phase,sig", [
     (MEGATRON_NAN, 14, "numerics", "backward", "megatron.nan_grad_norm"),
     (MEGATRON_OLD_ASSERT, 3, "numerics", "backward", "megatron.nan_grad_norm"),
@@ -317,8 +344,9 @@ lightning_fabric.utilities.exceptions.MisconfigurationException: You requested g
     (LOSS_SCALE_FLOOR, 2, "numerics", "optimizer-step", "deepspeed.fp16_loss_scale_min"),
     (VERL_GRAD_NORM, 3, "numerics", "optimizer-step", "numerics.grad_norm_not_finite"),
     (LIGHTNING_MISCONFIG, None, "config", "init", "lightning.misconfiguration"),
+    (VLLM_NO_KV, None, "gpu-memory", "init", "vllm.kv_cache_memory"),
 ], ids=["megatron-nan-rerun", "megatron-nan-assert", "hf-ds-mismatch", "rich-batch", "oom-loading",
-        "dataloader-killed", "shell-killed", "loss-scale-floor", "verl-grad-norm", "lightning-misconfig"])
+        "dataloader-killed", "shell-killed", "loss-scale-floor", "verl-grad-norm", "lightning-misconfig", "vllm-no-kv-cache"])
 def test_pasted_logs(text, rank, category, phase, sig):
     ff = analyze(text)["first_failure"]
     assert ff is not None
