@@ -32,6 +32,8 @@ LINES = [
     ("step 12 | loss: nan | grad_norm: 3.1", "numerics.nan_loss", "root", "numerics", {"value": "nan"}),
     ("WARNING: The loss is NaN at step 77", "numerics.nan_loss", "root", "numerics", {"value": "NaN"}),
     ("{'loss': nan, 'learning_rate': 2e-05, 'epoch': 0.3}", "numerics.nan_loss", "root", "numerics", {"what": "loss"}),
+    ("Steps:   0%|▏          | 17/6000 [00:58<4:50:05,  2.91s/it, lr=0, noise_step_loss=nan]", "numerics.nan_loss",
+     "root", "numerics", {"what": "noise_step_loss"}),
     ("policy_loss became inf after 40 updates", "numerics.nan_loss", "root", "numerics", {"what": "policy_loss"}),
     ("{'loss': '0', 'grad_norm': 'inf', 'learning_rate': '1e-05', 'epoch': '0.5'}", "numerics.nan_loss", "root",
      "numerics", {"what": "grad_norm", "value": "inf"}),
