@@ -83,6 +83,8 @@ LINES = [
      {"key": "Train batch size", "value": "0"}),
     ("[rank0]: pydantic_core._pydantic_core.ValidationError: 2 validation errors for DeepSpeedZeroConfig",
      "deepspeed.config_validation", "root", "config", {}),
+    ("  extra fields not permitted (type=value_error.extra)", "deepspeed.config_validation", "root", "config", {}),
+    ("AssertionError: 40 is not divisible by 6", "megatron.parallel_config", "root", "config", {"size": "40"}),
     ("RuntimeError: Error(s) in loading state_dict for GPT2LMHeadModel:", "torch.state_dict_mismatch", "root",
      "config", {"module": "GPT2LMHeadModel"}),
     ("\tsize mismatch for lm_head.weight: copying a param with shape torch.Size([50257, 768]) from checkpoint, the "
@@ -138,6 +140,8 @@ LINES = [
     ("RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not enough memory: you tried to "
      "allocate 8589934592 bytes.", "torch.cpu_alloc_failed", "root", "host-memory", {"bytes": "8589934592"}),
     ("OSError: [Errno 12] Cannot allocate memory", "host.alloc_failed", "root", "host-memory", {}),
+    ("Bus error (core dumped)", "shell.bus_error", "root", "host-memory", {}),
+    ("memory allocation of 1048576 bytes failed", "host.alloc_failed", "root", "host-memory", {"bytes": "1048576"}),
     ("Killed", "shell.killed", "root", "host-memory", {}),
     ("run.sh: line 7: 918273 Killed                  python train.py", "shell.killed", "root", "host-memory",
      {"pid": "918273"}),
