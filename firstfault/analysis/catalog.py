@@ -51,7 +51,7 @@ _ID = re.compile(r"^[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+$")
 _REQUIRED = ("id", "role", "category", "phases", "needles", "patterns", "summary", "first_action",
              "reference", "examples")
 _OPTIONAL = ("not_examples", "max_confidence", "category_from_words", "names_rank_of")
-NAMES_RANK_OF = ("next-traceback", "failure-above")
+NAMES_RANK_OF = ("next-traceback",)
 _TOP = ("version", "signature", "xid", "category_rule")
 CONFIDENCES = ("low", "medium", "high")
 
@@ -82,7 +82,7 @@ class Signature:
     max_confidence: str = "high"  # the most confidence a finding of it can have (generic ones: less)
     category_from_words: bool = False  # the category comes from the matched text (category_rule), not ``category``
     # the rank it names belongs to another line of its stream: the next traceback (a launcher's line
-    # above a child's traceback), or the nearest failure above it (a line of an exception's message)
+    # above a child's traceback)
     names_rank_of: str | None = None
 
 

@@ -35,7 +35,6 @@ SAVE_MARKS = {"deepspeed.checkpoint_save_start": "start", "deepspeed.checkpoint_
 EXIT_OK = {"deepspeed.launcher_exit_ok"}
 GROUP_OK = "torchelastic.group_succeeded"
 WORKER_FILES = ("stdout.log", "stderr.log", "error.json")
-ABOVE_LINES = 30  # how far below a failure a line of its message may name its rank
 STEP_PHASES = frozenset({"forward", "backward", "param-gather", "optimizer-step", "data"})
 
 
@@ -123,31 +122,19 @@ def _failure_summary(findings: list[Finding]) -> None:
 
 
 def _announced_ranks(findings: list[Finding]) -> None:
-    """Lines that name the rank of another line of their stream (catalog ``names_rank_of``):
-    a launcher's line above a child's traceback (mp.spawn's "-- Process N terminated with the
-    following error:") names the stream's next traceback; a line of an exception's message
-    (DDP's "... did not receive grad for rank N") names the nearest failure above it."""
+    """A line that names the rank of the stream's next traceback (catalog ``names_rank_of``):
+    mp.spawn's "-- Process N terminated with the following error:" above the child's traceback."""
     told: dict[str, tuple[int, int]] = {}  # stream -> (seq of the line, rank it named)
-    above: dict[str, Finding] = {}  # stream -> its latest root finding
     for f in sorted(findings, key=lambda f: (f.ev.stream, f.ev.seq)):
         rank = f.match.groups.get("rank")
-        named = int(rank) if rank is not None and rank.isdigit() else None
-        how = f.match.signature.names_rank_of
-        if how == "next-traceback" and named is not None:
-            told[f.ev.stream] = (f.ev.seq, named)
-        elif how == "failure-above" and named is not None:
-            root = above.get(f.ev.stream)
-            if root is not None and root.ev.rank is None and f.ev.seq - root.ev.seq <= ABOVE_LINES:
-                root.ev.rank = named
-                root.ev.fields["rank_from"] = "a later line of its message"
+        if f.match.signature.names_rank_of == "next-traceback" and rank is not None and rank.isdigit():
+            told[f.ev.stream] = (f.ev.seq, int(rank))
         elif f.ev.kind == KIND_TRACEBACK and f.ev.stream in told and f.ev.seq > told[f.ev.stream][0]:
             if f.ev.rank is None:
                 f.ev.rank = told[f.ev.stream][1]
                 f.ev.fields["rank_from"] = "launcher line above the traceback"
                 f.links.append(f"the launcher named rank {f.ev.rank} for the traceback below its line")
             del told[f.ev.stream]
-        if f.role == "root":
-            above[f.ev.stream] = f
 
 
 def _failure_hosts(findings: list[Finding], rank_nodes: dict[int, str | None]) -> None:

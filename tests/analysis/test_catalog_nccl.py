@@ -92,7 +92,7 @@ LINES = [
     ("node-1:3301:3390 [1] misc/nvmlwrap.cc:187 NCCL WARN nvmlDeviceGetHandleByPciBusId() failed: GPU is lost",
      "nccl.nvml_gpu_lost", "root", "hardware", {}),
     ("node-1:3301:3390 [0] include/alloc.h:114 NCCL WARN Cuda failure 'out of memory'",
-     "cuda.oom", "root", "gpu-memory", {}),
+     "nccl.cuda_oom", "root", "gpu-memory", {}),
     ("node-1:3301:3390 [0] enqueue.cc:1556 NCCL WARN Cuda failure 'unspecified launch failure'",
      "cuda.launch_failure", "root", "unknown", {}),
     # the ncclResult texts and what they wrap

@@ -135,7 +135,7 @@ LINES = [
      "gpu-memory", {"gpu": "5"}),
     ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
      "cuda.library_alloc_failed", "root", "gpu-memory", {"error": "CUBLAS_STATUS_ALLOC_FAILED"}),
-    ("node-3:1234:1290 [5] NCCL WARN Cuda failure 2 'out of memory'", "cuda.oom", "root", "gpu-memory", {}),
+    ("node-3:1234:1290 [5] NCCL WARN Cuda failure 2 'out of memory'", "nccl.cuda_oom", "root", "gpu-memory", {}),
     # host memory
     ("RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not enough memory: you tried to "
      "allocate 8589934592 bytes.", "torch.cpu_alloc_failed", "root", "host-memory", {"bytes": "8589934592"}),
