@@ -161,8 +161,11 @@ def _keep(f: Finding, latest: dict, kept: dict, counts: dict, clocks: Mapping[st
     if ev.source == "kernel":  # one node's kernel log given twice (dmesg and dmesg -T): once
         key = (ev.node, ev.text)
     if key in kept:
-        if ev.source == "kernel" and kept[key].ev.occurred_ns is None and ev.occurred_ns is not None:
+        old = kept[key]
+        if ev.source == "kernel" and old.ev.occurred_ns is None and ev.occurred_ns is not None:
             kept[key] = f  # the same message from a log whose times are known
+        elif ev.frames and not old.ev.frames:  # the same failure told again with its traceback: its frames
+            old.ev.frames, old.ev.exc_type = ev.frames, old.ev.exc_type or ev.exc_type
         return 0
     if len(kept) >= MAX_KEPT:
         return 1

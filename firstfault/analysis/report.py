@@ -27,7 +27,7 @@ from firstfault.analysis.lanes import LaneWatcher, timeline_report
 from firstfault.analysis.memlines import NEEDLES as MEMORY_NEEDLES
 from firstfault.analysis.memory import MARKED_PHASES, MemoryWatcher, memory_report
 from firstfault.analysis.model import Event, Frame
-from firstfault.analysis.phase import phase_from_frames
+from firstfault.analysis.phase import phase_from_frames, phase_hint
 from firstfault.analysis.scan import Needles
 from firstfault.analysis.seen import watch
 from firstfault.analysis.timeline import NodeClock
@@ -139,6 +139,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         known_ranks |= set(range(max(known_ranks) + 1))
     outside = [f for f in findings if f.sig == AGENT_SIGNAL]  # the launcher was signalled from outside
 
+    sharded = True if read.ctx.config.get("zero_stage") == 3 else None  # ZeRO-3: all-gathers gather parameters
     gaps = list(inp.gaps)
     fr = _flight(read.flight, world, gaps)
     first_f: Finding | None = None
@@ -166,12 +167,13 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         # same failure on other ranks at the same time is "ranks_sharing", not a tie
         tied = [h for g in groups[1:] for h in g.findings if timeline.overlap(first_f.ev, h.ev)]
         peers = [h for h in errors if h.role == "cascade" and h.ev.frames]
-        first = _first(first_f, groups[0].ranks, tied, phase_of(first_f, saving, peers, errors), rank_nodes)
+        first = _first(first_f, groups[0].ranks, tied,
+                       phase_of(first_f, saving, peers, errors, _before(first_f, findings), sharded), rank_nodes)
         blame = BLAME.get(first_f.category, "unknown")
     elif casc or dumps or (fr and fr.culprits):
         inf, fr_decided = _with_flight_recorder(
             stopped_first(errors, known_ranks, progress, dumps, nccl_work(findings)), fr)
-        first = _inferred(inf, casc, facts, saving, rank_nodes, dumps.get(inf.rank), outside)
+        first = _inferred(inf, casc, facts, saving, rank_nodes, dumps.get(inf.rank), outside, sharded)
         if fr_decided:
             first["confidence"] = "medium"
         if fr and inf.rank is not None and first["phase"] == "unknown":  # where its last collective was called
@@ -245,6 +247,13 @@ def _with_rank(same: list[Finding]) -> Finding:
     if ranked is None or (first.ev.occurred_ns is not None and not timeline.overlap(first.ev, ranked.ev)):
         return first
     return ranked
+
+
+def _before(f: Finding, findings: list[Finding], most: int = 2000) -> list[str]:
+    """The lines of ``f``'s stream that the findings kept before it, oldest first (at most ``most``):
+    what was printed before the failure, for the phase hints of set-up lines."""
+    lines = sorted((h.ev.seq, h.ev.text) for h in findings if h.ev.stream == f.ev.stream and h.ev.seq < f.ev.seq)
+    return [t for _, t in lines[-most:]]
 
 
 def _with_exit_rank(f: Finding, exits: Mapping[int, dict]) -> Finding:
@@ -353,11 +362,14 @@ def _first(f: Finding, ranks: list[int], tied: list[Finding], phase: tuple[str, 
 
 
 def _inferred(inf: Inference, casc: list[Finding], facts: Facts, saving: int | None, rank_nodes,
-              dump: Event | None, outside: list[Finding]) -> dict:
+              dump: Event | None, outside: list[Finding], sharded: bool | None = None) -> dict:
     rank = inf.rank
     last = facts.progress.get(rank) if rank is not None else None
     where = "" if last is None else f" after step {facts.steps.get(rank)}" if facts.steps.get(rank) is not None else ""
     dump_phase = dump and phase_from_frames(dump.frames)
+    waited = next((h for c in casc if (h := phase_hint(c.ev.text, (), sharded))), None)  # the collective they waited in
+    phase = ((dump_phase, "stack dump") if dump_phase else ("checkpoint-save", "checkpoint save under way")
+             if saving is not None else waited or ("unknown", "no evidence"))
     if outside:
         sig = outside[0].match.groups.get("death_signal") or "a signal"
         killed = f"The job was stopped from outside (its launcher received {sig}: a cancel, a time limit, an operator)"
@@ -384,9 +396,8 @@ def _inferred(inf: Inference, casc: list[Finding], facts: Facts, saving: int | N
         # no rank singled out: all the log shows are consequences (timeouts, closed peers); a rank that
         # stopped first is the failure, of a kind nothing said
         "category": "cascade" if rank is None else "unknown",
-        "phase": dump_phase or ("checkpoint-save" if saving is not None else "unknown"),
-        "phase_from": ("stack dump" if dump_phase else
-                       "checkpoint save under way" if saving is not None else "no evidence"),
+        "phase": phase[0],
+        "phase_from": phase[1],
         "summary": summary,
         "first_action": ("Dump the stacks of every rank while it hangs (py-spy dump --pid, or "
                          "TORCH_DISTRIBUTED_DEBUG=DETAIL and faulthandler) and look at what "

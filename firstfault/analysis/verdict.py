@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 
 from firstfault.analysis.catalog import Match
 from firstfault.analysis.model import Event
-from firstfault.analysis.phase import phase_from_frames
+from firstfault.analysis.phase import phase_from_frames, phase_hint
 
 BLAME = {
     "user-code": "code",
@@ -267,23 +267,36 @@ def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
                    links=[*f.links, f"category from the text's words: {said.ev.text.strip()[:160]}"])
 
 
-def phase_of(f: Finding, saving_since: int | None, peers: list[Finding],
-             parts: Iterable[Finding] = ()) -> tuple[str, str]:
+def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: Iterable[Finding] = (),
+             before: Iterable[str] = (), sharded: bool | None = None) -> tuple[str, str]:
     """The phase of a failure and where that came from.
 
-    In order: its own frames; the frames of the other parts of a traceback cut into pieces
-    (``parts``: ranks' tracebacks interleaved in one stream); the signature's one phase hint;
-    a checkpoint save under way when it happened; the stacks of the ranks that waited for it
-    (a rank killed without a stack was in the phase whose collective the others waited in).
+    In order: its own frames; the frames of the same failure told elsewhere (``parts``: the rest
+    of a traceback cut into pieces, the same signature's traceback on the same rank); the hints
+    that are not frames (phase.phase_hint: a Ray task, the collective a timeout names, set-up lines
+    in ``before`` with no progress after them); the signature's one phase hint; a checkpoint save
+    under way when it happened; the stacks of the ranks that waited for it (a rank killed without
+    a stack was in the phase whose collective the others waited in).
     """
     p = phase_from_frames(f.ev.frames)
     if p:
         return p, "frames"
-    if f.sig == CUT_TRACEBACK:
-        for part in parts:
-            if part is not f and part.sig == CUT_TRACEBACK and part.ev.stream == f.ev.stream \
-                    and part.ev.rank == f.ev.rank and (p := phase_from_frames(part.ev.frames)):
-                return p, "frames of the rest of the cut traceback"
+    for part in parts:
+        if part is f or part.ev.rank != f.ev.rank or not part.ev.frames:
+            continue
+        same = part.sig == f.sig if f.ev.rank is not None else part.ev.stream == f.ev.stream
+        if (same or (f.sig == CUT_TRACEBACK and part.sig == CUT_TRACEBACK and part.ev.stream == f.ev.stream)) \
+                and (p := phase_from_frames(part.ev.frames)):
+            return p, "frames of the same failure told elsewhere" if f.sig != CUT_TRACEBACK else \
+                "frames of the rest of the cut traceback"
+    hinted = phase_hint(f.ev.text, before, sharded)
+    if hinted:
+        return hinted
+    if f.sig == CUT_TRACEBACK:  # a cut traceback's own words are missing: the failure a heading names
+        named = next((h for h in parts if h.ev.fields.get("prose") and h.role == "root"
+                      and len(h.match.signature.phases) == 1), None)
+        if named is not None:
+            return named.match.signature.phases[0], "the failure the text names in words"
     hints = f.match.signature.phases
     if len(hints) == 1:
         return hints[0], "signature"
