@@ -7,7 +7,7 @@
 
 Exit codes of ``analyze``: 0 a report was written (whatever it found; inputs that
 could not be read are listed in it and on stderr), 1 no input could be read at
-all, 2 usage error. ``checkpoint``: 0 the checkpoint a restart would pick is safe,
+all or the output file cannot be written, 2 usage error. ``checkpoint``: 0 the checkpoint a restart would pick is safe,
 1 it is unsafe, 3 its safety is unknown, 2 usage error or not a checkpoint folder.
 """
 
@@ -20,7 +20,7 @@ import time
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from firstfault.common.output import write_output
+from firstfault.common.output import check_target, write_output
 from firstfault.common import redact
 from firstfault.common.redact import Redactor
 from firstfault.reports.escape import terminal
@@ -123,6 +123,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"firstfault analyze: {e}", file=sys.stderr)
         return 2
+    check_target(a.output)  # a folder that is not there: said now, not after the analysis
     report, gaps, problem = report_from_logs(a.paths, node=a.node, kernel=a.kernel, checkpoint_dir=a.checkpoint_dir,
                                              tz=a.tz, kernel_boot_ns=a.kernel_boot_time, job=a.job, meter=True,
                                              timeline=needs_timeline(a.format))

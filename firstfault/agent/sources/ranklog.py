@@ -444,6 +444,27 @@ def _option_paths(name: str, value, *, dirs: bool) -> list[str]:
     return out
 
 
+def glob_names_a_job(glob: str) -> bool:
+    """Whether a path ``glob`` matches can give its lines a job (see Identity above): it has a
+    ``{job}`` part, or it can match torchrun's layout, whose run folder names the job. A glob
+    that cannot (``/logs/*/rank*.log``) ships lines of no job unless the agent has ``job``:
+    the collector lists no job for them (agent/config.py refuses it)."""
+    try:
+        _, rx = compile_glob(glob)
+    except (ValueError, re.error):
+        return True  # _option_paths says what is wrong with it
+    if "job" in rx.groupindex:
+        return True
+    parts = glob.split("/")
+    if len(parts) < 5:  # "", run folder, attempt_N, local rank, file
+        return False
+    run = parts[-4] if not _GLOB_CHARS & set(parts[-4]) else "job_abcdefgh"  # mkdtemp's "_" + 8
+    return any(rx.fullmatch(p) and (lp := parse_log_path(p)) is not None and lp.run_id
+               for name in ("stdout.log", "stderr.log", "error.json") for attempt in ("0", "1")
+               for local in ("0", "1", "7")
+               for p in ["/".join([*parts[:-4], run, f"attempt_{attempt}", local, name])])
+
+
 def _positive(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"ranklog: {name} must be a number > 0, got {value!r}")
