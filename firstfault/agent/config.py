@@ -294,7 +294,7 @@ def _check(cfg: AgentConfig, problems: list[str]) -> AgentConfig:
     if cfg.job is None and ranklog is not None and ranklog.wanted:
         globs = ranklog.options.get("globs")
         for g in globs if isinstance(globs, list) else ():  # not a list: the source says so
-            if isinstance(g, str) and not glob_names_a_job(g):
+            if isinstance(g, str) and os.path.isabs(g) and not glob_names_a_job(g):  # else the source says why
                 problems.append(f"sources.ranklog: glob {g!r} can never name a job, so its lines would belong "
                                 "to none and `firstfault jobs` would not list them: put {job} where the job's "
                                 "name is (/logs/{job}/rank{rank}.log) or give the agent --job LABEL")

@@ -115,7 +115,11 @@ class _Db:
 
         if self.store.job(job) is None:
             raise query.QueryError(f"no job {job!r} in the store")
-        return query.timeline(self.store, parse_selection(job, params), Redactor())
+        try:
+            sel = parse_selection(job, params)
+        except ValueError as e:  # the words the HTTP API answers with
+            raise query.QueryError(str(e)) from None
+        return query.timeline(self.store, sel, Redactor())
 
 
 def _source(a: argparse.Namespace):
