@@ -28,13 +28,13 @@ RUN_BY = {
     ("README.md", "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"):
         f"{DEPLOY}::test_the_quick_test_command_in_a_fresh_venv",
     ("README.md", "firstfault analyze examples/oom-kill --kernel examples/oom-kill/kmsg.txt --kernel-boot-time "
-                  "1796209021.7246525 --checkpoint-dir examples/oom-kill/checkpoints"):
+                  "1796326759.5386636 --checkpoint-dir examples/oom-kill/checkpoints"):
         "tests.test_readme::test_the_offline_examples_run_as_written",
     ("examples/oom-kill/README.md", "firstfault analyze examples/oom-kill --kernel examples/oom-kill/kmsg.txt "
-                                    "--kernel-boot-time 1796209021.7246525"):
+                                    "--kernel-boot-time 1796326759.5386636"):
         "tests.test_readme::test_the_offline_examples_run_as_written",
     ("examples/oom-kill/README.md", "firstfault analyze examples/oom-kill --kernel examples/oom-kill/kmsg.txt "
-                                    "--kernel-boot-time 1796209021.7246525 --checkpoint-dir examples/oom-kill/checkpoints"):
+                                    "--kernel-boot-time 1796326759.5386636 --checkpoint-dir examples/oom-kill/checkpoints"):
         "tests.test_readme::test_the_offline_examples_run_as_written",
     ("README.md", "firstfault compare tests/data/compare/retry-0-zero3-probe-fails "
                   "tests/data/compare/retry-1-zero2-fixed --before-checkpoint-dir "
