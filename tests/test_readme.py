@@ -24,7 +24,8 @@ DEPLOY = "tests.deploy.test_readme_commands"
 RUN_BY = {
     ("README.md", "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/firstfault demo"):
         f"{DEPLOY}::test_the_main_job_command_on_stock_debian",  # and test_the_main_job_command_here
-    ("README.md", "bash .ci/run"): None,  # what CI runs on a clean machine (.ci/run): the suite itself
+    ("README.md", "bash .ci/run"):  # what CI runs on a clean machine: the whole suite; in the container, the quick one
+        f"{DEPLOY}::test_the_test_command_on_stock_debian",
     ("README.md", "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"):
         f"{DEPLOY}::test_the_quick_test_command_in_a_fresh_venv",
     ("README.md", "firstfault analyze examples/oom-kill --kernel examples/oom-kill/kmsg.txt --kernel-boot-time "
