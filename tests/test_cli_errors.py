@@ -46,7 +46,7 @@ def where(tmp_path_factory):
 
 # (name, argv with {d} {db} {missing} {afile} {taken} {closed}, what stderr must say)
 CASES = [
-    ("analyze missing path", "analyze {missing}/logs", "No such file"),
+    ("analyze missing path", "analyze {missing}/logs", "no such file or folder: {missing}/logs"),
     ("analyze output in a missing folder", f"analyze {EXAMPLE} -o {{missing}}/x.html --format html",
      "cannot write {missing}/x.html: no folder {missing}"),
     ("analyze output is a folder", f"analyze {EXAMPLE} -o {{d}}", "is a folder"),
@@ -121,3 +121,29 @@ def test_a_bad_argument_is_said_in_a_line_with_a_non_zero_exit_and_no_traceback(
     assert says.format(**where) in r.stderr, r.stderr
     last = r.stderr.rstrip("\n").splitlines()[-1]
     assert last.startswith(("firstfault", "  - ", "ERROR firstfault")), r.stderr  # the reason, not a stack frame
+
+
+def test_a_path_that_is_not_there_is_a_usage_error_for_analyze_checkpoint_and_compare(where):
+    """One rule for the three commands that read a dead job's files: a PATH that does not exist
+    exits 2 (usage), whereas files that exist but cannot be read are analyze's exit 1."""
+    codes = {}
+    for cmd in ("analyze", "checkpoint", "compare"):
+        args = [f"{where['missing']}/x"] * (2 if cmd == "compare" else 1)
+        codes[cmd] = subprocess.run([sys.executable, "-m", "firstfault", cmd, *args], cwd=ROOT,
+                                    capture_output=True, text=True, timeout=60).returncode
+    assert codes == {"analyze": 2, "checkpoint": 2, "compare": 2}
+    (Path(where["d"]) / "empty.log").write_text("")
+    r = subprocess.run([sys.executable, "-m", "firstfault", "analyze", f"{where['d']}/empty.log"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "no input could be read" in r.stderr
+
+
+def test_a_long_evidence_line_is_cut_at_a_word_with_an_ellipsis():
+    from firstfault.reports.text import clip, ranks_text
+
+    line = "RuntimeError: " + " ".join(f"word{i}" for i in range(60))
+    cut = clip(line, 80)
+    assert len(cut) <= 80 and cut.endswith("…") and line.startswith(cut[:-1]) and line[len(cut) - 1] == " "
+    assert clip("short line", 80) == "short line"
+    assert clip("x" * 100, 10) == "x" * 9 + "…"  # no space to cut at: cut where it must, still marked
+    assert (ranks_text([2]), ranks_text([1, 2, 5]), ranks_text([])) == ("rank 2", "ranks 1, 2, 5", "none")
