@@ -139,7 +139,7 @@ def test_a_path_that_is_not_there_is_a_usage_error_for_analyze_checkpoint_and_co
 
 
 def test_a_long_evidence_line_is_cut_at_a_word_with_an_ellipsis():
-    from firstfault.reports.text import clip, ranks_text
+    from firstfault.reports.text import alike_text, clip, ranks_text
 
     line = "RuntimeError: " + " ".join(f"word{i}" for i in range(60))
     cut = clip(line, 80)
@@ -147,3 +147,4 @@ def test_a_long_evidence_line_is_cut_at_a_word_with_an_ellipsis():
     assert clip("short line", 80) == "short line"
     assert clip("x" * 100, 10) == "x" * 9 + "…"  # no space to cut at: cut where it must, still marked
     assert (ranks_text([2]), ranks_text([1, 2, 5]), ranks_text([])) == ("rank 2", "ranks 1, 2, 5", "none")
+    assert (alike_text([2]), alike_text([1, 2])) == ("rank 2 only", "ranks 1, 2")

@@ -27,6 +27,11 @@ def ranks_text(ranks) -> str:
     return "none" if not ranks else f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
 
 
+def alike_text(ranks) -> str:
+    """The first failure's ``ranks_sharing``: ``rank 1 only`` or ``ranks 1, 3``."""
+    return ranks_text(ranks) + (" only" if len(ranks or []) == 1 else "")
+
+
 def _rank_line(r: str, info: dict) -> str:
     fe = info.get("first_error")
     ex = info.get("exit")
