@@ -90,7 +90,7 @@ import threading
 from collections.abc import Callable
 
 from firstfault.agent.follow import FollowLoop, compile_glob
-from firstfault.common.layouts import TORCHRUN, layout_globs, parse_log_path
+from firstfault.common.layouts import TORCHRUN, TORCHRUN_FILES, layout_globs, parse_log_path
 from firstfault.agent.tail import (ERROR, LOST, MIN_LINE_BYTES, STATE_RESET, TRUNCATED, Event, LineBatch,
                         Position, StateError, Tailer, committed_at_ns, cut_line)
 from firstfault.analysis.stacks import DUMP_MARK, DumpGrouping, starts_dump
@@ -458,11 +458,10 @@ def glob_names_a_job(glob: str) -> bool:
     parts = glob.split("/")
     if len(parts) < 5:  # "", run folder, attempt_N, local rank, file
         return False
-    run = parts[-4] if not _GLOB_CHARS & set(parts[-4]) else "job_abcdefgh"  # mkdtemp's "_" + 8
-    return any(rx.fullmatch(p) and (lp := parse_log_path(p)) is not None and lp.run_id
-               for name in ("stdout.log", "stderr.log", "error.json") for attempt in ("0", "1")
-               for local in ("0", "1", "7")
-               for p in ["/".join([*parts[:-4], run, f"attempt_{attempt}", local, name])])
+    run = parts[-4] if not _GLOB_CHARS & set(parts[-4]) else "job_abcdefgh"  # a run id + mkdtemp's "_" + 8
+    samples = ("/".join([*parts[:-4], run, f"attempt_{attempt}", local, name])
+               for name in TORCHRUN_FILES for attempt in ("0", "1") for local in ("0", "1", "7"))
+    return any(rx.fullmatch(p) and (lp := parse_log_path(p)) is not None and lp.run_id for p in samples)
 
 
 def _positive(name: str, value) -> float:
