@@ -64,12 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     except (QueryError, StoreError, OutputError) as e:
         print(f"firstfault: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader went away (| head): before OSError, whose kind it is
+        return 0
     except OSError as e:  # a file a command reads or writes that no check above foresaw: one line, never a traceback
         where = f"{e.filename}: " if e.filename else ""
         print(f"firstfault {a.cmd}: {where}{e.strerror or e}", file=sys.stderr)
         return 1
-    except BrokenPipeError:
-        return 0
     except KeyboardInterrupt:
         return 130
 

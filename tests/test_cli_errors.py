@@ -148,3 +148,14 @@ def test_a_long_evidence_line_is_cut_at_a_word_with_an_ellipsis():
     assert clip("x" * 100, 10) == "x" * 9 + "…"  # no space to cut at: cut where it must, still marked
     assert (ranks_text([2]), ranks_text([1, 2, 5]), ranks_text([])) == ("rank 2", "ranks 1, 2, 5", "none")
     assert (alike_text([2]), alike_text([1, 2])) == ("rank 2 only", "ranks 1, 2")
+
+
+def test_a_closed_pipe_is_no_error():
+    """``firstfault analyze … | head``: the reader gone before the report is written is no failure
+    to report (BrokenPipeError is an OSError: it must not reach the one-line OSError net) and exits 0."""
+    p = subprocess.Popen([sys.executable, "-m", "firstfault", "analyze", str(EXAMPLE), "--format", "html"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.close()  # the reader leaves at once: every write of the report meets a closed pipe
+    err = p.stderr.read()
+    assert p.wait(60) == 0, err
+    assert "Traceback" not in err and "Broken pipe" not in err and "BrokenPipeError" not in err, err

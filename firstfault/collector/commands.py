@@ -34,8 +34,8 @@ HTTP_PORT = 7141  # the collector's default --http port
 
 
 def api_url(v: str) -> str:
-    """``--collector``: a URL (``http://HOST:PORT``) or, as the agent writes it, ``HOST:PORT``
-    (or ``HOST``: port 7141) -> the API's base URL. argparse turns the error into a usage line."""
+    """``--collector``: a URL (``http://HOST[:PORT]``, port 7141 where none is written) or, as the
+    agent writes it, ``HOST:PORT`` -> the API's base URL. argparse turns the error into a usage line."""
     try:
         scheme, addr = endpoint(v, HTTP_PORT)
     except ValueError as e:
