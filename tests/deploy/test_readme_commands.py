@@ -103,6 +103,9 @@ def fresh_box(tmp_path):
 def test_the_test_command_on_stock_debian(fresh_box):
     cmd = command(README, "bash .ci/run")
     assert fresh_box.run("python3 -m pip --version", check=False).returncode != 0  # no pip, as Debian ships it
+    # and no venv module either, as a minimal install has it: the command installs what it needs
+    fresh_box.run("DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq python3-venv python3.11-venv")
+    assert fresh_box.run("python3 -m venv /tmp/v", check=False).returncode != 0
     env = {"CI": "true", "FIRSTFAULT_CI_TESTS": "-q -rs",
            **({"PIP_FIND_LINKS": "/mnt/wheels"} if LOCAL_WHEELS.is_dir() else {})}
     r = _in_tree(fresh_box, cmd, timeout=3000, env=env)
