@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from tests.offline.scoring import SETS, score
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tree's tests and firstfault, run as a file or -m
+
+from tests.offline.scoring import SETS, score  # noqa: E402
 
 
 def main(argv=None) -> int:

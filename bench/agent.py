@@ -285,7 +285,7 @@ def start_agent(work: str, port: int, cpu: int, fsync_ms: int, samplers: bool,
     a = Shipper([sys.executable, "-m", "firstfault", "agent", "--collector", f"127.0.0.1:{port}",
                  "--state-dir", os.path.join(work, "state"), "--node", "bench", "--metrics", "",
                  "--log-level", "warning",
-                 "--ranklog", os.path.join(work, "logs", "rank{rank}.log"),
+                 "--job", "bench", "--ranklog", os.path.join(work, "logs", "rank{rank}.log"),
                  "--spool-fsync-interval-ms", str(fsync_ms), *off, *extra], cpu,
                 env={"PYTHONPATH": tree}, cwd=tree)
     return a

@@ -20,7 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.faults.harness import Rig, cannot_run, plan, summary
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tree's tests and firstfault, run as a file or -m
+
+from tests.faults.harness import Rig, cannot_run, plan, summary  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

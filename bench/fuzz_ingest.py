@@ -21,7 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.faults.ingestfuzz import run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tree's tests and firstfault, run as a file or -m
+
+from tests.faults.ingestfuzz import run  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,15 +56,20 @@ def main(argv: list[str] | None = None) -> int:
         return importlib.import_module(OWN_PARSERS[argv[0]][0]).main(argv[1:])
     from firstfault.collector.query import QueryError
     from firstfault.collector.store.base import StoreError
+    from firstfault.common.output import OutputError
 
     a = parser().parse_args(argv)
     try:
         return a.func(a)
-    except (QueryError, StoreError) as e:
+    except (QueryError, StoreError, OutputError) as e:
         print(f"firstfault: {e}", file=sys.stderr)
         return 1
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader went away (| head): before OSError, whose kind it is
         return 0
+    except OSError as e:  # a file a command reads or writes that no check above foresaw: one line, never a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"firstfault {a.cmd}: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -233,7 +233,7 @@ def demo(workdir: Path, *, ranks: int, mode: str, fmt: str, serve: bool = False,
                             "--format", "html", "--output", str(workdir / "report.html")], check=False)
             say(f"the report page, to open with no collector: {workdir / 'report.html'}")
         if not serve:
-            say(f"the report page was {url} while the demo ran: `firstfault demo --serve` keeps it open")
+            say(f"the report page was {url} while the demo ran: `firstfault demo --serve yes` keeps it open")
             return 0
         say(f"the report page, rank {victim} on the timeline: {url}  (jobs: http://{addr['http']}/, paste a log: "
             f"http://{addr['http']}/paste); Ctrl-C stops the demo")
@@ -253,20 +253,28 @@ def demo(workdir: Path, *, ranks: int, mode: str, fmt: str, serve: bool = False,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="firstfault demo", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="firstfault demo", description=(
+        "The whole path on this machine in one command: a collector and an agent (the real daemons), a "
+        "small job whose rank fails for real (the kernel's OOM killer as root, else an exception), and "
+        "the report from the collector."))
     p.add_argument("--ranks", type=int, default=4, help="ranks of the demo job (default 4)")
     p.add_argument("--mode", choices=("auto", "oom", "exception"), default="auto",
                    help="how the victim fails; auto: oom as root, else exception")
     p.add_argument("--format", choices=("text", "md", "json"), default="text")
     p.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (logs, database, spool, report.html)")
-    p.add_argument("--serve", choices=("auto", "yes", "no"), default="auto",
-                   help="keep the collector and its report page up until Ctrl-C (auto: when run from a terminal)")
+    p.add_argument("--serve", choices=("auto", "yes", "no"), default="auto", nargs="?", const="yes",
+                   help="keep the collector and its report page up until Ctrl-C (auto: when run from a "
+                   "terminal; --serve alone: yes)")
     a = p.parse_args(argv)
     if a.ranks < 2:
         p.error("--ranks must be at least 2")
     mode = a.mode if a.mode != "auto" else ("oom" if os.geteuid() == 0 else "exception")
     workdir = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="firstfault-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"firstfault demo: cannot make the work folder {workdir}: {e.strerror or e}", file=sys.stderr)
+        return 2
     try:
         serve = a.serve == "yes" or (a.serve == "auto" and sys.stdin.isatty() and sys.stderr.isatty())
         return demo(workdir.resolve(), ranks=a.ranks, mode=mode, fmt=a.format, serve=serve, keep=bool(a.keep))

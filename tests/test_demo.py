@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.agent.sources.conftest import needs_kmsg
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
@@ -31,6 +33,7 @@ def leftovers() -> list[str]:
 
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="the memory cgroup needs root")
+@needs_kmsg  # the kill's witness is the agent's kmsg source
 def test_a_rank_killed_by_the_kernel_oom_killer_is_named_from_the_agents_records():
     rep, err = demo("--mode", "oom")
     first = rep["first_failure"]

@@ -24,17 +24,18 @@ DEPLOY = "tests.deploy.test_readme_commands"
 RUN_BY = {
     ("README.md", "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/firstfault demo"):
         f"{DEPLOY}::test_the_main_job_command_on_stock_debian",  # and test_the_main_job_command_here
-    ("README.md", "bash .ci/run"): None,  # what CI runs on a clean machine (.ci/run): the suite itself
+    ("README.md", "bash .ci/run"):  # what CI runs on a clean machine: the whole suite; in the container, the quick one
+        f"{DEPLOY}::test_the_test_command_on_stock_debian",
     ("README.md", "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"):
         f"{DEPLOY}::test_the_quick_test_command_in_a_fresh_venv",
     ("README.md", "firstfault analyze examples/oom-kill --kernel examples/oom-kill/kmsg.txt --kernel-boot-time "
-                  "1796209021.7246525 --checkpoint-dir examples/oom-kill/checkpoints"):
+                  "1796326759.5386636 --checkpoint-dir examples/oom-kill/checkpoints"):
         "tests.test_readme::test_the_offline_examples_run_as_written",
     ("examples/oom-kill/README.md", "firstfault analyze examples/oom-kill --kernel examples/oom-kill/kmsg.txt "
-                                    "--kernel-boot-time 1796209021.7246525"):
+                                    "--kernel-boot-time 1796326759.5386636"):
         "tests.test_readme::test_the_offline_examples_run_as_written",
     ("examples/oom-kill/README.md", "firstfault analyze examples/oom-kill --kernel examples/oom-kill/kmsg.txt "
-                                    "--kernel-boot-time 1796209021.7246525 --checkpoint-dir examples/oom-kill/checkpoints"):
+                                    "--kernel-boot-time 1796326759.5386636 --checkpoint-dir examples/oom-kill/checkpoints"):
         "tests.test_readme::test_the_offline_examples_run_as_written",
     ("README.md", "firstfault compare tests/data/compare/retry-0-zero3-probe-fails "
                   "tests/data/compare/retry-1-zero2-fixed --before-checkpoint-dir "

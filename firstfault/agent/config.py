@@ -5,7 +5,7 @@ A whole file (every key optional; these are the defaults, except where said)::
     node = "gpu-07"                    # default: this host's name
     state_dir = "/var/lib/firstfault-agent"   # the spool and the sources' saved positions
     job = "nightly-7b"                 # label for records with no job of their own (default: none)
-    collectors = ["head-01:7140"]      # HOST:PORT, tried in order, failing over to the next
+    collectors = ["head-01:7140"]      # HOST:PORT (or tcp://HOST:PORT), tried in order, failing over
     token_file = "/etc/firstfault/token"   # required when a collector is not on loopback
     metrics = "127.0.0.1:7142"         # Prometheus /metrics; "" turns it off
     log_level = "info"                 # debug, info, warning, error
@@ -53,6 +53,7 @@ from firstfault.common import settings
 from firstfault.common.redact import PARSERS as REDACT_PARSERS, RedactConfig
 from firstfault.common.settings import Address, ConfigError as _BaseConfigError, HelpRequested  # noqa: F401 (re-exported)
 from firstfault.agent.sources import base as sources
+from firstfault.agent.sources.ranklog import glob_names_a_job
 from firstfault.wire import MAX_NAME_BYTES
 
 USAGE = """\
@@ -67,6 +68,7 @@ Every key of the TOML file is a flag: top-level KEY is --KEY, key KEY of table T
 --T-KEY, option KEY of source S is --S-KEY (dashes for underscores); flags win."""
 
 DEFAULT_STATE_DIR = "/var/lib/firstfault-agent"
+INGEST_PORT = 7140  # the collector's default --listen port: a collector written without one
 DEFAULT_ON = frozenset({"kmsg", "cgroup", "procs", "nvml", "marks", "stacks", "flightrec"})  # where available
 WIRED = frozenset({"paths", "state_dir", "agent_state_dir", "pids", "ranks", "watch", "job_label"})  # set by the daemon, not config
 
@@ -141,13 +143,19 @@ def _name(v: Any, flag: bool) -> str:
     return v
 
 
+def _collector(v: Any, flag: bool) -> Address:
+    """``HOST:PORT`` (port 7140 where none is written) or a URL: the query commands'
+    ``--collector http://HOST:PORT`` form is taken too (only its host and port: TLS is ``[tls]``)."""
+    return settings.endpoint(v, INGEST_PORT)[1]
+
+
 def _metrics(v: Any, flag: bool) -> Address | None:
     return None if v == "" else settings.address(v, flag)
 
 
 _PARSERS: dict[str | None, dict[str, settings.Parser]] = {
     None: {"node": _name, "state_dir": settings.path, "job": _name,
-           "collectors": settings.strings(settings.address), "token_file": settings.path,
+           "collectors": settings.strings(_collector), "token_file": settings.path,
            "metrics": _metrics, "log_level": settings.level},
     "tls": {"ca": settings.path, "cert": settings.path, "key": settings.path,
             "server_name": settings.string},
@@ -282,6 +290,14 @@ def _check(cfg: AgentConfig, problems: list[str]) -> AgentConfig:
             problems.append(f"tls.{name}: cannot read {p}")
     if not cfg.collectors:
         problems.append("collectors: none given; name at least one (--collector HOST:PORT)")
+    ranklog = cfg.sources.get("ranklog")
+    if cfg.job is None and ranklog is not None and ranklog.wanted:
+        globs = ranklog.options.get("globs")
+        for g in globs if isinstance(globs, list) else ():  # not a list: the source says so
+            if isinstance(g, str) and os.path.isabs(g) and not glob_names_a_job(g):  # else the source says why
+                problems.append(f"sources.ranklog: glob {g!r} can never name a job, so its lines would belong "
+                                "to none and `firstfault jobs` would not list them: put {job} where the job's "
+                                "name is (/logs/{job}/rank{rank}.log) or give the agent --job LABEL")
     token = settings.read_token(cfg.token_file, problems)
     remote = [str(a) for a in cfg.collectors if not a.is_loopback]
     if cfg.token_file is None and remote:

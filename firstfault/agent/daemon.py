@@ -42,7 +42,7 @@ from firstfault.agent.hostpaths import HostPaths
 from firstfault.agent.metrics import MetricsServer, render
 from firstfault.common.sdnotify import Notifier
 from firstfault.common.settings import read_token
-from firstfault.agent.shipper import Shipper
+from firstfault.agent.shipper import Shipper, ShipperStats
 from firstfault.agent.sink import SpoolSink
 from firstfault.agent.sources import base as sources
 from firstfault.agent.spool import Spool, SpoolError
@@ -159,6 +159,12 @@ class Agent:
             ctx = ssl_context(cfg)
         except (OSError, ssl.SSLError) as e:
             raise StartError(f"TLS setup failed: {e}") from e
+        if cfg.metrics is not None:  # bound before anything runs: a port in use stops a start that shipped nothing
+            try:
+                self.metrics = MetricsServer(cfg.metrics, self.metrics_text)
+            except OSError as e:
+                self.stop_now()
+                raise StartError(f"cannot serve /metrics on {cfg.metrics}: {e.strerror or e}") from e
         self.shipper = Shipper(self.spool, cfg.collectors, token=cfg.token, ssl_context=ctx,
                                server_name=cfg.tls.server_name, agent_version=__version__,
                                on_ack=self.sink.acked).start()
@@ -167,12 +173,6 @@ class Agent:
             if since is not None:  # records spooled after its last saved position
                 s.catch_up(self.spool.recent_rows(since or None, s.name))
         self.runners = [sources.SourceRunner(s, self.sink, self._sources_stop).start() for s in srcs]
-        if cfg.metrics is not None:
-            try:
-                self.metrics = MetricsServer(cfg.metrics, self.metrics_text)
-            except OSError as e:
-                self.stop_now()
-                raise StartError(f"cannot serve /metrics on {cfg.metrics}: {e}") from e
         log.info("agent started node=%s stream=%s sources=%s collectors=%s metrics=%s",
                  cfg.node, self.spool.stream, ",".join(s.name for s in srcs),
                  ",".join(map(str, cfg.collectors)),
@@ -182,7 +182,8 @@ class Agent:
         self.notifier.ready(self.status_line())
 
     def metrics_text(self) -> str:
-        return render(self.sink, self.spool.stats(), self.shipper.stats)
+        ship = self.shipper.stats if self.shipper is not None else ShipperStats()  # a scrape while starting
+        return render(self.sink, self.spool.stats(), ship)
 
     def status_line(self) -> str:
         st, ship = self.spool.stats(), self.shipper.stats

@@ -83,7 +83,10 @@ def parse_selection(job: str, q) -> Selection:
     """Selection from query parameters; ValueError names the bad one."""
     def ints(name):
         v = q.get(name)
-        return tuple(int(x) for x in v.split(",")) if v else None
+        try:
+            return tuple(int(x) for x in v.split(",")) if v else None
+        except ValueError:
+            raise ValueError(f"{name}: expected numbers, comma separated: {v!r}") from None
 
     def ns(name):
         v = q.get(name)

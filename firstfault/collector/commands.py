@@ -22,14 +22,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from firstfault.collector import query
-from firstfault.common.output import write_output
+from firstfault.common.output import check_target, write_output
 from firstfault.common.redact import Redactor
-from firstfault.common.settings import read_token
+from firstfault.common.settings import endpoint, read_token
 from firstfault.reports.escape import json_text, terminal, terminal_lines
 from firstfault.analysis.catalog import load_catalog
 from firstfault.reports import FORMATS, needs_timeline, render
 
 DEFAULT_URL = "http://127.0.0.1:7141"
+HTTP_PORT = 7141  # the collector's default --http port
+
+
+def api_url(v: str) -> str:
+    """``--collector``: a URL (``http://HOST[:PORT]``, port 7141 where none is written) or, as the
+    agent writes it, ``HOST:PORT`` -> the API's base URL. argparse turns the error into a usage line."""
+    try:
+        scheme, addr = endpoint(v, HTTP_PORT)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return f"{'https' if scheme == 'https' else 'http'}://{addr}"
 
 
 class _Http:
@@ -104,7 +115,11 @@ class _Db:
 
         if self.store.job(job) is None:
             raise query.QueryError(f"no job {job!r} in the store")
-        return query.timeline(self.store, parse_selection(job, params), Redactor())
+        try:
+            sel = parse_selection(job, params)
+        except ValueError as e:  # the words the HTTP API answers with
+            raise query.QueryError(str(e)) from None
+        return query.timeline(self.store, sel, Redactor())
 
 
 def _source(a: argparse.Namespace):
@@ -125,7 +140,8 @@ def job_report(a: argparse.Namespace, job: str) -> dict:
 def add_source_options(p: argparse.ArgumentParser) -> None:
     """--collector URL | --db PATH_OR_URL, and --token-file: where the jobs' records are."""
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--collector", metavar="URL", help=f"the collector's HTTP API (default {DEFAULT_URL})")
+    where.add_argument("--collector", metavar="URL", type=api_url,
+                       help=f"the collector's HTTP API: http://HOST:PORT or HOST:PORT (default {DEFAULT_URL})")
     where.add_argument("--db", metavar="PATH_OR_URL",
                        help="read the collector's store directly: its SQLite file or postgresql:// URL")
     p.add_argument("--token-file", metavar="F", help="token for a collector API that is not on loopback")
@@ -145,11 +161,11 @@ def cmd_jobs(a: argparse.Namespace) -> int:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
+    check_target(a.bundle or a.output)  # before asking the collector, which may take a while
     src = _source(a)
     if a.bundle:
         data = src.bundle(a.job)
-        with open(a.bundle, "wb") as f:
-            f.write(data)
+        write_output(data, a.bundle)
         print(f"firstfault: wrote {a.bundle} ({len(data)} bytes)", file=sys.stderr)
         return 0
     write_output(render(src.report(a.job, timeline=needs_timeline(a.format)), a.format), a.output)

@@ -73,6 +73,32 @@ def address(v: Any, flag: bool) -> Address:
     return Address(host, int(port))
 
 
+URL_SCHEMES = ("http", "https", "tcp")
+
+
+def endpoint(v: str, default_port: int) -> tuple[str | None, Address]:
+    """Where a collector is, in either form people write it: ``HOST:PORT``, ``[v6]:PORT``
+    or a URL ``http://HOST[:PORT][/]`` (also https, tcp) -> (the URL's scheme or None, the
+    address; ``default_port`` where a URL has none). ValueError says why not."""
+    if type(v) is not str or not v.strip():
+        raise ValueError(f"expected HOST:PORT or a URL http://HOST:PORT, got {v!r}")
+    scheme, sep, rest = v.strip().partition("://")
+    if not sep:
+        scheme, rest = None, v.strip()
+    elif scheme.lower() not in URL_SCHEMES:
+        raise ValueError(f"expected HOST:PORT or a URL http://HOST:PORT (schemes {', '.join(URL_SCHEMES)}), "
+                         f"got {v!r}")
+    rest = rest[:-1] if sep and rest.endswith("/") else rest
+    if "/" in rest or "?" in rest or "@" in rest:
+        raise ValueError(f"expected HOST:PORT or http://HOST:PORT with no path, query or user, got {v!r}")
+    if sep and (":" not in rest or rest.endswith("]")):  # a URL without a port
+        rest = f"{rest}:{default_port}"
+    try:
+        return scheme and scheme.lower(), address(rest, False)
+    except ValueError:
+        raise ValueError(f"expected HOST:PORT or a URL http://HOST:PORT, got {v!r}") from None
+
+
 def number(lo: float, *, strict: bool = False, integer: bool = False,
            hi: float | None = None) -> Parser:
     def parse(v: Any, flag: bool) -> Any:

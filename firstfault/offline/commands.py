@@ -7,7 +7,8 @@
 
 Exit codes of ``analyze``: 0 a report was written (whatever it found; inputs that
 could not be read are listed in it and on stderr), 1 no input could be read at
-all, 2 usage error. ``checkpoint``: 0 the checkpoint a restart would pick is safe,
+all or the output file cannot be written, 2 usage error (none of the PATHs exists,
+as ``checkpoint`` and ``compare`` say of a folder that is not there). ``checkpoint``: 0 the checkpoint a restart would pick is safe,
 1 it is unsafe, 3 its safety is unknown, 2 usage error or not a checkpoint folder.
 """
 
@@ -20,7 +21,7 @@ import time
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from firstfault.common.output import write_output
+from firstfault.common.output import check_target, write_output
 from firstfault.common import redact
 from firstfault.common.redact import Redactor
 from firstfault.reports.escape import terminal
@@ -122,6 +123,11 @@ def cmd_analyze(a: argparse.Namespace) -> int:
         redactor = Redactor.from_settings(not a.no_redact, True, a.redact)
     except ValueError as e:
         print(f"firstfault analyze: {e}", file=sys.stderr)
+        return 2
+    check_target(a.output)  # a folder that is not there: said now, not after the analysis
+    named = [p.split("=", 1)[1] if "=" in p and not os.path.exists(p) else p for p in a.paths]
+    if "-" not in named and not any(os.path.exists(p) for p in named):  # a typo, as checkpoint and compare say
+        print(f"firstfault: no such file or folder: {terminal(', '.join(a.paths))}", file=sys.stderr)
         return 2
     report, gaps, problem = report_from_logs(a.paths, node=a.node, kernel=a.kernel, checkpoint_dir=a.checkpoint_dir,
                                              tz=a.tz, kernel_boot_ns=a.kernel_boot_time, job=a.job, meter=True,

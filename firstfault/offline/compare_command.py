@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from firstfault.analysis.compare import compare_reports
 from firstfault.analysis.report import iso
-from firstfault.common.output import write_output
+from firstfault.common.output import check_target, write_output
 from firstfault.reports.escape import terminal
 from firstfault.offline.commands import report_from_logs, time_zone
 from firstfault.reports.compare import render_compare
@@ -102,6 +102,7 @@ def _report(a: argparse.Namespace, which: str, paths: list[str] | None, jobs: Jo
 
 
 def cmd_compare(a: argparse.Namespace, jobs: JobSource | None = None) -> int:
+    check_target(a.output)
     try:
         paths = [side_paths(a.before), side_paths(a.after)]  # both named right before either is read
         before, bsrc = _report(a, "before", paths[0], jobs)

@@ -30,6 +30,7 @@ from importlib import resources
 
 from firstfault.reports.memtable import HEADER as MEMORY_HEADER
 from firstfault.reports.memtable import memory_rows
+from firstfault.reports.text import alike_text
 
 _ASSETS = resources.files("firstfault.reports") / "assets"
 CSS = (_ASSETS / "report.css").read_text(encoding="utf-8")
@@ -103,7 +104,7 @@ def _first(rep: dict) -> str:
             ("confidence", e(ff.get("confidence")) + (" — tied within clock uncertainty with rank(s) "
                                                       + e(", ".join(map(str, ff.get("tied_with") or [])))
                                                       if ff.get("within_clock_uncertainty") else "")),
-            ("ranks sharing it", e(", ".join(map(str, ff.get("ranks_sharing") or []))))]
+            ("failed alike", e(alike_text(ff.get("ranks_sharing"))))]
     out = [f"<section id='first' class='first' aria-labelledby='first-h'><h2 id='first-h'>First failure: "
            f"<span id='ff-who'>{e(rank + node)}</span>{e(inferred)}</h2>",
            f"<p class='summary'>{e(ff.get('summary'))}</p>", _kv(rows),

@@ -11,7 +11,7 @@ from firstfault.reports.escape import md_block as _fence
 from firstfault.reports.escape import md_code as _code
 from firstfault.reports.escape import md_text
 from firstfault.reports.memtable import HEADER, memory_rows
-from firstfault.reports.text import nodes_line
+from firstfault.reports.text import alike_text, nodes_line
 
 
 def _cell(v) -> str:
@@ -40,7 +40,7 @@ def render_markdown(rep: dict) -> str:
                      ("clock", ff.get("clock")),
                      ("confidence", ff["confidence"]),
                      ("within clock uncertainty", "yes" if ff.get("within_clock_uncertainty") else "no"),
-                     ("ranks sharing it", ", ".join(map(str, ff.get("ranks_sharing") or [])))):
+                     ("failed alike", alike_text(ff.get("ranks_sharing")))):
             out.append(f"| {k} | {v if k == 'signature' else _cell(v)} |")
         out.append("")
         out.append(f"**Do first:** {md_text(ff['first_action'])}")

@@ -11,6 +11,27 @@ from firstfault.reports.escape import terminal_lines
 from firstfault.reports.memtable import HEADER, memory_rows
 
 
+def clip(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: cut at the last space before the limit (unless
+    that loses more than a third of it) and marked with an ellipsis, never mid-word unmarked."""
+    if len(text) <= width:
+        return text
+    cut = text[:width - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > width * 2 // 3 else cut).rstrip() + "…"
+
+
+def ranks_text(ranks) -> str:
+    """``rank 2`` or ``ranks 1, 2, 5`` (a list of ranks said as one, never a bare number that reads as a count)."""
+    ranks = list(ranks or [])
+    return "none" if not ranks else f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def alike_text(ranks) -> str:
+    """The first failure's ``ranks_sharing``: ``rank 1 only`` or ``ranks 1, 3``."""
+    return ranks_text(ranks) + (" only" if len(ranks or []) == 1 else "")
+
+
 def _rank_line(r: str, info: dict) -> str:
     fe = info.get("first_error")
     ex = info.get("exit")
@@ -23,7 +44,7 @@ def _rank_line(r: str, info: dict) -> str:
     first_line = terminal_lines((fe.get("text") or "").strip())
     text = first_line[-1] if first_line else ""
     return (f"  rank {_t(r)}{where}: [{_t(fe['role'])}] {_t(fe['signature'])} at "
-            f"{_t(fe.get('at') or '?')}{tail}\n      {text[:160]}")
+            f"{_t(fe.get('at') or '?')}{tail}\n      {clip(text, 160)}")
 
 
 def nodes_line(nodes: list[dict]) -> str:
@@ -71,13 +92,13 @@ def render_text(rep: dict) -> str:
             tie = f"; tied within clock uncertainty with {'rank(s) ' + with_ if with_ else 'another failure'}"
         out.append(f"  confidence  {_t(ff['confidence'])}{tie}")
         if len(ff.get("ranks_sharing") or []) > 1:
-            out.append(f"  shared by   ranks {_t(', '.join(map(str, ff['ranks_sharing'])))}")
+            out.append(f"  shared by   {_t(ranks_text(ff['ranks_sharing']))}")
         for how in ff.get("inferred_from") or []:
             out.append(f"  inferred    {_t(how)}")
         out.append(f"  do first    {_t(ff['first_action'])}")
         for e in ff.get("evidence", [])[:3]:
             text = terminal_lines((e.get("text") or "").strip())
-            out.append(f"  evidence    {_t(e.get('origin') or e.get('source'))}: {text[-1][:200] if text else ''}")
+            out.append(f"  evidence    {_t(e.get('origin') or e.get('source'))}: {clip(text[-1], 200) if text else ''}")
             if e.get("linked_by"):
                 out.append(f"              linked: {_t(e['linked_by'])}")
     others = rep.get("distinct_failures", [])[1:]

@@ -33,7 +33,7 @@ globs = ["/logs/{{job}}/rank{{rank}}.log"]
 ''')
     cfg, check = parse_args(["--config", path, "--collector", "10.1.1.1:7140", "--cgroup-interval-s", "0.5",
                              "--ranklog", "/a/rank{rank}.log", "--ranklog", "/b/rank{rank}.log",
-                             "--procs-enabled", "false", "--check-config"])
+                             "--procs-enabled", "false", "--job", "nightly", "--check-config"])
     assert check and cfg.node == "gpu-07" and cfg.token == "s3cret" and cfg.metrics is None
     assert cfg.collectors == (Address("10.1.1.1", 7140),)  # flags win over the file
     assert cfg.spool.max_bytes == 2097152 and cfg.spool.fsync == "always"
@@ -78,3 +78,34 @@ def test_a_remote_collector_needs_a_token_and_a_collector_is_needed():
         load_config(None, {(None, "collectors"): ["10.0.0.5:7140"]})
     with pytest.raises(ConfigError, match="collectors: none given"):
         load_config(None, {})
+
+
+def test_a_ranklog_glob_that_can_never_name_a_job_is_refused_unless_the_agent_has_one():
+    """Lines of no job are stored and listed under no job: ``firstfault jobs`` stays empty."""
+    base = ["--collector", "127.0.0.1:7140", "--check-config"]
+    with pytest.raises(ConfigError) as e:
+        parse_args([*base, "--ranklog", "/scratch/jobs/*/rank*.log"])
+    assert "'/scratch/jobs/*/rank*.log' can never name a job" in str(e.value) and "--job" in str(e.value)
+    for named in ("/scratch/{job}/rank{rank}.log",  # the job's part
+                  "/runs/*/attempt_*/*/stderr.log",  # torchrun's run folder names it
+                  "/runs/trainrun_k3x9q2ab/attempt_*/*/stdout.log"):
+        assert parse_args([*base, "--ranklog", named])[0].sources["ranklog"].wanted
+    with pytest.raises(ConfigError):  # a run folder without mkdtemp's suffix names no run id
+        parse_args([*base, "--ranklog", "/runs/fixed/attempt_*/*/stdout.log"])
+    cfg, _ = parse_args([*base, "--ranklog", "/scratch/jobs/*/rank*.log", "--job", "nightly"])
+    assert cfg.job == "nightly"
+
+
+@pytest.mark.parametrize("given, want", [
+    ("localhost:7140", Address("localhost", 7140)), ("tcp://localhost:7150", Address("localhost", 7150)),
+    ("http://127.0.0.5:7140/", Address("127.0.0.5", 7140)), ("http://localhost", Address("localhost", 7140)),
+    ("[::1]:7140", Address("::1", 7140)), ("http://[::1]:9", Address("::1", 9))])
+def test_collector_is_host_port_or_the_url_the_query_commands_take(given, want):
+    assert parse_args(["--collector", given])[0].collectors == (want,)
+
+
+@pytest.mark.parametrize("given", ["head-01", "ftp://head-01:7140", "http://head-01:7140/api", "http://:7140"])
+def test_a_collector_in_neither_form_is_one_problem_that_says_both(given):
+    with pytest.raises(ConfigError) as e:
+        parse_args(["--collector", given])
+    assert "HOST:PORT" in str(e.value) and "http://HOST:PORT" in str(e.value) and "loopback" not in str(e.value)

@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from tests.agent.sources.conftest import needs_kmsg
 from tests.collector.server.ingest_helpers import Agent, CollectorProcess
 
 from firstfault.wire import Hello
@@ -28,7 +29,7 @@ from firstfault.collector.store.base import Selection
 from firstfault.collector.store.sqlite import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[2]
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="writes /dev/kmsg (root)")
+needs_root = needs_kmsg  # the tests marked so write /dev/kmsg
 QUIET = ("--procs-enabled", "false", "--cgroup-enabled", "false")
 
 

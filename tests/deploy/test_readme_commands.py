@@ -3,6 +3,9 @@
 - The main job, on a stock Debian 12 (a debootstrap tree booted with systemd-nspawn, with only
   Debian's python3 and python3-venv, no pip, no git: the tree is copied in as a clone has it),
   as root in the tree: the demo's report names the failed rank (2).
+- The test command (``bash .ci/run``) on the same stock Debian 12, as root, as CI runs it: it
+  installs the system packages and makes its own virtual environment with everything the suite
+  needs; the suite inside is limited to the quick selection (FIRSTFAULT_CI_TESTS), which passes.
 - The main job and the quick-test command on this machine (CI's kind), each in a copy of the
   tree with the fresh virtual environment the command makes: the report names rank 2; the
   fast suite passes with only the [test] extra.
@@ -39,6 +42,9 @@ TREE = "/root/firstfault"
 # Where the package index is reached through a TLS proxy, the host's CA bundle says whom to trust
 # (pip's own bundle does not know the proxy); the container gets it as PIP_CERT. Elsewhere nothing.
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+# Where this kind of machine keeps wheels for pip on disk (torch's CPU build among them); elsewhere
+# the command finds torch as a user's machine would.
+LOCAL_WHEELS = Path("/opt/wheels")
 
 pytestmark = [pytest.mark.slow]
 in_a_container = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools()))
@@ -70,9 +76,47 @@ def box(tmp_path_factory):
         c.stop()
 
 
-def _in_tree(box: Container, cmd: str, timeout: float) -> subprocess.CompletedProcess:
-    env = {"PIP_CERT": "/mnt/host-ca.crt"} if HOST_CA.exists() else {}
+def _in_tree(box: Container, cmd: str, timeout: float, env: dict[str, str] | None = None
+             ) -> subprocess.CompletedProcess:
+    env = {**({"PIP_CERT": "/mnt/host-ca.crt"} if HOST_CA.exists() else {}), **(env or {})}
     return box.run(f"cd {TREE} && {cmd}", check=False, timeout=timeout, env=env)
+
+
+@pytest.fixture
+def fresh_box(tmp_path):
+    """Another stock Debian 12 for the test command, which installs system packages: the tree
+    copied in, and where this machine keeps wheels on disk for pip (the CPU torch), those. No
+    /dev/kmsg (nspawn gives none): the tests that need it skip, as in a user's container."""
+    _clone_tar(tmp_path)
+    binds_ro = {str(tmp_path): "/mnt/clone", **({str(HOST_CA): "/mnt/host-ca.crt"} if HOST_CA.exists() else {}),
+                **({str(LOCAL_WHEELS): "/mnt/wheels"} if LOCAL_WHEELS.is_dir() else {})}
+    c = Container(f"ff-ci-{uuid.uuid4().hex[:8]}", tmp_path / "console.log", binds_ro=binds_ro)
+    try:
+        c.run(f"mkdir -p {TREE} && tar -xf /mnt/clone/tree.tar -C {TREE}")
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.mark.root
+@in_a_container
+def test_the_test_command_on_stock_debian(fresh_box):
+    cmd = command(README, "bash .ci/run")
+    assert fresh_box.run("python3 -m pip --version", check=False).returncode != 0  # no pip, as Debian ships it
+    # and no venv module either, as a minimal install has it: the command installs what it needs
+    fresh_box.run("DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq python3-venv python3.11-venv")
+    assert fresh_box.run("python3 -m venv /tmp/v", check=False).returncode != 0
+    env = {"CI": "true", "FIRSTFAULT_CI_TESTS": "-q -rs",
+           **({"PIP_FIND_LINKS": "/mnt/wheels"} if LOCAL_WHEELS.is_dir() else {})}
+    r = _in_tree(fresh_box, cmd, timeout=3000, env=env)
+    out = r.stdout.splitlines()
+    assert r.returncode == 0, f"{cmd!r} exited {r.returncode}\n{r.stdout[-6000:]}\n{r.stderr[-3000:]}"
+    assert re.search(r"^\d+ passed", out[-1]) and "failed" not in out[-1] and "error" not in out[-1], out[-40:]
+    # the suite ran in the environment the command made, with the CPU build of torch
+    torch = fresh_box.run(f"{TREE}/.venv/bin/python -c 'import torch, firstfault; print(torch.__version__, "
+                          "torch.cuda.is_available(), firstfault.__file__)'").stdout.split()
+    assert torch[1:] == ["False", f"{TREE}/firstfault/__init__.py"] and (
+        "+cpu" in torch[0] or not LOCAL_WHEELS.is_dir()), torch
 
 
 @pytest.mark.root

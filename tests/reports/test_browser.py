@@ -79,11 +79,21 @@ def test_the_oom_kill_report_renders_offline_with_the_kill_linked_to_rank_1(brow
     assert page.input_value("#mem-rank") == "1"
     assert page.locator("#mem-chart svg circle").count() >= 2
     assert "memory cgroup" in page.inner_text("#memory table")
+    # the kill is at the chart's right edge: its label stays inside the chart
+    label = page.evaluate("""() => { const svg = document.querySelector('#mem-chart svg');
+        const t = [...svg.querySelectorAll('text')].find(t => t.textContent === 'first failure');
+        const a = t.getBoundingClientRect(), b = svg.getBoundingClientRect();
+        return [a.left >= b.left, a.right <= b.right]; }""")
+    assert label == [True, True]
+    # the kernel's marks and the agent's cgroup OOM marks are told apart in the legend
+    swatches = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('#tl-legend .item')].map(
+        i => [i.textContent, [...i.querySelectorAll('svg *')].map(n => n.getAttribute('fill') || n.getAttribute('stroke')).join()]))""")
+    assert swatches["kernel / Xid"] != swatches["cgroup OOM (agent)"]
     # clicking the mark of the first failure shows its raw line and where it was read
     page.locator("#tl-scroll [data-kind='first']").click()
     details = page.inner_text("#tl-details")
-    assert "Memory cgroup out of memory: Killed process 4271" in details and "origin: " in details
-    assert "kmsg.txt:80" in details and "hit rank 1" in details
+    assert "Memory cgroup out of memory: Killed process 10396" in details and "origin: " in details
+    assert "kmsg.txt:82" in details and "hit rank 1" in details
     page.click("tr.k-first button.show")  # the key event: the kill alone
     assert page.locator("#tl-details .ev").count() == 1
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

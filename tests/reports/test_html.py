@@ -15,7 +15,7 @@ from tests.reports.hostile import HOSTILE, write_hostile_log
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "oom-kill"
-OOM_ARGS = [str(EXAMPLE), "--kernel", str(EXAMPLE / "kmsg.txt"), "--kernel-boot-time", "1796209021.7246525",
+OOM_ARGS = [str(EXAMPLE), "--kernel", str(EXAMPLE / "kmsg.txt"), "--kernel-boot-time", "1796326759.5386636",
             "--checkpoint-dir", str(EXAMPLE / "checkpoints")]
 
 

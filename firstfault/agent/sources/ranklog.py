@@ -90,7 +90,7 @@ import threading
 from collections.abc import Callable
 
 from firstfault.agent.follow import FollowLoop, compile_glob
-from firstfault.common.layouts import TORCHRUN, layout_globs, parse_log_path
+from firstfault.common.layouts import TORCHRUN, TORCHRUN_FILES, layout_globs, parse_log_path
 from firstfault.agent.tail import (ERROR, LOST, MIN_LINE_BYTES, STATE_RESET, TRUNCATED, Event, LineBatch,
                         Position, StateError, Tailer, committed_at_ns, cut_line)
 from firstfault.analysis.stacks import DUMP_MARK, DumpGrouping, starts_dump
@@ -441,6 +441,26 @@ def _option_paths(name: str, value, *, dirs: bool) -> list[str]:
                 raise ValueError(f"ranklog: globs: {v!r}: {e}") from None
         out.append(os.path.normpath(v) if dirs else v)
     return out
+
+
+def glob_names_a_job(glob: str) -> bool:
+    """Whether a path ``glob`` matches can give its lines a job (see Identity above): it has a
+    ``{job}`` part, or it can match torchrun's layout, whose run folder names the job. A glob
+    that cannot (``/logs/*/rank*.log``) ships lines of no job unless the agent has ``job``:
+    the collector lists no job for them (agent/config.py refuses it)."""
+    try:
+        _, rx = compile_glob(glob)
+    except (ValueError, re.error):
+        return True  # _option_paths says what is wrong with it
+    if "job" in rx.groupindex:
+        return True
+    parts = glob.split("/")
+    if len(parts) < 5:  # "", run folder, attempt_N, local rank, file
+        return False
+    run = parts[-4] if not _GLOB_CHARS & set(parts[-4]) else "job_abcdefgh"  # a run id + mkdtemp's "_" + 8
+    samples = ("/".join([*parts[:-4], run, f"attempt_{attempt}", local, name])
+               for name in TORCHRUN_FILES for attempt in ("0", "1") for local in ("0", "1", "7"))
+    return any(rx.fullmatch(p) and (lp := parse_log_path(p)) is not None and lp.run_id for p in samples)
 
 
 def _positive(name: str, value) -> float:

@@ -7,7 +7,7 @@
   var PRIO = { first: 10, "rank-first": 9, root: 8, kernel: 7, "cgroup-oom": 7, exit: 6, cascade: 4,
     checkpoint: 3, progress: 2, context: 1, line: 0 };
   var COLOR = { first: "#b42318", "rank-first": "#c4320a", root: "#c4320a", kernel: "#6f42c1",
-    "cgroup-oom": "#6f42c1", exit: "#24292f", cascade: "#8c959f", checkpoint: "#0a5bb5",
+    "cgroup-oom": "#953800", exit: "#24292f", cascade: "#8c959f", checkpoint: "#0a5bb5",
     progress: "#1a7f37", context: "#8c959f", line: "#afb8c1" };
   var NAMES = { first: "first failure", "rank-first": "a rank's first error", root: "other error", kernel: "kernel / Xid",
     "cgroup-oom": "cgroup OOM (agent)", exit: "process exit (agent)", cascade: "cascade", checkpoint: "checkpoint",
@@ -436,7 +436,9 @@
       s.appendChild(svg("text", { x: W - R - 150, y: H - 8 }, iso(hi)));
       if (ffT !== null) {
         s.appendChild(svg("line", { x1: x(ffT), x2: x(ffT), y1: Tp, y2: H - B, "class": "ff-line" }));
-        s.appendChild(svg("text", { x: x(ffT) + 3, y: Tp - 6 }, "first failure"));
+        var nearRight = x(ffT) > W - R - 90;  // the label would run off the chart: it goes left of the line
+        s.appendChild(svg("text", { x: nearRight ? x(ffT) - 3 : x(ffT) + 3, y: Tp - 6,
+                                    "text-anchor": nearRight ? "end" : null }, "first failure"));
       }
       names.forEach(function (n) {
         var sr = series[n], c = colors[n] || "#24292f";

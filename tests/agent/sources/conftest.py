@@ -23,10 +23,27 @@ IS_ROOT = os.geteuid() == 0
 V1_MEMORY = Path("/sys/fs/cgroup/memory")
 HAS_V1_MEMORY = (V1_MEMORY / "memory.usage_in_bytes").exists() and (
     V1_MEMORY / "cgroup.event_control").exists()
+# a container (systemd-nspawn) shows the host's hierarchy read-only: there is nothing to make cgroups in
+V1_MEMORY_WRITABLE = HAS_V1_MEMORY and os.access(V1_MEMORY, os.W_OK)
 
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root")
-needs_v1_memory = pytest.mark.skipif(not (IS_ROOT and HAS_V1_MEMORY),
-                                     reason="needs root and the cgroup v1 memory controller")
+
+
+def kmsg_problem() -> str | None:
+    """Why the tests cannot write and read the real /dev/kmsg here; None when they can."""
+    if not IS_ROOT:
+        return "needs root (writes /dev/kmsg)"
+    try:
+        os.close(os.open("/dev/kmsg", os.O_RDWR | os.O_NONBLOCK))
+    except OSError as e:  # a container gets none unless it is bound in
+        return f"/dev/kmsg cannot be opened here ({e.strerror}), as in a container without it"
+    return None
+
+
+needs_kmsg = pytest.mark.skipif(kmsg_problem() is not None, reason=str(kmsg_problem()))
+needs_v1_memory = pytest.mark.skipif(not (IS_ROOT and V1_MEMORY_WRITABLE),
+                                     reason="needs root and a cgroup v1 memory controller it can make cgroups in "
+                                            "(read-only or absent here, as in a container)")
 
 
 def remove_cgroup(cg: Path) -> None:

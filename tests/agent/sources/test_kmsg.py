@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from firstfault.agent.clock import BootWall, read_boot_id
 from firstfault.agent.sources.kmsg import KmsgFormatError, KmsgSource, KmsgStream, parse_kmsg_record
 
-from tests.agent.sources.conftest import DATA, needs_root
+from tests.agent.sources.conftest import DATA, needs_kmsg
 
 KERNEL = DATA / "kernel"
 BOOT = BootWall(ns=1796209021724653703, error_ns=50, at_boottime_ns=924 * 10**9)
@@ -179,7 +179,7 @@ def has(text):
     return lambda d: d.kind == "kernel.line" and d.message == text
 
 
-@needs_root
+@needs_kmsg
 @pytest.mark.root
 def test_a_line_written_to_dev_kmsg_arrives_as_a_record(tmp_path, sink, running):
     with running(KmsgSource(state_dir=str(tmp_path)), sink):
@@ -205,7 +205,7 @@ def test_a_line_written_to_dev_kmsg_arrives_as_a_record(tmp_path, sink, running)
     assert seqs == sorted(seqs) and len(seqs) == len(set(seqs))
 
 
-@needs_root
+@needs_kmsg
 @pytest.mark.root
 def test_restart_resumes_after_the_stored_seq_without_repeats(tmp_path, sink, running):
     from tests.agent.sources.conftest import Sink
@@ -224,7 +224,7 @@ def test_restart_resumes_after_the_stored_seq_without_repeats(tmp_path, sink, ru
         min(seqs) > a.fields["seq"] + 1)  # a gap only if records were really lost meanwhile
 
 
-@needs_root
+@needs_kmsg
 @pytest.mark.root
 def test_state_of_another_boot_restarts_from_the_beginning_of_the_buffer(tmp_path, sink, running):
     (tmp_path / "kmsg.json").write_text(json.dumps({"boot_id": "not-this-boot", "seq": 10**9}))
@@ -236,7 +236,7 @@ def test_state_of_another_boot_restarts_from_the_beginning_of_the_buffer(tmp_pat
     assert (first.fields.get("seq") == 0 or first.fields.get("first_seq") == 0)
 
 
-@needs_root
+@needs_kmsg
 @pytest.mark.root
 def test_state_beyond_the_buffer_is_not_trusted(tmp_path, sink, running):
     (tmp_path / "kmsg.json").write_text(json.dumps({"boot_id": read_boot_id(), "seq": 10**12}))
@@ -255,7 +255,7 @@ def test_unreadable_kmsg_becomes_a_failed_status(tmp_path, sink, running):
     assert os.path.exists(src.paths.boot_id)
 
 
-@needs_root
+@needs_kmsg
 @pytest.mark.root
 def test_a_state_file_that_cannot_be_written_costs_no_record(tmp_path, sink, running):
     not_a_dir = tmp_path / "file"

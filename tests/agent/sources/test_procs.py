@@ -10,11 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 
 import psutil
 import pytest
 
+from firstfault.agent.clock import BootWall
 from firstfault.agent.hostpaths import HostPaths
+from firstfault.agent.sources import procs
 from firstfault.agent.sources.cgroup import CgroupSource
 from firstfault.agent.sources.kmsg import KmsgSource
 from firstfault.agent.sources.procs import (ProcsSource, exit_fields, parse_environ, parse_stat,
@@ -94,11 +97,23 @@ def test_parse_stat_with_spaces_and_parens_in_comm():
 
 # --- on a captured /proc tree ----------------------------------------------------------------
 
+def captured_boot(tree) -> BootWall:
+    """The clock of the machine the tree was captured on, at the capture: its boot (``btime``
+    of the tree's stat, whole seconds) and how long it had been up when captured. The source
+    reads start ticks from the tree, so its boot must be the tree's too: this machine's may be
+    minutes old, which put the captured ranks' starts in the future."""
+    btime = next(int(line.split()[1]) for line in (tree / "stat").read_text().splitlines()
+                 if line.startswith("btime "))
+    captured = datetime.fromisoformat(json.loads((tree / "roles.json").read_text())["captured"])
+    return BootWall(btime * 1_000_000_000, 500_000_000, int(captured.timestamp() - btime) * 1_000_000_000)
+
+
 @pytest.fixture
 def torchrun_tree(tmp_path, monkeypatch):
     tree = tmp_path / "proc"
     shutil.copytree(PROC / "torchrun", tree)
     monkeypatch.setattr(psutil, "PROCFS_PATH", psutil.PROCFS_PATH)  # restored after
+    monkeypatch.setattr(procs, "boot_wall", lambda: captured_boot(tree))
     return tree
 
 
@@ -117,7 +132,9 @@ def test_source_on_a_captured_torchrun_tree(torchrun_tree):
     assert d.fields["world_size"] == "2" and d.fields["torchelastic_restart_count"] == "0"
     page = os.sysconf("SC_PAGE_SIZE")
     assert d.fields["rss_bytes"] == int((torchrun_tree / str(ranks[1]) / "statm").read_text().split()[1]) * page
-    assert d.occurred_ns == d.fields["start_ns"] < d.observed_ns
+    ticks = int((torchrun_tree / str(ranks[1]) / "stat").read_text().rpartition(")")[2].split()[19])
+    started = captured_boot(torchrun_tree).ns + ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    assert d.occurred_ns == d.fields["start_ns"] == started < d.observed_ns
     assert src.ranks()[ranks[0]].rank == 0 and set(src.pids()) == set(ranks.values())
     assert [d.kind for d in src.poll()] == []  # nothing new; memory samples every 10 s
 
