@@ -17,6 +17,7 @@ from firstfault.analysis import timeline
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.checkpoint import DiskCheckpoint, checkpoint_report
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
+from firstfault.analysis.exits import agent_exits, best_exits
 from firstfault.analysis.facts import Facts, collect, identify, nccl_work, rank_dumps, saving_since
 from firstfault.analysis.findings import MAX_KEPT, PROGRESS, read_findings
 from firstfault.analysis.flight_recorder import FRAnalysis
@@ -118,11 +119,10 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     rank_nodes = dict(inp.rank_nodes)
     pids, single = identify(findings, rank_nodes, read.procs)
     facts = collect(findings, rank_nodes, pids, rank_dumps(read.dumps, pids, single))
-    for ev in read.procs:  # what the agents saw of process exits
-        r = ev.rank if ev.rank is not None else pids.get(ev.pid or -1)
-        if r is not None and ev.fields.get("exit"):
-            facts.exits.setdefault(r, ev.fields["exit"])
-            rank_nodes.setdefault(r, ev.node)
+    seen_exits = agent_exits(read.procs, pids)  # the agents' own exit records first (analysis/exits.py)
+    facts.exits = best_exits(facts.exits, seen_exits)
+    for r, (_, node) in seen_exits.items():
+        rank_nodes.setdefault(r, node)
     judge_signals(findings, read.kernel_span, rank_nodes)
     progress = facts.progress
 

@@ -4,7 +4,7 @@ read its store directly (the SQLite file, or the PostgreSQL database by its URL)
     firstfault jobs [--collector URL | --db PATH_OR_URL] [--format text|json]
     firstfault report JOB [--format text|md|json|html] [--output FILE] [--bundle FILE.tar.gz]
     firstfault timeline JOB [--rank R] [--node N] [--since T] [--until T] [--grep RE]
-                            [--limit N] [--format text|json|jsonl]
+                            [--limit N] [--node-context] [--format text|json|jsonl]
 
 Exit codes: 0 done, 1 the job or the collector could not be found, 2 usage error.
 """
@@ -104,7 +104,8 @@ class _Db:
 
         if self.store.job(job) is None:
             raise query.QueryError(f"no job {job!r} in the store")
-        return query.timeline(self.store, parse_selection(job, params), Redactor())
+        sel = parse_selection(job, params)
+        return query.timeline(self.store, sel, Redactor(), context=params.get("context") == "1")
 
 
 def _source(a: argparse.Namespace):
@@ -158,7 +159,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 def cmd_timeline(a: argparse.Namespace) -> int:
     params = {"rank": a.rank, "node": a.node, "since": a.since, "until": a.until, "grep": a.grep,
-              "limit": None if a.limit is None else str(a.limit)}
+              "limit": None if a.limit is None else str(a.limit), "context": "1" if a.node_context else None}
     rows = _source(a).timeline(a.job, {k: v for k, v in params.items() if v is not None})
     w = sys.stdout.write
     if a.format == "json":
@@ -171,7 +172,8 @@ def cmd_timeline(a: argparse.Namespace) -> int:
             w(json_text(r, indent=None) + "\n")
     else:  # log text is untrusted: inert on a terminal (firstfault/reports/escape.py)
         for r in rows:
-            who = f"rank {r['rank']}" if r.get("rank") is not None else terminal(r["source"])
+            who = (f"rank {r['rank']}" if r.get("rank") is not None else
+                   "node" if r.get("node_context") else terminal(r["source"]))
             for i, line in enumerate(terminal_lines(r["message"]) or [""]):
                 w(f"{r['at']} {terminal(r['node']):<12} {who:<8} {line}\n" if i == 0 else f"{'':>47}{line}\n")
     return 0
@@ -201,5 +203,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--until", metavar="T")
     p.add_argument("--grep", metavar="RE", help="regular expression over the message")
     p.add_argument("--limit", type=int, metavar="N", help="at most N records (default: all)")
+    p.add_argument("--node-context", action="store_true",
+                   help="also the kernel and cgroup records of the job's nodes in its lifetime that name none of "
+                        "its processes (default: the job's own records)")
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
     p.set_defaults(func=cmd_timeline)
