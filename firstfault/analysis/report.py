@@ -19,6 +19,7 @@ from firstfault.analysis.checkpoint import DiskCheckpoint, checkpoint_report
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
 from firstfault.analysis.exits import agent_exits, best_exits
 from firstfault.analysis.facts import Facts, collect, identify, nccl_work, rank_dumps, saving_since
+from firstfault.analysis.frames import failing_frame
 from firstfault.analysis.findings import MAX_KEPT, PROGRESS, read_findings
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.flight_recorder import analyze as analyze_flight
@@ -165,6 +166,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         tied = [h for g in groups[1:] for h in g.findings if timeline.overlap(first_f.ev, h.ev)]
         peers = [h for h in errors if h.role == "cascade" and h.ev.frames]
         first = _first(first_f, groups[0].ranks, tied, phase_of(first_f, saving, peers), rank_nodes)
+        first["failing_frame"] = failing_frame(first_f.ev.frames)  # analysis/frames.py
         blame = BLAME.get(first_f.category, "unknown")
     elif casc or dumps or (fr and fr.culprits):
         inf, fr_decided = _with_flight_recorder(

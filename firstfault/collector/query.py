@@ -78,6 +78,8 @@ def _noting(records: Iterator[Record], inputs: Inputs, first_ns: int,
         yield r
 
 
+NO_LOG = "no log of this rank was given"
+NO_RECORD = "no record of this rank reached the collector (its node's agent sent none)"
 NODE_CONTEXT_MAX = 20  # node-context records a report lists (all are counted)
 
 
@@ -124,6 +126,9 @@ def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = Non
     context: list[Record] = []
     events = events_from_records(_noting(_members_only(needed, membership, context), inputs, info.first_ns, agents))
     rep = build_report(events, catalog, inputs)
+    for g in rep["gaps"]:  # the analysis words a missing rank for files given to analyze
+        if g.get("rank") is not None and g.get("reason") == NO_LOG:
+            g["reason"] = NO_RECORD
     rep["node_context"] = _node_context(context)
     return redact.report(rep, redactor, agents)
 
