@@ -67,7 +67,7 @@ Every key of the TOML file is a flag: top-level KEY is --KEY, key KEY of table T
 --T-KEY, option KEY of source S is --S-KEY (dashes for underscores); flags win."""
 
 DEFAULT_STATE_DIR = "/var/lib/firstfault-agent"
-DEFAULT_ON = frozenset({"kmsg", "cgroup", "procs", "nvml", "marks", "stacks", "flightrec"})  # where available
+DEFAULT_ON = frozenset({"kmsg", "cgroup", "procs", "nvml", "marks", "stacks", "flightrec", "checkpoints"})  # where available
 WIRED = frozenset({"paths", "state_dir", "agent_state_dir", "pids", "ranks", "watch", "job_label"})  # set by the daemon, not config
 
 

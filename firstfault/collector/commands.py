@@ -3,6 +3,7 @@ read its store directly (the SQLite file, or the PostgreSQL database by its URL)
 
     firstfault jobs [--collector URL | --db PATH_OR_URL] [--format text|json]
     firstfault report JOB [--format text|md|json|html] [--output FILE] [--bundle FILE.tar.gz]
+                          [--checkpoint-dir DIR]
     firstfault timeline JOB [--rank R] [--node N] [--since T] [--until T] [--grep RE]
                             [--limit N] [--node-context] [--format text|json|jsonl]
 
@@ -60,7 +61,10 @@ class _Http:
         with self._open("/api/jobs") as r:
             return json.load(r)["jobs"]
 
-    def report(self, job: str, timeline: bool = False) -> dict:
+    def report(self, job: str, timeline: bool = False, inspection: dict | None = None) -> dict:
+        if inspection is not None:
+            raise query.QueryError("--checkpoint-dir reads the collector's store directly: give --db PATH_OR_URL "
+                                   "(the collector's API is read-only)")
         with self._open(f"/api/jobs/{urllib.parse.quote(job, safe='')}/report",
                         {"timeline": "1"} if timeline else None) as r:
             return json.load(r)
@@ -93,8 +97,11 @@ class _Db:
     def jobs(self) -> list[dict]:
         return query.jobs(self.store)
 
-    def report(self, job: str, timeline: bool = False) -> dict:
-        return query.report(self.store, job, self.catalog, redactor=Redactor(), timeline=timeline)
+    def report(self, job: str, timeline: bool = False, inspection: dict | None = None) -> dict:
+        from firstfault.analysis.diskwire import disk_from_wire
+
+        disk = None if inspection is None else disk_from_wire(inspection)
+        return query.report(self.store, job, self.catalog, redactor=Redactor(), timeline=timeline, disk=disk)
 
     def bundle(self, job: str) -> bytes:
         return query.bundle(self.store, job, self.catalog, Redactor())
@@ -153,7 +160,16 @@ def cmd_report(a: argparse.Namespace) -> int:
             f.write(data)
         print(f"firstfault: wrote {a.bundle} ({len(data)} bytes)", file=sys.stderr)
         return 0
-    write_output(render(src.report(a.job, timeline=needs_timeline(a.format)), a.format), a.output)
+    inspection = None
+    if a.checkpoint_dir:  # inspected here, on the head node, as `firstfault checkpoint` does
+        from firstfault.common.checkpoint_files import CheckpointPathError, inspect
+
+        try:
+            inspection = inspect(a.checkpoint_dir)
+        except CheckpointPathError as e:
+            raise query.QueryError(str(e)) from None
+    write_output(render(src.report(a.job, timeline=needs_timeline(a.format), inspection=inspection), a.format),
+                 a.output)
     return 0
 
 
@@ -193,6 +209,9 @@ def add_parsers(sub) -> None:
                    help="html: one self-contained page (swimlanes, memory by phase) that opens with no network")
     p.add_argument("--output", "-o", metavar="FILE")
     p.add_argument("--bundle", metavar="FILE.tar.gz", help="write the bug-report bundle instead")
+    p.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="DeepSpeed checkpoint folder to check on disk here, with --db (default: what the job's "
+                        "agents inspected)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("timeline", parents=[common], help="the merged, clock-corrected timeline of a job")

@@ -24,6 +24,8 @@ from firstfault.common import redact
 from firstfault.common.redact import Redactor
 
 from firstfault.analysis.catalog import Catalog
+from firstfault.analysis.checkpoint import DiskCheckpoint
+from firstfault.analysis.diskwire import disk_from_wire
 from firstfault.analysis.context import CONFIG_NEEDLE
 from firstfault.analysis.marks import ReportMarker
 from firstfault.analysis.membership import CONTEXT, JOB, Membership, learn
@@ -106,10 +108,28 @@ def _node_context(context: list[Record]) -> dict:
                         "pid": r.pid, "text": r.message} for r in shown[:NODE_CONTEXT_MAX]]}
 
 
+CHECKPOINT_INSPECTION = "checkpoint.inspection"  # the agent's checkpoints source
+
+
+def _disk(records: list[Record], job: str, gaps: list[dict]) -> DiskCheckpoint | None:
+    """The job's checkpoint as its agents last inspected it on disk (agent/sources/checkpoints.py):
+    the newest inspection holding a tag, else the newest; an unreadable one is a gap."""
+    found = sorted((r for r in records if r.kind == CHECKPOINT_INSPECTION and r.job == job),
+                   key=lambda r: r.observed_ns, reverse=True)
+    disks = []
+    for r in found:
+        try:
+            disks.append(disk_from_wire(json.loads(r.message)))
+        except ValueError as e:  # DiskWireError, JSONDecodeError
+            gaps.append({"node": r.node, "source": "checkpoints", "reason": f"unreadable inspection: {e}"})
+    return next((d for d in disks if d.tags), disks[0] if disks else None)
+
+
 def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = None,
-           redactor: Redactor | None = None, *, timeline: bool = False) -> dict:
+           redactor: Redactor | None = None, *, timeline: bool = False, disk: DiskCheckpoint | None = None) -> dict:
     """The report (REPORT.md) of one job over every node that sent its records, redacted by
-    ``redactor``; ``timeline`` adds the swimlanes' ``timeline`` object (for HTML). Only the
+    ``redactor``; ``timeline`` adds the swimlanes' ``timeline`` object (for HTML); ``disk``: a
+    checkpoint folder inspected here (``report --checkpoint-dir``), else what the agents shipped. Only the
     job's own records are read (analysis/membership.py); the kernel and cgroup records of its
     nodes in its lifetime that name none of its processes are the report's ``node_context``."""
     info = store.job(job)
@@ -124,6 +144,7 @@ def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = Non
     membership = learn(needed, job, uncertainty_ns={n: c.uncertainty_ns for n, c in stored.items()})
     agents: Counter = Counter()
     context: list[Record] = []
+    inputs.disk = disk or _disk(needed, job, inputs.gaps)
     events = events_from_records(_noting(_members_only(needed, membership, context), inputs, info.first_ns, agents))
     rep = build_report(events, catalog, inputs)
     for g in rep["gaps"]:  # the analysis words a missing rank for files given to analyze
