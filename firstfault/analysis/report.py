@@ -17,6 +17,7 @@ from firstfault.analysis import timeline
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.checkpoint import DiskCheckpoint, checkpoint_report
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
+from firstfault.analysis.deaths import merged, signal_deaths
 from firstfault.analysis.exits import agent_exits, best_exits
 from firstfault.analysis.facts import Facts, collect, identify, nccl_work, rank_dumps, saving_since
 from firstfault.analysis.frames import failing_frame
@@ -119,6 +120,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     findings = read.findings
     rank_nodes = dict(inp.rank_nodes)
     pids, single = identify(findings, rank_nodes, read.procs)
+    findings = merged(findings, signal_deaths(read.procs, findings))  # analysis/deaths.py
     facts = collect(findings, rank_nodes, pids, rank_dumps(read.dumps, pids, single))
     seen_exits = agent_exits(read.procs, pids)  # the agents' own exit records first (analysis/exits.py)
     facts.exits = best_exits(facts.exits, seen_exits)
