@@ -137,8 +137,9 @@ def _lives(procs: Iterable[Record]) -> list[Life]:
 
 
 def learn(records: Iterable[Record], job: str, *, uncertainty_ns: Mapping[str, int] | None = None,
-          slack_ns: int = SLACK_NS) -> Membership:
-    """The job's members and lifetime from the records of its selection (read once)."""
+          slack_ns: int = SLACK_NS, span: tuple[int, int] | None = None) -> Membership:
+    """The job's members and lifetime from the records of its selection (read once); ``span``: the
+    first and last time of all the job's records (the store's), when ``records`` are only some."""
     procs: list[Record] = []
     lo = hi = None
     marks: list[int] = []
@@ -158,7 +159,8 @@ def learn(records: Iterable[Record], job: str, *, uncertainty_ns: Mapping[str, i
     if lo is not None:
         lives = [x for x in lives if x.start_ns <= hi + pad and (x.end_ns is None or x.end_ns >= lo - pad)]
     ends = [x.end_ns for x in lives if x.end_ns is not None]
-    bounds = [b for b in (lo, hi, *marks, *(x.start_ns for x in lives if x.start_ns), *ends) if b is not None]
+    bounds = [b for b in (lo, hi, *(span or ()), *marks, *(x.start_ns for x in lives if x.start_ns), *ends)
+              if b is not None]
     lifetime = (min(bounds) - pad, max(bounds) + pad) if bounds else None
     if lifetime is not None and any(x.end_ns is None for x in lives):
         lifetime = (lifetime[0], OPEN_NS)  # a member still runs (or its exit was not seen)

@@ -201,7 +201,8 @@ class Api:
             raise query.QueryError(f"no job {job!r} in the store")
         jsonl = request.query.get("format") == "jsonl"
         context = request.query.get("context") == "1"
-        rows = await self._call(lambda: iter(query.timeline(self.store, sel, self.redactor, context=context)))
+        rows = await self._call(lambda: iter(query.timeline(self.store, sel, self.redactor, context=context,
+                                                            catalog=self.catalog)))
         resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson" if jsonl else JSON_CT})
         await resp.prepare(request)
         if not jsonl:

@@ -112,7 +112,7 @@ class _Db:
         if self.store.job(job) is None:
             raise query.QueryError(f"no job {job!r} in the store")
         sel = parse_selection(job, params)
-        return query.timeline(self.store, sel, Redactor(), context=params.get("context") == "1")
+        return query.timeline(self.store, sel, Redactor(), context=params.get("context") == "1", catalog=self.catalog)
 
 
 def _source(a: argparse.Namespace):

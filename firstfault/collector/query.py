@@ -141,7 +141,8 @@ def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = Non
     sel = sel or Selection(job=job)
     # only the records the report reads (analysis/marks.py), where the store kept marks
     needed = list(needed_records(store, sel, ReportMarker(catalog).name))
-    membership = learn(needed, job, uncertainty_ns={n: c.uncertainty_ns for n, c in stored.items()})
+    membership = learn(needed, job, uncertainty_ns={n: c.uncertainty_ns for n, c in stored.items()},
+                       span=(info.first_ns, info.last_ns))
     agents: Counter = Counter()
     context: list[Record] = []
     inputs.disk = disk or _disk(needed, job, inputs.gaps)
@@ -154,18 +155,22 @@ def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = Non
     return redact.report(rep, redactor, agents)
 
 
-def membership(store: Store, job: str) -> Membership:
-    """Who and when the job is, from one read of its selection (for a timeline)."""
-    return learn(store.records(Selection(job=job)), job,
-                 uncertainty_ns={n: c.uncertainty_ns for n, c in store.clocks().items()})
+def membership(store: Store, job: str, catalog: Catalog | None = None) -> Membership:
+    """Who and when the job is (for a timeline): from the records a report reads when the store
+    kept marks for ``catalog``, else from one read of its whole selection."""
+    info = store.job(job)
+    sel = Selection(job=job)
+    records = needed_records(store, sel, ReportMarker(catalog).name) if catalog is not None else store.records(sel)
+    return learn(records, job, uncertainty_ns={n: c.uncertainty_ns for n, c in store.clocks().items()},
+                 span=(info.first_ns, info.last_ns) if info is not None else None)
 
 
 def timeline(store: Store, sel: Selection, redactor: Redactor | None = None, *,
-             context: bool = False) -> Iterator[dict]:
+             context: bool = False, catalog: Catalog | None = None) -> Iterator[dict]:
     """Every matching record of the job's own, in timeline order, as dicts (nothing cut unless
     sel.limit); ``context`` adds its nodes' kernel and cgroup records of its lifetime that name
     none of its processes, each with ``node_context`` true (analysis/membership.py)."""
-    m = membership(store, sel.job) if sel.job is not None else None
+    m = membership(store, sel.job, catalog) if sel.job is not None else None
     limit = sel.limit
     n = 0
     for r in store.records(replace(sel, limit=None) if m is not None else sel):
@@ -189,7 +194,8 @@ def bundle(store: Store, job: str, catalog: Catalog, redactor: Redactor | None =
     rep = report(store, job, catalog, redactor=redactor, timeline=True)
     page = render(rep, "html")
     rep = {k: v for k, v in rep.items() if k != "timeline"}
-    lines = [json.dumps(d, ensure_ascii=False) for d in timeline(store, Selection(job=job), redactor, context=True)]
+    lines = [json.dumps(d, ensure_ascii=False)
+             for d in timeline(store, Selection(job=job), redactor, context=True, catalog=catalog)]
     config = [d["message"] for d in map(json.loads, lines) if CONFIG_NEEDLE in d["message"]]
     files = {
         "report.md": render(rep, "md"),

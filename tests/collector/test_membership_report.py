@@ -82,12 +82,13 @@ def test_timeline_defaults_to_the_jobs_records(tmp_path, capsys):
         own = list(query.timeline(store, Selection(job="77")))
         more = list(query.timeline(store, Selection(job="77"), context=True))
         two = list(query.timeline(store, Selection(job="77", limit=2)))
+        marked = list(query.timeline(store, Selection(job="77"), catalog=load_catalog()))  # learnt from marks
     pids = {r["pid"] for r in own if r["source"] == "procs"}
     assert pids == {100, 101, 150} and not [r for r in own if r["source"] == "kmsg"]
     [extra] = [r for r in more if r not in own]
     assert extra["message"] == OTHER_OOM and extra["node_context"] is True
     assert not [r for r in more if "boot" in r["message"]]  # outside the job's lifetime
-    assert two == own[:2]
+    assert two == own[:2] and marked == own
     assert main(["timeline", "77", "--db", str(db), "--node-context"]) == 0
     out = capsys.readouterr().out
     assert "Killed process 555" in out and "boot" not in out and "pid 90" not in out
