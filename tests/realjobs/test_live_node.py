@@ -6,7 +6,9 @@ One agent watches, at once: a torchrun job (rank 1 raises ValueError at step 5),
 job (a Slurm-like job id; it saves global_step2 and global_step4, then rank 1 raises at step 5),
 an unrelated process with ``RANK=0 WORLD_SIZE=8`` in its environment, and a process outside both
 jobs that the kernel's memcg OOM killer ends while they run. Then a DeepSpeed job whose rank 1
-calls ``os.abort()`` (no traceback, no faulthandler): the failure, not a hang.
+calls ``os.abort()`` (no traceback, no faulthandler): the failure, not a hang. And a clean torchrun
+job that saves its final tag, with the agent's checkpoint inspection off: the ranks' own exits 0
+after the save began make the final tag the resume point (torchrun logs nothing of a clean exit).
 
 Needs root (the memory cgroup, /dev/kmsg) and torch + deepspeed; about a minute of two cores.
 Run alone: ``pytest -m realjob tests/realjobs/test_live_node.py``.
@@ -39,6 +41,7 @@ pytestmark = [
 TORCHRUN = run.SCENARIOS["torchrun-exception-rank1-of-2"]
 DEEPSPEED = run.Scenario("live-deepspeed-exception-rank1-of-2", "deepspeed", 2, "exception", 1, 5)
 ABORT = run.Scenario("live-deepspeed-abort-rank1-of-2", "deepspeed", 2, "abort", 1, 3, save=False)
+CLEAN = run.SCENARIOS["torchrun-clean-2"]
 HOG = ("import os, sys\nwith open(sys.argv[1] + '/cgroup.procs', 'w') as f:\n    f.write(str(os.getpid()))\n"
        "hog = []\nwhile True:\n    hog.append(bytearray(8 << 20))\n")
 
@@ -46,7 +49,7 @@ HOG = ("import os, sys\nwith open(sys.argv[1] + '/cgroup.procs', 'w') as f:\n   
 class Node:
     """A collector and an agent on this host, the agent following the jobs under ``root``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *more: str) -> None:
         self.root = root
         (root / "tr").mkdir()
         cfg = root / "agent.toml"
@@ -62,7 +65,7 @@ class Node:
         self.url = f"http://{addr['http']}"
         self.agent = Daemon("agent", ["agent", "--config", str(cfg), "--collector", addr["ingest"], "--node", "live",
                                       "--state-dir", str(root / "agent"), "--metrics", "", "--procs-interval-s", "0.25",
-                                      "--checkpoints-settle-s", "1"],
+                                      "--checkpoints-settle-s", "1", *more],
                             root / "agent.log", r"agent started (?P<started>node)=")
         self.agent.wait_ready()
 
@@ -197,3 +200,22 @@ def test_a_rank_that_aborts_is_the_failure_not_a_hang(tmp_path_factory, capsys):
     assert (ff["rank"], ff["inferred"]) == (1, False) and "SIGABRT" in ff["summary"]
     assert ff["signature"] != "hang.stopped_first"
     assert rep["ranks"]["1"]["exit"] == {"code": -6, "signal": "SIGABRT"}
+
+
+def test_a_clean_runs_final_save_is_the_resume_point_from_the_logs_and_exits(tmp_path_factory, capsys):
+    root = tmp_path_factory.mktemp("clean")
+    run.ensure_comm_op()
+    node = Node(root, "--checkpoints-enabled", "false")  # no disk: the logs and the agent's exits decide
+    try:
+        doc = run.run_scenario(CLEAN, root / "tr" / "run", timeout_s=300)
+        assert doc["result"]["launcher_exit_code"] == 0
+        node.flush()
+        job = _tr_job(node, "-", capsys)
+        rep = node.report(job, capsys)
+    finally:
+        node.close()
+    assert rep["first_failure"] is None
+    assert {r: v["exit"] for r, v in rep["ranks"].items()} == {"0": {"code": 0, "signal": None},
+                                                                "1": {"code": 0, "signal": None}}
+    ck = rep["checkpoint"]
+    assert (ck["verdict"], ck["resume_from"], ck["disk_path"]) == ("safe", "global_step6", None)
