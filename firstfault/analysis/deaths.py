@@ -5,7 +5,7 @@ traceback and often no launcher line in what the agents follow; its only witness
 the agent's own exit record (procs ``proc.exit``: the kernel's wait status, its time
 from a pidfd). Without a finding for it the verdict saw only its peers' cascades
 (``Connection reset by peer``) and inferred a hang. Here each such exit becomes a root
-finding (signature AGENT_SIGNAL) naming the signal and what it means, unless a finding
+finding (signature RANK_SIGNAL) naming the signal and what it means, unless a finding
 of the rank's own already reports the same exit (a launcher's summary). The verdict's
 rules then apply as to a launcher's ``exitcode: -N``: a SIGABRT after or with a
 collective timeout is a cascade (PyTorch's watchdog abort), a SIGKILL is judged against
@@ -21,7 +21,7 @@ from firstfault.analysis.catalog import Match, Signature, render
 from firstfault.analysis.model import Event
 from firstfault.analysis.verdict import Finding, exit_of
 
-AGENT_SIGNAL = "agent.rank_signal"
+RANK_SIGNAL = "agent.rank_signal"
 OOM_BEFORE_NS = 60 * 1_000_000_000
 MEANING = {
     "SIGABRT": "it aborted itself: a C++ exception nobody caught or a failed assertion in native code (a CUDA, NCCL "
@@ -34,7 +34,7 @@ MEANING = {
     "SIGFPE": "an arithmetic fault in native code (an integer division by zero)",
 }
 SIGNATURE = Signature(
-    id=AGENT_SIGNAL, role="root", category="unknown", phases=(), needles=(), patterns=(),
+    id=RANK_SIGNAL, role="root", category="unknown", phases=(), needles=(), patterns=(),
     summary="A worker (pid {pid}) died from {signal} without a Python error: {meaning}.",
     first_action=("Check the node's kernel log at that time (segfault, OOM kill, MCE) and rerun with "
                   "PYTHONFAULTHANDLER=1 to get a stack from the dying process."),

@@ -168,7 +168,6 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         tied = [h for g in groups[1:] for h in g.findings if timeline.overlap(first_f.ev, h.ev)]
         peers = [h for h in errors if h.role == "cascade" and h.ev.frames]
         first = _first(first_f, groups[0].ranks, tied, phase_of(first_f, saving, peers), rank_nodes)
-        first["failing_frame"] = failing_frame(first_f.ev.frames)  # analysis/frames.py
         blame = BLAME.get(first_f.category, "unknown")
     elif casc or dumps or (fr and fr.culprits):
         inf, fr_decided = _with_flight_recorder(
@@ -194,6 +193,8 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
                 "step": facts.steps.get(r), "at": iso(progress[r].occurred_ns)},
             "exit": facts.exits.get(r),
         }
+    if first is not None:  # the line that failed (analysis/frames.py); none for an inferred hang
+        first["failing_frame"] = failing_frame(first_f.ev.frames) if first_f is not None else None
     if read.dropped:
         gaps.append({"source": "analysis", "reason": (
             f"{read.dropped} findings beyond the first {MAX_KEPT} distinct ones were counted, not kept")})
