@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from firstfault.agent.sources.checkpoints import CheckpointsSource, dirs_from_cmdline, fit_message
@@ -46,6 +47,10 @@ def test_a_rank_that_ends_gets_its_jobs_checkpoint_inspected_as_offline(tmp_path
     ranks = {rank.pid: Identity("j1", 0, 0, {})}
     src = CheckpointsSource(settle_s=0, ranks=lambda: dict(ranks))
     try:
+        cmdline = Path(f"/proc/{rank.pid}/cmdline")
+        deadline = time.monotonic() + 10
+        while b"--save-dir" not in cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)  # exec'd (the procs source finds a rank only then: its environment says so)
         assert src.poll() == []  # learned, still running
     finally:
         rank.kill()
