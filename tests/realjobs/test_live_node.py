@@ -162,7 +162,9 @@ def test_each_report_holds_its_own_ranks_exits_world_size_and_events(shared, cap
     assert sorted(rep["ranks"]) == ["0", "1"] and rep["context"]["world_size"] == 2
     assert not [g for g in rep["gaps"] if g.get("rank") is not None]  # no phantom ranks of WORLD_SIZE=8
     assert rep["ranks"]["1"]["exit"] == {"code": 1, "signal": None}  # the rank process's own exit
-    assert rep["ranks"]["0"]["exit"] is not None and rep["ranks"]["0"]["exit"]["code"] != 0
+    # Rank 0 is stopped by its launcher, which reaps it at once: the agent (not its parent) reads a
+    # status only from a zombie it sees, so rank 0's may be unknown; never the other process's exit 0.
+    assert (rep["ranks"]["0"]["exit"] or {}).get("code") != 0
     every = json.dumps({k: rep[k] for k in ("first_failure", "distinct_failures", "ranks")})
     assert "Killed process" not in every and "oom-kill" not in every
     assert any("Killed process" in e["text"] for e in rep["node_context"]["events"])
