@@ -10,7 +10,10 @@ Learns each job's checkpoint directories from:
   ``--checkpoint_dir``/``--checkpoint-dir`` (and ``--opt=DIR``); a DeepSpeed config file
   the command line names (``--deepspeed_config``, ``--deepspeed``, ``--ds_config``,
   ``--ds-config``; JSON up to 1 MiB) gives any ``save_dir`` key in it. A relative path
-  is the rank's working directory's (``/proc/PID/cwd``).
+  is the rank's working directory's (``/proc/PID/cwd``);
+- the path in a DeepSpeed save line a rank logs (``[Rank 0] Saving model checkpoint:
+  DIR/global_step4/mp_rank_00_model_states.pt``: DIR), told by the ranklog source
+  (``watch``, wired by the daemon; a relative DIR is the job's ranks' working directory's).
 
 When a rank of a job ends (it leaves the procs source's ranks), the job's directories
 are inspected ``settle_s`` later (the others may still be writing, or be stopped by the
@@ -25,9 +28,8 @@ fields ``path``, ``tags`` (shipped), ``tags_total``, ``trigger`` (``rank-exit`` 
 ``job-end``). A job without an id (no SLURM_JOB_ID, run id or job label) is not inspected:
 its records would belong to no job.
 
-Known issues: the path in a DeepSpeed save line (``Saving model checkpoint: DIR/...``)
-is the ranklog source's, not seen here: configure ``dirs`` for a script that takes its
-directory from elsewhere. With ``verify_crc`` (the default, as offline) every byte of
+Known issues: a script that takes its directory from elsewhere and logs no save line at
+INFO needs ``dirs``. With ``verify_crc`` (the default, as offline) every byte of
 every tag is read once per inspection.
 """
 
@@ -36,6 +38,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -53,6 +57,20 @@ DIR_OPTIONS = ("--save", "--save_dir", "--save-dir", "--output_dir", "--output-d
                "--checkpoint-dir")
 CONFIG_OPTIONS = ("--deepspeed_config", "--deepspeed", "--ds_config", "--ds-config")
 MAX_CONFIG_BYTES = 1 << 20
+SAVE_LINE = b"Saving model checkpoint: "
+_SAVE_PATH = re.compile(rb"Saving model checkpoint: (\S+)")
+
+
+def dirs_from_save_lines(raw: bytes) -> set[str]:
+    """The save directories DeepSpeed's save lines in ``raw`` name (the folder above the tag's). Pure."""
+    if SAVE_LINE not in raw:  # one find per chunk of lines
+        return set()
+    out = set()
+    for m in _SAVE_PATH.finditer(raw):
+        tag_dir = os.path.dirname(m.group(1).decode("utf-8", "surrogateescape"))
+        if tag_dir and os.path.dirname(tag_dir):
+            out.add(os.path.dirname(tag_dir))
+    return out
 
 
 def _save_dirs(obj, depth: int = 0) -> Iterable[str]:
@@ -111,6 +129,7 @@ def fit_message(insp: dict, limit: int = MAX_MESSAGE_BYTES) -> tuple[str, int]:
 @dataclass
 class _Job:
     dirs: set[str] = field(default_factory=set)
+    cwds: set[str] = field(default_factory=set)  # the ranks' working directories (relative save lines)
     pids: set[int] = field(default_factory=set)
     due: float | None = None
     trigger: str = "rank-exit"
@@ -136,6 +155,15 @@ class CheckpointsSource(PollingSource):
         self.ranks = ranks or (lambda: {})
         self._pids: dict[int, str] = {}  # rank pid -> its job
         self._jobs: dict[str, _Job] = {}
+        self._told: dict[str, set[str]] = {}  # job -> dirs its save lines named (watch, another thread)
+        self._lock = threading.Lock()
+
+    def watch(self, ident: tuple, raw: bytes, observed_ns: int) -> None:
+        """A chunk of a rank's lines was read (the ranklog source's hook): note the save dirs named."""
+        found = dirs_from_save_lines(raw)
+        if found and ident[0] is not None:
+            with self._lock:
+                self._told.setdefault(ident[0], set()).update(found)
 
     def _read_config(self, path: str) -> object | None:
         try:
@@ -145,17 +173,18 @@ class CheckpointsSource(PollingSource):
         except (OSError, ValueError):
             return None
 
-    def _learn(self, pid: int) -> set[str]:
-        try:
-            with open(self.paths.pid(pid, "cmdline"), "rb") as f:
-                argv = [a.decode("utf-8", "surrogateescape") for a in f.read().split(b"\0") if a]
-        except OSError:
-            return set()
+    def _learn(self, pid: int) -> tuple[set[str], str | None]:
+        """(the checkpoint dirs a rank's command line names, its working directory)."""
         try:
             cwd = os.readlink(self.paths.pid(pid, "cwd"))
         except OSError:
             cwd = None
-        return dirs_from_cmdline(argv, cwd, self._read_config)
+        try:
+            with open(self.paths.pid(pid, "cmdline"), "rb") as f:
+                argv = [a.decode("utf-8", "surrogateescape") for a in f.read().split(b"\0") if a]
+        except OSError:
+            return set(), cwd
+        return dirs_from_cmdline(argv, cwd, self._read_config), cwd
 
     def poll(self) -> list[Draft]:
         now = time.monotonic()
@@ -164,9 +193,19 @@ class CheckpointsSource(PollingSource):
             if pid in self._pids or ident.job is None:
                 continue
             job = self._jobs.setdefault(ident.job, _Job())
-            job.dirs |= self.dirs | self._learn(pid)
+            dirs, cwd = self._learn(pid)
+            job.dirs |= self.dirs | dirs
+            if cwd is not None:
+                job.cwds.add(cwd)
             job.pids.add(pid)
             self._pids[pid] = ident.job
+        with self._lock:
+            told, self._told = self._told, {}
+        for name, dirs in told.items():
+            job = self._jobs.get(name)
+            if job is not None:
+                job.dirs |= {os.path.normpath(d) for d in dirs if os.path.isabs(d)}
+                job.dirs |= {os.path.normpath(os.path.join(c, d)) for d in dirs if not os.path.isabs(d) for c in job.cwds}
         for pid in [p for p in self._pids if p not in snap]:
             job = self._jobs[self._pids.pop(pid)]
             job.pids.discard(pid)

@@ -12,7 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from firstfault.agent.sources.checkpoints import CheckpointsSource, dirs_from_cmdline, fit_message
+from firstfault.agent.sources.checkpoints import (CheckpointsSource, dirs_from_cmdline, dirs_from_save_lines,
+                                                  fit_message)
 from firstfault.agent.sources.procs import Identity
 from firstfault.analysis.checkpoint import checkpoint_from_disk
 from firstfault.analysis.diskwire import SCHEMA, disk_from_wire
@@ -73,3 +74,28 @@ def test_configured_dirs_and_a_folder_that_is_no_checkpoint(tmp_path):
     src.poll()
     ranks.clear()
     assert [d.fields["path"] for d in src.poll()] == [str(DATA / "zero3")]
+
+
+def test_the_path_in_a_save_line_a_rank_logged(tmp_path):
+    """DeepSpeed's save line (FORMATS.md) names the tag's file; its save dir is two folders up,
+    relative to the ranks' working directory when relative."""
+    line = b"[INFO] [logging.py:123:log_dist] [Rank 0] Saving model checkpoint: out/ck/global_step4/mp_rank_00_model_states.pt"
+    assert dirs_from_save_lines(b"rank 0 step 4 loss 1.0\n" + line) == {"out/ck"}
+    assert dirs_from_save_lines(b"rank 0 step 4 loss 1.0") == set()
+    work = tmp_path / "job"
+    shutil.copytree(DATA / "zero2", work / "out" / "ck")
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=work)
+    ranks = {rank.pid: Identity("j3", 0, 0, {})}
+    src = CheckpointsSource(settle_s=0, ranks=lambda: dict(ranks))
+    try:
+        deadline = time.monotonic() + 10
+        while os.readlink(f"/proc/{rank.pid}/cwd") != str(work) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert src.poll() == []  # its command line names no dir
+        src.watch(("j3", 0, 0, {}), line, 0)  # ranklog's hook, from its own thread
+        assert src.poll() == []
+    finally:
+        rank.kill()
+        rank.wait()
+    ranks.clear()
+    assert [d.fields["path"] for d in src.poll()] == [str(work / "out" / "ck")]
