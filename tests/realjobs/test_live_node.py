@@ -138,11 +138,14 @@ def shared(tmp_path_factory):
         node.close()
 
 
-def _tr_job(node: Node, ds_job: str, capsys) -> str:
+def _tr_job(node: Node, capsys) -> str:
+    """The torchrun job's id: its run id, the name of its log folder less mkdtemp's suffix (other
+    processes on this shared machine, e.g. a `firstfault demo`, may be jobs of the collector too)."""
+    [folder] = (node.root / "tr" / "run" / "logs").iterdir()
+    job = folder.name.rsplit("_", 1)[0]
     assert main(["jobs", "--collector", node.url, "--format", "json"]) == 0
-    jobs = [j["job"] for j in json.loads(capsys.readouterr().out)["jobs"]]
-    [tr] = [j for j in jobs if j != ds_job]
-    return tr
+    assert job in [j["job"] for j in json.loads(capsys.readouterr().out)["jobs"]]
+    return job
 
 
 def test_the_scene_happened(shared):
@@ -154,7 +157,7 @@ def test_the_scene_happened(shared):
 @pytest.mark.parametrize("which", ["tr", "ds"])
 def test_each_report_holds_its_own_ranks_exits_world_size_and_events(shared, capsys, which):
     node, ds_job, _, _ = shared
-    job = ds_job if which == "ds" else _tr_job(node, ds_job, capsys)
+    job = ds_job if which == "ds" else _tr_job(node, capsys)
     rep = node.report(job, capsys)
     ff = rep["first_failure"]
     assert (ff["rank"], ff["category"]) == (1, "user-code")
@@ -212,7 +215,7 @@ def test_a_clean_runs_final_save_is_the_resume_point_from_the_logs_and_exits(tmp
         doc = run.run_scenario(CLEAN, root / "tr" / "run", timeout_s=300)
         assert doc["result"]["launcher_exit_code"] == 0
         node.flush()
-        job = _tr_job(node, "-", capsys)
+        job = _tr_job(node, capsys)
         rep = node.report(job, capsys)
     finally:
         node.close()

@@ -40,6 +40,8 @@ Emits (Record job, rank, local_rank, pid set):
   the RSS at the kill), ``start_ns``, ``uptime_s``.
   occurred_ns = when the kernel said it ended (a pidfd became readable, Linux
   5.3+, own /proc only), else nil: then it ended in (last_seen_ns, observed_ns].
+  The zombie's status is read as soon as its pidfd fires (a launcher that polls its
+  workers reaps them within ~0.1 s), and again at the poll.
   (Reading field 52 needs the ptrace access that reading the environ needed.)
 - ``proc.memory`` every ``rss_interval_s``: ``rss_bytes`` of each rank, and
   ``children_rss_bytes`` / ``children`` (the sum of its live helpers' RSS and how
@@ -167,6 +169,7 @@ class Rank:
     peak_rss_bytes: int | None = None
     pidfd: int | None = None
     ended_ns: int | None = None  # when the pidfd said it ended
+    exit_status: int | None = None  # its wait status, read from its zombie as the pidfd fired
 
 
 class Helper(NamedTuple):
@@ -234,7 +237,7 @@ class ProcsSource(PollingSource):
             if st is not None and st.start_ticks == r.start_ticks and st.state not in "ZX":
                 r.last_seen_ns = now_ns
                 continue
-            status = st.exit_status if st is not None and st.start_ticks == r.start_ticks else None
+            status = st.exit_status if st is not None and st.start_ticks == r.start_ticks else r.exit_status
             out.append(self._exit(r, status, now_ns))
         new = []
         self._prune_helpers(alive)
@@ -395,6 +398,11 @@ class ProcsSource(PollingSource):
                     r = by_fd.get(fd)
                     if r is not None and r.ended_ns is None:
                         r.ended_ns = now_ns
+                        # its parent may reap it within milliseconds (a launcher's poll): read
+                        # the zombie's status now rather than at the next poll
+                        st = self._stat(r.pid)
+                        if st is not None and st.start_ticks == r.start_ticks and st.state in "ZX":
+                            r.exit_status = st.exit_status
                         self._poller.unregister(fd)  # readable until closed: stop polling it
                 return
 
