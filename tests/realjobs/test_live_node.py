@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from firstfault.cli import main
+from firstfault.common.layouts import parse_log_path
 from firstfault.demo import Daemon
 from tests.realjobs import run
 from tests.realjobs.test_realjobs import HAVE_STACK
@@ -142,7 +143,7 @@ def _tr_job(node: Node, capsys) -> str:
     """The torchrun job's id: its run id, the name of its log folder less mkdtemp's suffix (other
     processes on this shared machine, e.g. a `firstfault demo`, may be jobs of the collector too)."""
     [folder] = (node.root / "tr" / "run" / "logs").iterdir()
-    job = folder.name.rsplit("_", 1)[0]
+    job = parse_log_path(str(folder / "attempt_0" / "0" / "stdout.log")).run_id  # as the agent reads it
     assert main(["jobs", "--collector", node.url, "--format", "json"]) == 0
     assert job in [j["job"] for j in json.loads(capsys.readouterr().out)["jobs"]]
     return job
