@@ -69,7 +69,7 @@ Every key of the TOML file is a flag: top-level KEY is --KEY, key KEY of table T
 
 DEFAULT_STATE_DIR = "/var/lib/firstfault-agent"
 INGEST_PORT = 7140  # the collector's default --listen port: a collector written without one
-DEFAULT_ON = frozenset({"kmsg", "cgroup", "procs", "nvml", "marks", "stacks", "flightrec"})  # where available
+DEFAULT_ON = frozenset({"kmsg", "cgroup", "procs", "nvml", "marks", "stacks", "flightrec", "checkpoints"})  # where available
 WIRED = frozenset({"paths", "state_dir", "agent_state_dir", "pids", "ranks", "watch", "job_label"})  # set by the daemon, not config
 
 

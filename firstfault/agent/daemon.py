@@ -68,13 +68,14 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
     paths and its own state dir (and the agent's, to a source that asks for
     ``agent_state_dir``); the procs source the job label; a source taking
     ``pids`` (cgroup) or ``ranks`` (stacks, flightrec) follows the procs source's rank
-    processes; ranklog's ``watch`` is the stacks source's trigger hook. ConfigError for
+    processes; ranklog's ``watch`` tells the stacks source (its trigger) and the checkpoints
+    source (the save dirs DeepSpeed's lines name) of every chunk of lines. ConfigError for
     options a source rejects, or an explicitly wanted source that cannot run."""
     paths = paths or HostPaths()
     built: dict[str, sources.Source] = {}
     skipped, problems = [], []
-    # procs first (others follow its ranks), stacks before ranklog (ranklog calls its watch)
-    order = sorted(cfg.sources.values(), key=lambda s: (s.name != "procs", s.name != "stacks"))
+    # procs first (others follow its ranks), ranklog last (it calls the watch of stacks and checkpoints)
+    order = sorted(cfg.sources.values(), key=lambda s: (s.name != "procs", s.name == "ranklog"))
     for sc in order:
         if not sc.wanted:
             continue
@@ -94,8 +95,9 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
             kw["pids"] = built["procs"].pids
         if "ranks" in accepts and "procs" in built:  # stacks, flightrec: pid -> rank identity
             kw["ranks"] = built["procs"].ranks
-        if "watch" in accepts and "stacks" in built:  # ranklog tells stacks of every chunk of lines
-            kw["watch"] = built["stacks"].watch
+        watchers = [built[n].watch for n in ("stacks", "checkpoints") if n in built]
+        if "watch" in accepts and watchers:  # ranklog tells stacks and checkpoints of every chunk of lines
+            kw["watch"] = watchers[0] if len(watchers) == 1 else _fan_out(watchers)
         if "agent_state_dir" in accepts:  # the marks source: <state_dir>/marks, shared with `firstfault mark`
             kw["agent_state_dir"] = str(cfg.state_dir)
         state_dir = os.path.join(cfg.state_dir, "sources", sc.name)
@@ -110,6 +112,14 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
     if problems:
         raise ConfigError(problems)
     return list(built.values()), skipped
+
+
+def _fan_out(watchers: list):
+    """One ranklog ``watch`` hook that tells every watcher, in order."""
+    def watch(ident: tuple, raw: bytes, observed_ns: int) -> None:
+        for w in watchers:
+            w(ident, raw, observed_ns)
+    return watch
 
 
 def ssl_context(cfg: AgentConfig) -> ssl.SSLContext | None:

@@ -8,7 +8,10 @@ or the stacks another reader parsed, e.g. from Flight Recorder records), the NCC
 work status lines of each rank, and the world size. Rules, strongest first:
 
 1. Stacks (``stack_outlier``): the one rank whose stack is outside any collective
-   while the others wait in one is where the job stopped (medium).
+   while the others wait in one is where the job stopped (medium). Also
+   (``no_timeout_outlier``) the one rank that reported no collective timeout while
+   others did, with a stack dump outside any collective, even when it lost its peer
+   afterwards or the launcher's kill is its only error (medium).
 2. NCCL work (``work_laggards``): ranks whose last enqueued collective is below the
    one the others timed out in never reached it (PyTorch's watchdog prints
    ``last enqueued NCCL work: E, last completed NCCL work: C``; ranks that did not
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from firstfault.analysis.model import Event, Frame
 from firstfault.analysis.stacks import in_collective
 from firstfault.analysis.timeline import overlap
+from firstfault.analysis.verdict import TIMEOUTS
 
 # match groups of lines in which a launcher reports an exit or sends a signal
 LAUNCHER_GROUPS = frozenset({"exitcode", "signal", "sent_signal", "death_signal"})
@@ -63,6 +67,17 @@ def stack_outlier(stacks: Mapping[int, Sequence[Frame]], waiting: Iterable[int] 
     waiting = set(waiting) | {r for r, frames in stacks.items() if in_collective(frames)}
     elsewhere = [r for r in stacks if r not in waiting]
     return (elsewhere[0] if waiting and len(elsewhere) == 1 else None), sorted(waiting)
+
+
+def no_timeout_outlier(errors, dumps: Mapping[int, Event]) -> int | None:
+    """Rule 1b: the one rank whose stack dump is outside any collective and that reported no
+    collective timeout while other ranks did. A rank that stopped (outside the step's
+    collective) and later lost its peer, or was killed by the launcher, still stands out."""
+    timed = {f.ev.rank for f in errors if f.sig in TIMEOUTS and f.ev.rank is not None}
+    if not timed:
+        return None
+    lone = [r for r, d in dumps.items() if r not in timed and d.frames and not in_collective(d.frames)]
+    return lone[0] if len(lone) == 1 else None
 
 
 def work_laggards(work: Iterable[Work]) -> tuple[list[int], str]:
@@ -109,6 +124,13 @@ def stopped_first(errors, known_ranks: Iterable[int], progress: Mapping[int, Eve
         return Inference(outlier, [f"the stack dump of rank {outlier} shows it{at}, not in a collective, while "
                                    f"rank(s) {ranges(sorted(waiting))} waited in one"], "medium",
                          [outlier], sorted(waiting), fr)
+    lone = no_timeout_outlier(errors, dumps)
+    if lone is not None:
+        fr = dumps[lone].frames[-1]
+        timed = ranges(sorted({f.ev.rank for f in errors if f.sig in TIMEOUTS and f.ev.rank is not None}))
+        return Inference(lone, [f"rank {lone} reported no collective timeout while rank(s) {timed} timed out, and its "
+                                f"stack dump shows it in {fr.func} ({fr.file}:{fr.line}), not in a collective"],
+                         "medium", [lone], sorted(waiting), fr)
     late, why = work_laggards(work)
     if late:
         return Inference(late[0] if len(late) == 1 else None, [why], "medium" if len(late) == 1 else "low",

@@ -17,7 +17,10 @@ from firstfault.analysis import timeline
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.checkpoint import DiskCheckpoint, checkpoint_report
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
+from firstfault.analysis.deaths import merged, signal_deaths
+from firstfault.analysis.exits import agent_exits, best_exits
 from firstfault.analysis.facts import Facts, collect, identify, nccl_work, rank_dumps, saving_since
+from firstfault.analysis.frames import failing_frame
 from firstfault.analysis.findings import MAX_KEPT, PROGRESS, read_findings
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.flight_recorder import analyze as analyze_flight
@@ -119,12 +122,12 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     findings = read.findings
     rank_nodes = dict(inp.rank_nodes)
     pids, single = identify(findings, rank_nodes, read.procs)
+    findings = merged(findings, signal_deaths(read.procs, findings))  # analysis/deaths.py
     facts = collect(findings, rank_nodes, pids, rank_dumps(read.dumps, pids, single))
-    for ev in read.procs:  # what the agents saw of process exits
-        r = ev.rank if ev.rank is not None else pids.get(ev.pid or -1)
-        if r is not None and ev.fields.get("exit"):
-            facts.exits.setdefault(r, ev.fields["exit"])
-            rank_nodes.setdefault(r, ev.node)
+    seen_exits = agent_exits(read.procs, pids)  # the agents' own exit records first (analysis/exits.py)
+    facts.exits = best_exits(facts.exits, seen_exits)
+    for r, (_, node) in seen_exits.items():
+        rank_nodes.setdefault(r, node)
     judge_signals(findings, read.kernel_span, rank_nodes)
     progress = facts.progress
 
@@ -197,6 +200,8 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
                 "step": facts.steps.get(r), "at": iso(progress[r].occurred_ns)},
             "exit": facts.exits.get(r),
         }
+    if first is not None:  # the line that failed (analysis/frames.py); none for an inferred hang
+        first["failing_frame"] = failing_frame(first_f.ev.frames) if first_f is not None else None
     if read.dropped:
         gaps.append({"source": "analysis", "reason": (
             f"{read.dropped} findings beyond the first {MAX_KEPT} distinct ones were counted, not kept")})

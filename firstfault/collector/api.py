@@ -5,8 +5,10 @@
     GET /api/jobs                         {"jobs": [...]} newest first
     GET /api/jobs/{job}/report            the report; ?format=json|md|text|html (default json);
                                           ?timeline=1 adds the swimlanes' timeline object to json
-    GET /api/jobs/{job}/timeline          {"records": [...]}; ?rank=&node=&since=&until=&grep=&limit=
-                                          &format=jsonl streams one record a line
+    GET /api/jobs/{job}/timeline          {"records": [...]}: the job's own records; ?rank=&node=&since=
+                                          &until=&grep=&limit=; &context=1 adds its nodes' kernel and
+                                          cgroup records of its lifetime that name none of its processes
+                                          (node_context: true); &format=jsonl streams one record a line
     GET /api/jobs/{job}/bundle            the bug-report .tar.gz
 
 Read-only: the API's routes are GET (and HEAD); any other method is 405. Bound to loopback
@@ -201,7 +203,9 @@ class Api:
         if await self._call(self.store.job, job) is None:
             raise query.QueryError(f"no job {job!r} in the store")
         jsonl = request.query.get("format") == "jsonl"
-        rows = await self._call(lambda: iter(query.timeline(self.store, sel, self.redactor)))
+        context = request.query.get("context") == "1"
+        rows = await self._call(lambda: iter(query.timeline(self.store, sel, self.redactor, context=context,
+                                                            catalog=self.catalog)))
         resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson" if jsonl else JSON_CT})
         await resp.prepare(request)
         if not jsonl:

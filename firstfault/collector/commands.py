@@ -3,8 +3,9 @@ read its store directly (the SQLite file, or the PostgreSQL database by its URL)
 
     firstfault jobs [--collector URL | --db PATH_OR_URL] [--format text|json]
     firstfault report JOB [--format text|md|json|html] [--output FILE] [--bundle FILE.tar.gz]
+                          [--checkpoint-dir DIR]
     firstfault timeline JOB [--rank R] [--node N] [--since T] [--until T] [--grep RE]
-                            [--limit N] [--format text|json|jsonl]
+                            [--limit N] [--node-context] [--format text|json|jsonl]
 
 Exit codes: 0 done, 1 the job or the collector could not be found, 2 usage error.
 """
@@ -71,7 +72,10 @@ class _Http:
         with self._open("/api/jobs") as r:
             return json.load(r)["jobs"]
 
-    def report(self, job: str, timeline: bool = False) -> dict:
+    def report(self, job: str, timeline: bool = False, inspection: dict | None = None) -> dict:
+        if inspection is not None:
+            raise query.QueryError("--checkpoint-dir reads the collector's store directly: give --db PATH_OR_URL "
+                                   "(the collector's API is read-only)")
         with self._open(f"/api/jobs/{urllib.parse.quote(job, safe='')}/report",
                         {"timeline": "1"} if timeline else None) as r:
             return json.load(r)
@@ -104,8 +108,11 @@ class _Db:
     def jobs(self) -> list[dict]:
         return query.jobs(self.store)
 
-    def report(self, job: str, timeline: bool = False) -> dict:
-        return query.report(self.store, job, self.catalog, redactor=Redactor(), timeline=timeline)
+    def report(self, job: str, timeline: bool = False, inspection: dict | None = None) -> dict:
+        from firstfault.analysis.diskwire import disk_from_wire
+
+        disk = None if inspection is None else disk_from_wire(inspection)
+        return query.report(self.store, job, self.catalog, redactor=Redactor(), timeline=timeline, disk=disk)
 
     def bundle(self, job: str) -> bytes:
         return query.bundle(self.store, job, self.catalog, Redactor())
@@ -119,7 +126,7 @@ class _Db:
             sel = parse_selection(job, params)
         except ValueError as e:  # the words the HTTP API answers with
             raise query.QueryError(str(e)) from None
-        return query.timeline(self.store, sel, Redactor())
+        return query.timeline(self.store, sel, Redactor(), context=params.get("context") == "1", catalog=self.catalog)
 
 
 def _source(a: argparse.Namespace):
@@ -168,13 +175,22 @@ def cmd_report(a: argparse.Namespace) -> int:
         write_output(data, a.bundle)
         print(f"firstfault: wrote {a.bundle} ({len(data)} bytes)", file=sys.stderr)
         return 0
-    write_output(render(src.report(a.job, timeline=needs_timeline(a.format)), a.format), a.output)
+    inspection = None
+    if a.checkpoint_dir:  # inspected here, on the head node, as `firstfault checkpoint` does
+        from firstfault.common.checkpoint_files import CheckpointPathError, inspect
+
+        try:
+            inspection = inspect(a.checkpoint_dir)
+        except CheckpointPathError as e:
+            raise query.QueryError(str(e)) from None
+    write_output(render(src.report(a.job, timeline=needs_timeline(a.format), inspection=inspection), a.format),
+                 a.output)
     return 0
 
 
 def cmd_timeline(a: argparse.Namespace) -> int:
     params = {"rank": a.rank, "node": a.node, "since": a.since, "until": a.until, "grep": a.grep,
-              "limit": None if a.limit is None else str(a.limit)}
+              "limit": None if a.limit is None else str(a.limit), "context": "1" if a.node_context else None}
     rows = _source(a).timeline(a.job, {k: v for k, v in params.items() if v is not None})
     w = sys.stdout.write
     if a.format == "json":
@@ -187,7 +203,8 @@ def cmd_timeline(a: argparse.Namespace) -> int:
             w(json_text(r, indent=None) + "\n")
     else:  # log text is untrusted: inert on a terminal (firstfault/reports/escape.py)
         for r in rows:
-            who = f"rank {r['rank']}" if r.get("rank") is not None else terminal(r["source"])
+            who = (f"rank {r['rank']}" if r.get("rank") is not None else
+                   "node" if r.get("node_context") else terminal(r["source"]))
             for i, line in enumerate(terminal_lines(r["message"]) or [""]):
                 w(f"{r['at']} {terminal(r['node']):<12} {who:<8} {line}\n" if i == 0 else f"{'':>47}{line}\n")
     return 0
@@ -207,6 +224,9 @@ def add_parsers(sub) -> None:
                    help="html: one self-contained page (swimlanes, memory by phase) that opens with no network")
     p.add_argument("--output", "-o", metavar="FILE")
     p.add_argument("--bundle", metavar="FILE.tar.gz", help="write the bug-report bundle instead")
+    p.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="DeepSpeed checkpoint folder to check on disk here, with --db (default: what the job's "
+                        "agents inspected)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("timeline", parents=[common], help="the merged, clock-corrected timeline of a job")
@@ -217,5 +237,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--until", metavar="T")
     p.add_argument("--grep", metavar="RE", help="regular expression over the message")
     p.add_argument("--limit", type=int, metavar="N", help="at most N records (default: all)")
+    p.add_argument("--node-context", action="store_true",
+                   help="also the kernel and cgroup records of the job's nodes in its lifetime that name none of "
+                        "its processes (default: the job's own records)")
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
     p.set_defaults(func=cmd_timeline)

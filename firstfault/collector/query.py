@@ -16,7 +16,7 @@ import tarfile
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from firstfault.wire import KIND_AGENT_GAP, KIND_JOB_MARK, KIND_KERNEL_GAP, Record
 
@@ -24,8 +24,11 @@ from firstfault.common import redact
 from firstfault.common.redact import Redactor
 
 from firstfault.analysis.catalog import Catalog
+from firstfault.analysis.checkpoint import DiskCheckpoint
+from firstfault.analysis.diskwire import disk_from_wire
 from firstfault.analysis.context import CONFIG_NEEDLE
 from firstfault.analysis.marks import ReportMarker
+from firstfault.analysis.membership import CONTEXT, JOB, Membership, learn
 from firstfault.analysis.records import events_from_records, mark_of
 from firstfault.analysis.report import Inputs, build_report, iso
 from firstfault.analysis.timeline import NodeClock
@@ -77,29 +80,111 @@ def _noting(records: Iterator[Record], inputs: Inputs, first_ns: int,
         yield r
 
 
+NO_LOG = "no log of this rank was given"
+NO_RECORD = "no record of this rank reached the collector (its node's agent sent none)"
+NODE_CONTEXT_MAX = 20  # node-context records a report lists (all are counted)
+
+
+def _notable(r: Record) -> bool:
+    """A node-context record worth listing: an error or worse, or an OOM kill."""
+    return r.severity <= 3 or r.kind == "cgroup.oom" or "Killed process" in r.message
+
+
+def _members_only(records: list[Record], m: Membership, context: list[Record]) -> Iterator[Record]:
+    """The job's own records (analysis/membership.py); node context goes to ``context``."""
+    for r in records:
+        where = m.place(r)
+        if where == JOB:
+            yield r
+        elif where == CONTEXT:
+            context.append(r)
+
+
+def _node_context(context: list[Record]) -> dict:
+    shown = [r for r in context if _notable(r)]
+    return {"count": len(context), "notable": len(shown),
+            "events": [{"node": r.node, "source": r.source, "at": iso(r.occurred_ns if r.occurred_ns is not None
+                                                                       else r.observed_ns),
+                        "pid": r.pid, "text": r.message} for r in shown[:NODE_CONTEXT_MAX]]}
+
+
+CHECKPOINT_INSPECTION = "checkpoint.inspection"  # the agent's checkpoints source
+
+
+def _disk(records: list[Record], job: str, gaps: list[dict]) -> DiskCheckpoint | None:
+    """The job's checkpoint as its agents last inspected it on disk (agent/sources/checkpoints.py):
+    the newest inspection holding a tag, else the newest; an unreadable one is a gap."""
+    found = sorted((r for r in records if r.kind == CHECKPOINT_INSPECTION and r.job == job),
+                   key=lambda r: r.observed_ns, reverse=True)
+    disks = []
+    for r in found:
+        try:
+            disks.append(disk_from_wire(json.loads(r.message)))
+        except ValueError as e:  # DiskWireError, JSONDecodeError
+            gaps.append({"node": r.node, "source": "checkpoints", "reason": f"unreadable inspection: {e}"})
+    return next((d for d in disks if d.tags), disks[0] if disks else None)
+
+
 def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = None,
-           redactor: Redactor | None = None, *, timeline: bool = False) -> dict:
+           redactor: Redactor | None = None, *, timeline: bool = False, disk: DiskCheckpoint | None = None) -> dict:
     """The report (REPORT.md) of one job over every node that sent its records, redacted by
-    ``redactor``; ``timeline`` adds the swimlanes' ``timeline`` object (for HTML)."""
+    ``redactor``; ``timeline`` adds the swimlanes' ``timeline`` object (for HTML); ``disk``: a
+    checkpoint folder inspected here (``report --checkpoint-dir``), else what the agents shipped. Only the
+    job's own records are read (analysis/membership.py); the kernel and cgroup records of its
+    nodes in its lifetime that name none of its processes are the report's ``node_context``."""
     info = store.job(job)
     if info is None:
         raise QueryError(f"no job {job!r} in the store (firstfault jobs lists them)")
-    clocks = {n: NodeClock(c.offset_ns, c.uncertainty_ns) for n, c in store.clocks().items()}
+    stored = store.clocks()
+    clocks = {n: NodeClock(c.offset_ns, c.uncertainty_ns) for n, c in stored.items()}
     inputs = Inputs(job=job, clocks=clocks, generated_ns=time.time_ns(), rank_nodes={}, timeline=timeline)
     sel = sel or Selection(job=job)
     # only the records the report reads (analysis/marks.py), where the store kept marks
-    needed = needed_records(store, sel, ReportMarker(catalog).name)
+    needed = list(needed_records(store, sel, ReportMarker(catalog).name))
+    membership = learn(needed, job, uncertainty_ns={n: c.uncertainty_ns for n, c in stored.items()},
+                       span=(info.first_ns, info.last_ns))
     agents: Counter = Counter()
-    events = events_from_records(_noting(needed, inputs, info.first_ns, agents))
-    return redact.report(build_report(events, catalog, inputs), redactor, agents)
+    context: list[Record] = []
+    inputs.disk = disk or _disk(needed, job, inputs.gaps)
+    events = events_from_records(_noting(_members_only(needed, membership, context), inputs, info.first_ns, agents))
+    rep = build_report(events, catalog, inputs)
+    for g in rep["gaps"]:  # the analysis words a missing rank for files given to analyze
+        if g.get("rank") is not None and g.get("reason") == NO_LOG:
+            g["reason"] = NO_RECORD
+    rep["node_context"] = _node_context(context)
+    return redact.report(rep, redactor, agents)
 
 
-def timeline(store: Store, sel: Selection, redactor: Redactor | None = None) -> Iterator[dict]:
-    """Every matching record, in timeline order, as dicts (nothing cut unless sel.limit)."""
-    for r in store.records(sel):
+def membership(store: Store, job: str, catalog: Catalog | None = None) -> Membership:
+    """Who and when the job is (for a timeline): from the records a report reads when the store
+    kept marks for ``catalog``, else from one read of its whole selection."""
+    info = store.job(job)
+    sel = Selection(job=job)
+    records = needed_records(store, sel, ReportMarker(catalog).name) if catalog is not None else store.records(sel)
+    return learn(records, job, uncertainty_ns={n: c.uncertainty_ns for n, c in store.clocks().items()},
+                 span=(info.first_ns, info.last_ns) if info is not None else None)
+
+
+def timeline(store: Store, sel: Selection, redactor: Redactor | None = None, *,
+             context: bool = False, catalog: Catalog | None = None) -> Iterator[dict]:
+    """Every matching record of the job's own, in timeline order, as dicts (nothing cut unless
+    sel.limit); ``context`` adds its nodes' kernel and cgroup records of its lifetime that name
+    none of its processes, each with ``node_context`` true (analysis/membership.py)."""
+    m = membership(store, sel.job, catalog) if sel.job is not None else None
+    limit = sel.limit
+    n = 0
+    for r in store.records(replace(sel, limit=None) if m is not None else sel):
+        if limit is not None and n >= limit:
+            return
+        where = m.place(r) if m is not None else JOB
+        if where != JOB and not (context and where == CONTEXT):
+            continue
         d = record_dict(r)
+        if where == CONTEXT:
+            d["node_context"] = True
         if redactor is not None:
             d["message"] = redactor.text(d["message"], Counter())
+        n += 1
         yield d
 
 
@@ -109,7 +194,8 @@ def bundle(store: Store, job: str, catalog: Catalog, redactor: Redactor | None =
     rep = report(store, job, catalog, redactor=redactor, timeline=True)
     page = render(rep, "html")
     rep = {k: v for k, v in rep.items() if k != "timeline"}
-    lines = [json.dumps(d, ensure_ascii=False) for d in timeline(store, Selection(job=job), redactor)]
+    lines = [json.dumps(d, ensure_ascii=False)
+             for d in timeline(store, Selection(job=job), redactor, context=True, catalog=catalog)]
     config = [d["message"] for d in map(json.loads, lines) if CONFIG_NEEDLE in d["message"]]
     files = {
         "report.md": render(rep, "md"),
@@ -120,8 +206,8 @@ def bundle(store: Store, job: str, catalog: Catalog, redactor: Redactor | None =
         "README.txt": (f"firstfault bundle of job {job}, made {iso(time.time_ns())}.\n"
                        "report.md pastes into an issue; report.json is firstfault.report/1; report.html opens in a "
                        "browser with no network (swimlanes, memory by phase); timeline.jsonl holds "
-                       "every record of the job and of its nodes' kernel around it, one JSON object a line, in time "
-                       "order; config.txt is the resolved DeepSpeed config as printed at initialize.\n"),
+                       "every record of the job and of its nodes' kernel in its lifetime (those that name none of "
+                       "its processes marked node_context), one JSON object a line, in time order; config.txt is the resolved DeepSpeed config as printed at initialize.\n"),
     }
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:

@@ -30,7 +30,7 @@ from importlib import resources
 
 from firstfault.reports.memtable import HEADER as MEMORY_HEADER
 from firstfault.reports.memtable import memory_rows
-from firstfault.reports.text import alike_text
+from firstfault.reports.text import alike_text, frame_line, node_context_lines
 
 _ASSETS = resources.files("firstfault.reports") / "assets"
 CSS = (_ASSETS / "report.css").read_text(encoding="utf-8")
@@ -105,6 +105,8 @@ def _first(rep: dict) -> str:
                                                       + e(", ".join(map(str, ff.get("tied_with") or [])))
                                                       if ff.get("within_clock_uncertainty") else "")),
             ("failed alike", e(alike_text(ff.get("ranks_sharing"))))]
+    if frame_line(ff):
+        rows.append(("failing at", f"<code id='ff-frame'>{e(frame_line(ff))}</code>"))
     out = [f"<section id='first' class='first' aria-labelledby='first-h'><h2 id='first-h'>First failure: "
            f"<span id='ff-who'>{e(rank + node)}</span>{e(inferred)}</h2>",
            f"<p class='summary'>{e(ff.get('summary'))}</p>", _kv(rows),
@@ -232,6 +234,10 @@ def _rest(rep: dict) -> str:
     out.append(f"<section id='checkpoint' aria-labelledby='ck-h'><h2 id='ck-h'>Checkpoint</h2><p class='verdict v-{e(verdict)}'>"
                f"<strong>{e(verdict)}</strong>" + (f", resume from <code>{e(ck['resume_from'])}</code>" if ck.get("resume_from")
                                                    else "") + f"</p><p>{e(ck.get('reason'))}</p><ul>{tags}</ul></section>")
+    node_ctx = node_context_lines(rep, limit=20)
+    if node_ctx:
+        out.append("<section id='node-context' aria-labelledby='nctx-h'><h2 id='nctx-h'>Node context</h2>"
+                   f"<p class='muted'>{e(node_ctx[0])}</p><pre class='raw'>{e(chr(10).join(node_ctx[1]))}</pre></section>")
     if rep.get("nodes"):
         out.append("<section aria-labelledby='nodes-h'><h2 id='nodes-h'>Nodes</h2><ul>" + "".join(
             f"<li>{e(n['node'])}: ranks {e(', '.join(map(str, n.get('ranks') or [])) or 'none')}"

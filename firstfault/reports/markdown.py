@@ -11,7 +11,7 @@ from firstfault.reports.escape import md_block as _fence
 from firstfault.reports.escape import md_code as _code
 from firstfault.reports.escape import md_text
 from firstfault.reports.memtable import HEADER, memory_rows
-from firstfault.reports.text import alike_text, nodes_line
+from firstfault.reports.text import alike_text, frame_line, node_context_lines, nodes_line
 
 
 def _cell(v) -> str:
@@ -40,7 +40,10 @@ def render_markdown(rep: dict) -> str:
                      ("clock", ff.get("clock")),
                      ("confidence", ff["confidence"]),
                      ("within clock uncertainty", "yes" if ff.get("within_clock_uncertainty") else "no"),
-                     ("failed alike", alike_text(ff.get("ranks_sharing")))):
+                     ("failed alike", alike_text(ff.get("ranks_sharing"))),
+                     ("failing at", frame_line(ff))):
+            if k == "failing at" and v is None:
+                continue
             out.append(f"| {k} | {v if k == 'signature' else _cell(v)} |")
         out.append("")
         out.append(f"**Do first:** {md_text(ff['first_action'])}")
@@ -81,6 +84,10 @@ def render_markdown(rep: dict) -> str:
         if more:
             out.append(f"\n{more} more in the JSON report (`memory`).")
         out += [f"- {_cell(n)}" for n in (rep.get("memory") or {}).get("notes", [])[:6]]
+    node_ctx = node_context_lines(rep)
+    if node_ctx:
+        out += ["", f"<details><summary>{md_text(node_ctx[0])}</summary>", "",
+                _fence("\n".join(node_ctx[1])), "", "</details>"]
     ck = rep.get("checkpoint") or {}
     out.append("")
     out.append("### Checkpoint")

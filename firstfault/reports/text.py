@@ -69,6 +69,35 @@ def _memory(rep: dict) -> list[str]:
     return out
 
 
+def frame_line(ff: dict) -> str | None:
+    """``train.py line 12, in backward (raised in .../torch/_tensor.py line 626, in backward)``, raw text
+    (each format escapes it), or None when the first failure has no frames."""
+    fr = ff.get("failing_frame")
+    if not fr:
+        return None
+    where = f"{fr['file']} line {fr['line']}, in {fr['function']}"
+    if not fr.get("in_user_code"):
+        return f"{where} (no frame in your own code)"
+    ra = fr.get("raising") or {}
+    if (ra.get("file"), ra.get("line")) == (fr["file"], fr["line"]):
+        return where
+    return f"{where} (raised in {ra.get('file')} line {ra.get('line')}, in {ra.get('function')})"
+
+
+def node_context_lines(rep: dict, limit: int = 5) -> tuple[str, list[str]] | None:
+    """A heading and up to ``limit`` raw lines of the report's node context (collector reports)."""
+    ctx = rep.get("node_context") or {}
+    if not ctx.get("count"):
+        return None
+    head = (f"Node context, not the job's ({ctx['count']} kernel or cgroup records of its nodes in its lifetime "
+            f"name none of its processes):")
+    lines = []
+    for ev in (ctx.get("events") or [])[:limit]:
+        text = (ev.get("text") or "").strip().splitlines()
+        lines.append(f"{ev.get('at')} {ev.get('node')}: {text[0][:200] if text else ''}")
+    return head, lines
+
+
 def render_text(rep: dict) -> str:
     out: list[str] = []
     ff = rep.get("first_failure")
@@ -91,6 +120,8 @@ def render_text(rep: dict) -> str:
             with_ = _t(", ".join(map(str, ff.get("tied_with") or [])))
             tie = f"; tied within clock uncertainty with {'rank(s) ' + with_ if with_ else 'another failure'}"
         out.append(f"  confidence  {_t(ff['confidence'])}{tie}")
+        if frame_line(ff):
+            out.append(f"  failing at  {_t(frame_line(ff))}")
         if len(ff.get("ranks_sharing") or []) > 1:
             out.append(f"  shared by   {_t(ranks_text(ff['ranks_sharing']))}")
         for how in ff.get("inferred_from") or []:
@@ -116,6 +147,9 @@ def render_text(rep: dict) -> str:
         out.append("")
         out.append(f"Nodes ({len(rep['nodes'])}): {nodes_line(rep['nodes'])}")
     out += _memory(rep)
+    node_ctx = node_context_lines(rep)
+    if node_ctx:
+        out += ["", _t(node_ctx[0])] + [f"  {_t(x)}" for x in node_ctx[1]]
     ck = rep.get("checkpoint") or {}
     out.append("")
     resume = f"; resume from {_t(ck['resume_from'])}" if ck.get("resume_from") else ""

@@ -76,3 +76,20 @@ def test_a_launchers_sigterm_is_no_sign_of_waiting():
 def test_nothing_stands_out():
     inf = stopped_first([f(WATCHDOG.format(r=r), r) for r in range(2)], range(2), {})
     assert inf.rank is None and inf.suspects == [] and inf.confidence == "low"
+
+
+PEER_CLOSED = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+               "[127.0.0.1]:15546")
+AFTER_STEP = (Frame("/w/train.py", 300, "main"), Frame("/w/train.py", 256, "train_step"),
+              Frame("/w/train.py", 120, "after_step"))
+
+
+def test_the_one_rank_without_a_timeout_whose_dump_is_outside_the_collective_is_the_suspect():
+    """Rank 1 stopped after its optimizer step; rank 0 timed out in the loss all_reduce; rank 1 then lost
+    its peer (a cascade of its own) and only it dumped its stack: still the suspect."""
+    errors = [f(WATCHDOG.format(r=0), 0, 1.0), f(PEER_CLOSED, 1, 2.0)]
+    inf = stopped_first(errors, [0, 1], {}, {1: dump(AFTER_STEP, 1.5)})
+    assert (inf.rank, inf.confidence, inf.where) == (1, "medium", AFTER_STEP[-1])
+    assert "reported no collective timeout" in inf.how[0]
+    # with the same dump inside the collective, nothing singles it out
+    assert stopped_first(errors, [0, 1], {}, {1: dump(IN_ALLREDUCE, 1.5)}).rank is None

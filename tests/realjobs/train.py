@@ -40,6 +40,8 @@ Failure modes (``--fail``), on rank ``--fail-rank`` at step ``--fail-step``:
   instead of calling ``fc1`` (``probe_scale``). That works while parameters are whole
   (ZeRO stage 0-2) and fails under ZeRO stage 3, which keeps a parameter partitioned (an
   empty tensor) outside its own module's forward: a real fault whose fix is one setting.
+- ``abort``: the rank calls ``os.abort()`` at the start of step S, printing nothing: it dies
+  of SIGABRT (exit -6) and its peer loses it in the loss ``all_reduce``.
 
 ``--ds-config FILE`` replaces the built-in DeepSpeed config with a JSON file, as jobs pass
 theirs; retries that change a setting change only that file.
@@ -92,7 +94,7 @@ import deepspeed.comm as dist  # noqa: E402
 from torch.optim.optimizer import register_optimizer_step_pre_hook  # noqa: E402
 
 FAIL_MODES = ("none", "exception", "oom", "kill-in-save", "hang", "sleep", "branch", "bad-config", "nan",
-              "param-probe")
+              "param-probe", "abort")
 
 
 def parse_args(argv=None):
@@ -237,6 +239,8 @@ def install_kill_in_save(injector):
 
 def train_step(engine, batch, injector, abort_on_error=False):
     x, y = batch
+    if injector.active("abort"):  # dies of SIGABRT before the loss all_reduce, printing nothing
+        os.abort()
     out = engine(x)
     loss = torch.nn.functional.cross_entropy(out, y)
     avg = loss.detach().clone()

@@ -5,10 +5,14 @@ Reads, with psutil, the pids, command lines and RSS (``psutil.pids()``,
 ``/proc/<pid>/environ``, ``/proc/<pid>/stat`` (state, ppid, start ticks and, for
 a zombie, the exit status) and ``/proc/<pid>/cgroup``. A rank process is
 one whose ``/proc/<pid>/environ`` holds ``RANK`` or ``LOCAL_RANK`` (``match_env``),
-as torchrun, the DeepSpeed launcher and Accelerate set them; a process whose
-parent is a rank of the same identity (DataLoader workers, compile workers,
-``multiprocessing`` children) is not a rank itself. Identity (pure
-``rank_identity``):
+as torchrun, the DeepSpeed launcher and Accelerate set them, and whose parent is
+neither a rank nor a helper of one: the launcher's direct worker. A descendant of a
+rank (DataLoader workers, DeepSpeed's and ``torch.compile``'s compile workers,
+``multiprocessing`` children and their own children) inherits ``RANK`` but is a
+helper of that rank, never a rank: its RSS counts toward the rank's memory
+(``children_rss_bytes``), its exit is not the rank's. Only a descendant whose
+environment names another rank identity (a launcher that was itself started with
+``RANK`` set) is a rank of its own. Identity (pure ``rank_identity``):
 
 - job: ``SLURM_JOB_ID``, else ``TORCHELASTIC_RUN_ID`` (except torchrun's
   placeholder ``none``), else the configured ``job_label``, else nil;
@@ -36,8 +40,12 @@ Emits (Record job, rank, local_rank, pid set):
   the RSS at the kill), ``start_ns``, ``uptime_s``.
   occurred_ns = when the kernel said it ended (a pidfd became readable, Linux
   5.3+, own /proc only), else nil: then it ended in (last_seen_ns, observed_ns].
+  The zombie's status is read as soon as its pidfd fires (a launcher that polls its
+  workers reaps them within ~0.1 s), and again at the poll.
   (Reading field 52 needs the ptrace access that reading the environ needed.)
-- ``proc.memory`` every ``rss_interval_s``: ``rss_bytes`` of each rank.
+- ``proc.memory`` every ``rss_interval_s``: ``rss_bytes`` of each rank, and
+  ``children_rss_bytes`` / ``children`` (the sum of its live helpers' RSS and how
+  many there are) when it has helpers.
 
 ``pids()`` / ``ranks()`` give, from any thread, a snapshot of the pid map (the
 cgroup source follows ``pids``).
@@ -161,6 +169,13 @@ class Rank:
     peak_rss_bytes: int | None = None
     pidfd: int | None = None
     ended_ns: int | None = None  # when the pidfd said it ended
+    exit_status: int | None = None  # its wait status, read from its zombie as the pidfd fired
+
+
+class Helper(NamedTuple):
+    """A descendant of a rank: counted toward its memory, never a rank itself."""
+    rank_pid: int
+    ino: int  # of /proc/PID: a reused pid gets a new one
 
 
 @register
@@ -181,6 +196,7 @@ class ProcsSource(PollingSource):
         self.use_pidfd = self.paths.is_default_proc and hasattr(os, "pidfd_open")
         self._ranks: dict[int, Rank] = {}
         self._published: dict[int, Identity] = {}
+        self._helpers: dict[int, Helper] = {}  # pid -> the rank it descends from
         # pid -> (start ticks, inode of /proc/PID) of a process found not a rank: while the
         # inode stays, it is that process (a reused pid gets a new one) and is not read again
         self._seen: dict[int, tuple[int, int]] = {}
@@ -221,10 +237,11 @@ class ProcsSource(PollingSource):
             if st is not None and st.start_ticks == r.start_ticks and st.state not in "ZX":
                 r.last_seen_ns = now_ns
                 continue
-            status = st.exit_status if st is not None and st.start_ticks == r.start_ticks else None
+            status = st.exit_status if st is not None and st.start_ticks == r.start_ticks else r.exit_status
             out.append(self._exit(r, status, now_ns))
         new = []
-        for pid in alive.keys() - self._ranks.keys():
+        self._prune_helpers(alive)
+        for pid in alive.keys() - self._ranks.keys() - self._helpers.keys():
             ino, seen = alive[pid], self._seen.get(pid)
             if seen is not None and ino == seen[1]:
                 continue
@@ -237,13 +254,13 @@ class ProcsSource(PollingSource):
             new.append((st.start_ticks, pid, st, ino))
         for _, pid, st, ino in sorted(new):  # parents before their children
             ident = self._identify(pid)
+            root = self._rank_above(st.ppid)
+            if root is not None and (ident is None or root.ident[:3] == ident[:3]):
+                self._helpers[pid] = Helper(root.pid, ino)  # a helper of that rank
+                continue
             if ident is None:
                 if (uptime_ticks - st.start_ticks) / CLK_TCK >= self.young_s:
                     self._seen[pid] = st.start_ticks, ino
-                continue
-            parent = self._ranks.get(st.ppid)
-            if parent is not None and parent.ident[:3] == ident[:3]:
-                self._seen[pid] = st.start_ticks, ino  # a helper of that rank
                 continue
             out.append(self._start(pid, st, ident, boot.ns, now_ns))
         for pid in [p for p in self._seen if p not in alive]:
@@ -251,13 +268,40 @@ class ProcsSource(PollingSource):
         rss_due = time.monotonic() >= self._next_rss
         if rss_due:
             self._next_rss = time.monotonic() + self.rss_interval_s
+        children = self._children_rss() if rss_due else {}
         for r in self._ranks.values():
             self._sample_rss(r)
             if rss_due and r.rss_bytes is not None:
+                fields = {"rss_bytes": r.rss_bytes}
+                if r.pid in children:
+                    fields["children_rss_bytes"], fields["children"] = children[r.pid]
                 out.append(self.draft(KIND_PROC_MEMORY, job=r.ident.job, rank=r.ident.rank,
-                                      local_rank=r.ident.local_rank, pid=r.pid,
-                                      fields={"rss_bytes": r.rss_bytes}))
+                                      local_rank=r.ident.local_rank, pid=r.pid, fields=fields))
         self._published = {pid: r.ident for pid, r in self._ranks.items()}
+        return out
+
+    def _rank_above(self, ppid: int) -> Rank | None:
+        """The rank a process whose parent is ``ppid`` descends from, if any."""
+        rank = self._ranks.get(ppid)
+        if rank is None and ppid in self._helpers:
+            rank = self._ranks.get(self._helpers[ppid].rank_pid)
+        return rank
+
+    def _prune_helpers(self, alive: dict[int, int]) -> None:
+        """Forget helpers that ended (or whose pid now holds another process)."""
+        for pid in [p for p, h in self._helpers.items() if alive.get(p) != h.ino]:
+            del self._helpers[pid]
+
+    def _children_rss(self) -> dict[int, tuple[int, int]]:
+        """rank pid -> (RSS of its live helpers summed, how many)."""
+        out: dict[int, tuple[int, int]] = {}
+        for pid, h in self._helpers.items():
+            try:
+                rss = psutil.Process(pid).memory_info().rss
+            except (psutil.Error, OSError):
+                continue
+            total, n = out.get(h.rank_pid, (0, 0))
+            out[h.rank_pid] = total + rss, n + 1
         return out
 
     def _identify(self, pid: int) -> Identity | None:
@@ -354,6 +398,11 @@ class ProcsSource(PollingSource):
                     r = by_fd.get(fd)
                     if r is not None and r.ended_ns is None:
                         r.ended_ns = now_ns
+                        # its parent may reap it within milliseconds (a launcher's poll): read
+                        # the zombie's status now rather than at the next poll
+                        st = self._stat(r.pid)
+                        if st is not None and st.start_ticks == r.start_ticks and st.state in "ZX":
+                            r.exit_status = st.exit_status
                         self._poller.unregister(fd)  # readable until closed: stop polling it
                 return
 
@@ -361,4 +410,5 @@ class ProcsSource(PollingSource):
         for r in self._ranks.values():
             self._close_pidfd(r)
         self._ranks.clear()
+        self._helpers.clear()
         self._published = {}

@@ -249,6 +249,59 @@ def test_helpers_of_a_rank_are_not_ranks(sink, running):
         rank.wait()
 
 
+def test_descendants_of_a_rank_are_helpers_and_count_toward_its_memory(sink, running):
+    """A compile or data-loader worker started through an intermediate process (a pool's
+    fork server) inherits RANK two levels down: still the rank's helper, not a rank, and
+    its RSS counts in the rank's proc.memory."""
+    grandchild = "import subprocess, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
+    code = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {grandchild!r}]); "
+            "time.sleep(60)")
+    rank = spawn({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}, sys.executable, "-c", code,
+                 start_new_session=True)
+    try:
+        with running(ProcsSource(interval_s=0.05, rss_interval_s=0.2), sink):
+            sink.wait_for(lambda d: d.kind == "proc.start" and d.pid == rank.pid)
+            deadline = time.monotonic() + 10
+            while (len(psutil.Process(rank.pid).children(recursive=True)) < 2
+                   and time.monotonic() < deadline):
+                time.sleep(0.02)
+            family = psutil.Process(rank.pid).children(recursive=True)
+            assert len(family) == 2
+            mem = sink.wait_for(lambda d: d.kind == "proc.memory" and d.pid == rank.pid
+                                and d.fields.get("children") == 2)
+            assert {d.pid for d in sink.of("proc.start")} & {p.pid for p in family} == set()
+    finally:
+        os.killpg(rank.pid, signal.SIGKILL)
+        rank.wait()
+    assert mem.rank == 1 and mem.fields["children_rss_bytes"] > 0 and mem.fields["rss_bytes"] > 0
+
+
+def test_the_status_of_a_rank_its_parent_reaps_at_once_is_read_as_its_pidfd_fires(sink, running):
+    """A launcher polls its workers and reaps one within ~0.1 s: the status is read from the
+    zombie when the pidfd fires, long before the next poll (5 s here). (How soon matters under
+    load: procs.wait reads it before the poll's scan of /proc; a parent that reaps within
+    microseconds still wins, which no test here can pin down.)"""
+    rank = spawn({"RANK": "1", "LOCAL_RANK": "1"}, "sh", "-c", "read x; exit 3", stdin=subprocess.PIPE)
+    src = ProcsSource(interval_s=5.0)
+    if not src.use_pidfd:
+        pytest.skip("no pidfd_open here")
+    try:
+        deadline = time.monotonic() + 10
+        while b"RANK=1" not in open(f"/proc/{rank.pid}/environ", "rb").read() and time.monotonic() < deadline:
+            time.sleep(0.01)  # exec'd: the first poll finds it
+        with running(src, sink):
+            sink.wait_for(lambda d: d.kind == "proc.start" and d.pid == rank.pid)
+            time.sleep(0.2)  # the source waits on the pidfd now
+            rank.stdin.write(b"\n")
+            rank.stdin.flush()
+            time.sleep(0.1)
+            rank.wait()  # reaped: /proc/PID is gone before the next poll
+            e = sink.wait_for(lambda d: d.kind == "proc.exit" and d.pid == rank.pid, timeout=15)
+    finally:
+        reap(rank)
+    assert (e.fields["code"], e.fields["signal"]) == (3, None)
+
+
 def test_an_orphan_rank_exit_is_recorded(sink, running):
     """A rank whose parent is gone is reaped by init: the agent still records its exit."""
     out = subprocess.run(["sh", "-c", "RANK=4 LOCAL_RANK=0 sleep 60 >/dev/null 2>&1 & echo $!"],

@@ -1,0 +1,57 @@
+"""analysis/deaths.py: a rank the agent saw die by a signal before its peers failed is the first
+failure, with the signal and its meaning; an abort after a collective timeout stays a cascade."""
+
+from __future__ import annotations
+
+from firstfault.analysis.catalog import load_catalog
+from firstfault.analysis.records import events_from_records
+from firstfault.analysis.report import Inputs, build_report
+from firstfault.wire import Record
+
+T0 = 1_796_206_319_782_000_000
+S = 1_000_000_000
+# gloo's peer error as FORMATS.md gives its shape
+RESET = ("Traceback (most recent call last):\n  File \"/w/train.py\", line 30, in <module>\n"
+         "    dist.all_reduce(loss)\nRuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+         "[127.0.0.1]:7889: Connection reset by peer")
+TIMEOUT = ("Traceback (most recent call last):\n  File \"/w/train.py\", line 30, in <module>\n"
+           "    dist.all_reduce(loss)\nRuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+           "Timed out waiting 15000ms for recv operation to complete")
+
+
+def rec(seq, kind, source, message="", *, rank, pid=None, fields=None, at):
+    return Record(node="n1", stream="s", seq=seq, source=source, kind=kind, message=message, occurred_ns=at,
+                  observed_ns=at, job="j", rank=rank, pid=pid, fields=fields or {})
+
+
+def _report(records):
+    return build_report(events_from_records(records), load_catalog(), Inputs(job="j"))
+
+
+def _job(first_error: str, death_at: int) -> list[Record]:
+    return [
+        rec(1, "proc.start", "procs", rank=0, pid=100, fields={"world_size": "2"}, at=T0),
+        rec(2, "proc.start", "procs", rank=1, pid=101, fields={"world_size": "2"}, at=T0),
+        rec(3, "rank.line", "ranklog", "rank 0 step 1 loss 2.3", rank=0, at=T0 + S),
+        rec(4, "rank.line", "ranklog", "rank 1 step 1 loss 2.3", rank=1, at=T0 + S),
+        rec(5, "proc.exit", "procs", rank=1, pid=101, fields={"code": -6, "signal": "SIGABRT"}, at=death_at),
+        rec(6, "rank.traceback", "ranklog", first_error, rank=0, at=T0 + 6 * S),
+        rec(7, "proc.exit", "procs", rank=0, pid=100, fields={"code": 1, "signal": None}, at=T0 + 7 * S),
+    ]
+
+
+def test_an_abort_before_its_peers_error_is_the_failure_not_a_hang():
+    rep = _report(_job(RESET, T0 + 5 * S))
+    ff = rep["first_failure"]
+    assert (ff["rank"], ff["signature"], ff["inferred"]) == (1, "agent.rank_signal", False)
+    assert "SIGABRT" in ff["summary"] and "aborted itself" in ff["summary"]
+    assert rep["ranks"]["1"]["exit"] == {"code": -6, "signal": "SIGABRT"}
+    assert rep["ranks"]["0"]["first_error"]["role"] == "cascade"
+
+
+def test_an_abort_after_a_collective_timeout_is_a_cascade():
+    rep = _report(_job(TIMEOUT, T0 + 8 * S))  # rank 0 timed out waiting for rank 1, which aborted after
+    ff = rep["first_failure"]
+    assert (ff["rank"], ff["signature"], ff["inferred"]) == (1, "hang.stopped_first", True)
+    fe = rep["ranks"]["1"]["first_error"]
+    assert (fe["signature"], fe["role"]) == ("agent.rank_signal", "cascade")

@@ -1,0 +1,34 @@
+"""Every report format names the failing frame: the innermost frame in the user's code
+(a real run: rank 1 raises in train.py's check_features under torchrun)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from firstfault.cli import main
+
+REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "torchrun-exception-rank1-of-2"
+WHERE = "train.py line 105, in check_features"
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ff")
+    for fmt in ("json", "text", "md", "html"):
+        assert main(["analyze", str(REAL), "--format", fmt, "--output", str(out / f"r.{fmt}")]) == 0
+    return {fmt: (out / f"r.{fmt}").read_text() for fmt in ("json", "text", "md", "html")}
+
+
+def test_json_has_the_failing_frame_object(reports):
+    fr = json.loads(reports["json"])["first_failure"]["failing_frame"]
+    assert fr["file"].endswith("tests/realjobs/train.py") and (fr["line"], fr["function"]) == (105, "check_features")
+    assert fr["in_user_code"] is True and fr["raising"]["line"] == 105
+
+
+@pytest.mark.parametrize("fmt", ["text", "md", "html"])
+def test_text_markdown_and_html_show_it(reports, fmt):
+    where = WHERE.replace("_", "\\_") if fmt == "md" else WHERE  # Markdown escapes the underscore
+    assert f"failing at" in reports[fmt] and where in reports[fmt]
