@@ -177,23 +177,23 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
     except OSError as e:
         raise StartError(f"cannot listen on {cfg.listen}: {e.strerror or e}") from e
     try:
-        notifier = attach_notifier(cfg, store, server, load_catalog())
-        await notifier.start()
+        telling = attach_notifier(cfg, store, server, load_catalog())
+        await telling.start()
     except OSError as e:
         await server.stop()
         raise StartError(f"notify: cannot use the queue folder {notify_queue_dir(cfg)}: {e.strerror or e}") from e
     api = Api(store, load_catalog(), token=None if is_loopback_host(cfg.http.host) else cfg.tokens,
-              metrics=lambda: server.metrics.render_prometheus() + notifier.metrics.render_prometheus(),
+              metrics=lambda: server.metrics.render_prometheus() + telling.metrics.render_prometheus(),
               call=server.call, redactor=cfg.redact.redactor())
     try:
         http = await start_http(api, cfg.http.host, cfg.http.port)
     except (OSError, ValueError) as e:
-        await notifier.stop()
+        await telling.stop()
         await server.stop()
         raise StartError(f"cannot serve the HTTP API on {cfg.http}: {getattr(e, 'strerror', None) or e}") from e
     for host, port, *_ in http.addresses:
         log.info("http listening address=%s:%s auth=%s", host, port, api.tokens is not None)
-    notifier.report_url = notify_report_url(cfg, http.addresses[0][:2] if http.addresses else None)
+    telling.report_url = notify_report_url(cfg, http.addresses[0][:2] if http.addresses else None)
     stop = asyncio.Event()
     signals = []
 
@@ -222,7 +222,7 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
             task.cancel()
         await http.cleanup()
         await server.stop()
-        await notifier.stop()
+        await telling.stop()
         for signum in signals:
             loop.remove_signal_handler(signum)
     return 0
