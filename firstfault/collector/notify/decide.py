@@ -19,7 +19,8 @@ uncertainty of the job's nodes. A node has shipped up to X (``drained``) when th
 collector stored a record of it observed at X or later (a stream's records come in seq
 order, so the earlier ones are in), or its agent answered a ping sent at X + the agent's
 flush margin with nothing of it in flight (an idle agent has nothing unsent), or its
-agent closed its connection cleanly at X (it flushes its spool first). A node that says
+agent closed its connection cleanly (it flushes its spool first: it has shipped all it
+saw until it connects again). A node that says
 nothing (agent dead, network down) holds the notice up to ``max_wait_s`` after the job
 failed; it is then sent unsettled, naming the nodes behind, and an update follows if
 their records change the answer.

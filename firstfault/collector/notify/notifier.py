@@ -42,6 +42,7 @@ REBUILD_NS = 3_000_000_000  # ... or its last report this old while records stil
 AGENT_FLUSH_NS = 1_000_000_000  # what an agent may hold unsent when it answers a ping
 PROBE_NS = 1_000_000_000  # nodes behind are pinged at most this often
 FORGET_NS = 3600 * 10**9
+GONE = 2**62  # drained-to of a node whose agent closed cleanly: it flushed all it saw
 
 ReportFn = Callable[[str], Awaitable[dict]]
 ClockFn = Callable[[str], "tuple[int, int] | None"]  # node -> (offset_ns, uncertainty_ns)
@@ -95,6 +96,8 @@ class Notifier:
         now = time.time_ns()
         est = self.clock(node)
         observed = cols["observed_ns"]
+        if self.drained.get(node) == GONE:
+            del self.drained[node]  # back (a restarted agent): its records say how far again
         if observed:
             self._drain(node, max(observed) + (est[0] if est else 0))
         jobs = cols["job"]
@@ -119,7 +122,7 @@ class Notifier:
 
     def closed(self, node: str, clean: bool) -> None:
         if clean:
-            self._drain(node, time.time_ns())
+            self._drain(node, GONE)
 
     def _drain(self, node: str, at_ns: int) -> None:
         if at_ns > self.drained.get(node, -1):
