@@ -177,7 +177,7 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
     except OSError as e:
         raise StartError(f"cannot listen on {cfg.listen}: {e.strerror or e}") from e
     try:
-        telling = attach_notifier(cfg, store, server, load_catalog())
+        telling = attach_notifier(cfg, server, load_catalog())
         await telling.start()
     except OSError as e:
         await server.stop()

@@ -5,9 +5,9 @@ deliveries (deliver.py); counts failed jobs for Prometheus (metrics.py).
 The ingest server calls ``stored`` (a batch is durable), ``pong`` (an agent answered a
 clock ping with no batch of it in flight) and ``closed`` (a connection ended) on the event
 loop; each is a few set and max operations over the batch's columns, nothing more. The
-rest runs in the notifier's own task every TICK_S: reports are built on the store thread
-(as the HTTP API's are), queue files are written through a worker thread, deliveries are
-their own tasks. So nothing here blocks ingest or the loop.
+rest runs in the notifier's own task every TICK_S: reports are built on a thread and a
+store connection of their own (attach.py), queue files are written through a worker
+thread, deliveries are their own tasks. So nothing here blocks ingest or the loop.
 
 Once per job: the answer told (notice.py) is kept in memory and in the queue folder's
 ``sent.json``, so a job is told once, also across a restart (its agents' resends change
@@ -61,8 +61,10 @@ class Notifier:
     def __init__(self, cfg: NotifyConfig, *, report: ReportFn, clock: ClockFn,
                  probe: Callable[[Iterable[str]], None] = lambda nodes: None,
                  queue: NoticeQueue | None = None, report_url: str | None = None,
-                 redactor: Redactor | None = None) -> None:
+                 redactor: Redactor | None = None,
+                 close: Callable[[], Awaitable[None]] | None = None) -> None:
         self.cfg, self.report, self.clock, self.probe = cfg, report, clock, probe
+        self._close = close
         self.queue, self.report_url, self.redactor = queue, report_url, redactor
         self.metrics = NotifyMetrics()
         self.deliverer = Deliverer(cfg, queue, self.metrics) if queue is not None and cfg.enabled else None
@@ -89,6 +91,8 @@ class Notifier:
             await asyncio.gather(self._task, return_exceptions=True)
         if self.deliverer is not None:
             await self.deliverer.stop()
+        if self._close is not None:
+            await self._close()
 
     # --- what the ingest tells (on the event loop; cheap) ---------------------------
 

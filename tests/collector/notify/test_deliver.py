@@ -10,7 +10,6 @@ import logging
 import sys
 import time
 
-import pytest
 
 from firstfault.collector.notify.config import Filter, NotifyConfig, Target
 from firstfault.collector.notify.deliver import Deliverer
