@@ -110,6 +110,11 @@ def check_config(cfg: CollectorConfig) -> None:
             problems.append(f"db {cfg.db}: the folder {folder} does not exist")
         elif not os.access(folder, os.W_OK | os.X_OK):
             problems.append(f"db {cfg.db}: cannot write in {folder}")
+    if cfg.notify.enabled:
+        q = notify_queue_dir(cfg)
+        existing = next((p for p in (q, *q.parents) if p.exists()), None)
+        if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            problems.append(f"notify.queue_dir {q}: cannot write in {existing or q}")
     if problems:
         raise ConfigError(problems)
 

@@ -111,9 +111,14 @@ class Notifier:
             return
         kinds, ranks, fields = cols["kind"], cols["rank"], cols["fields"]
         rows: dict[str, list] = {j: [] for j in distinct}
-        if not decide.WATCH_KINDS.isdisjoint(kinds):
-            for i, k in enumerate(kinds):
-                if k in decide.WATCH_KINDS and jobs[i] is not None:
+        for k in decide.WATCH_KINDS.intersection(kinds):  # rare: found by list.index, not a loop
+            i = -1
+            while True:
+                try:
+                    i = kinds.index(k, i + 1)
+                except ValueError:
+                    break
+                if jobs[i] is not None:
                     rows[jobs[i]].append((k, ranks[i], fields[i]))
         pairs = set(zip(jobs, ranks)) if len(distinct) > 1 else None
         for job in distinct:

@@ -81,3 +81,19 @@ db = "postgresql://u@h/d"
 type = "command"
 command = ["true"]
 '''))
+
+
+def test_check_config_names_a_queue_folder_it_cannot_write(tmp_path):
+    from firstfault.collector.daemon import check_config
+
+    (tmp_path / "a-file").write_text("")
+    cfg = load_config(write(tmp_path, f'''
+db = "{tmp_path / 'c.db'}"
+[notify]
+queue_dir = "{tmp_path / 'a-file' / 'q'}"
+[[notify.target]]
+type = "command"
+command = ["true"]
+'''))
+    with pytest.raises(ConfigError, match=r"notify.queue_dir .*a-file/q: cannot write in .*a-file"):
+        check_config(cfg)

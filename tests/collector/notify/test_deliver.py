@@ -126,6 +126,25 @@ def test_a_command_gets_the_json_on_stdin_and_a_failing_one_is_retried(tmp_path,
     assert "exit status 3: pager said no" in lines[0] and lines[1].startswith("notice dropped")
 
 
+def test_a_slack_target_gets_an_incoming_webhook_message(tmp_path):
+    r = Receiver()
+    try:
+        n = notice()
+        n.update({"checkpoint": {"verdict": "safe", "resume_from": "global_step4"}, "settled": True,
+                  "nodes_behind": [], "report_url": "http://head:7141/jobs/4242"})
+        n["first_failure"].update(phase="forward", summary="<!here> ate *all* memory")
+        deliver(tmp_path, cfg(Target("chat", "slack", url=r.url)), [n], lambda: r.delivered())
+        (msg,) = r.delivered()
+        assert r.requests[0]["headers"]["Content-Type"] == "application/json"
+        assert msg["text"].startswith("job 4242 failed: rank 1 on gpu-07, kernel.memcg_oom_kill")
+        text = msg["blocks"][0]["text"]["text"]
+        assert msg["blocks"][0]["text"]["type"] == "mrkdwn"
+        assert "&lt;!here&gt; ate \u2217all\u2217 memory" in text and "<!here>" not in text
+        assert "resume from `global_step4`" in text and "X-Firstfault-Signature" not in r.requests[0]["headers"]
+    finally:
+        r.close()
+
+
 def test_filters_choose_the_targets(tmp_path):
     hw, mem, prod = Receiver(), Receiver(), Receiver()
     try:

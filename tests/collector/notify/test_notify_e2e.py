@@ -1,4 +1,4 @@
-"""A real collector process tells a real receiver on loopback of a failed job: the records of
+"""A real collector process (SQLite, PostgreSQL) tells a real receiver on loopback of a failed job: the records of
 a real DeepSpeed job (rank 2 raised) come from two nodes through the ingest; exactly one
 signed notice arrives, its rank and checkpoint those of `firstfault report`; /metrics counts
 the job. A collector stopped with the notice still pending (receiver down) sends it after
@@ -10,6 +10,8 @@ import json
 import time
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 from tests.analysis.shipped import ship_file
 from tests.collector.notify.receiver import Receiver
@@ -63,9 +65,11 @@ def get(col: CollectorProcess, path: str) -> str:
         return r.read().decode()
 
 
-def test_one_signed_notice_per_failed_job_matching_its_report(tmp_path):
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_one_signed_notice_per_failed_job_matching_its_report(tmp_path, request, backend):
+    db = tmp_path / "c.db" if backend == "sqlite" else request.getfixturevalue("postgres").create_database()
     rx = Receiver(secret=SECRET)
-    col = CollectorProcess(tmp_path / "c.db", "--config", str(config(tmp_path, rx.url)))
+    col = CollectorProcess(db, "--config", str(config(tmp_path, rx.url)))
     try:
         t0 = time.monotonic()
         ship(col, "ds-7")
