@@ -14,7 +14,7 @@ a failure. A failure is retried after ``backoff_initial_s`` doubling up to
 
 A webhook or Slack delivery succeeds on an HTTP 2xx (redirects are not followed: a 3xx
 is a failure); a command on exit status 0 (its stdout is discarded, the end of its stderr
-goes into the failure's line). Stopping leaves undelivered files in the queue: the next
+goes into the failure's line; over its time it is killed with its process group). Stopping leaves undelivered files in the queue: the next
 start sends them.
 """
 
@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import signal
 import time
 
 import aiohttp
@@ -127,7 +129,9 @@ class Deliverer:
                     status = await asyncio.wait_for(self._send(t, d.notice, timeout), timeout)
                 except TimeoutError:
                     raise DeliveryError(f"timeout after {timeout:g} s") from None
-                except (aiohttp.ClientError, OSError) as e:
+                except DeliveryError:
+                    raise
+                except Exception as e:  # refused, reset, a bad URL, a command not found, ...
                     raise DeliveryError(f"{type(e).__name__}: {terminal(e)[:_MAX_ERROR]}") from None
             log.info("notice delivered target=%s type=%s job=%r revision=%s attempt=%d status=%s seconds=%.3f",
                      t.name, t.type, job, rev, attempt, status, time.monotonic() - t0)
@@ -183,7 +187,10 @@ class Deliverer:
             _, err = await proc.communicate(payload)
         except BaseException:  # the timeout (cancelled) or stop: the command goes too
             if proc.returncode is None:
-                proc.kill()
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # its children too (start_new_session)
+                except ProcessLookupError:
+                    pass
                 await asyncio.shield(proc.wait())
             raise
         if proc.returncode != 0:

@@ -214,3 +214,29 @@ def test_an_unreadable_queue_file_is_moved_aside(tmp_path, caplog):
     assert [d.notice["job"] for d in q.load()] == ["4242"]
     assert (tmp_path / "q" / "bad" / "00000000000000000009.json").exists()
     assert any("notice file unreadable" in x.getMessage() for x in caplog.records)
+
+
+def test_a_hanging_command_is_killed_with_its_children_at_its_timeout(tmp_path, caplog):
+    pids = tmp_path / "pids"
+    script = (f"import os, subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; "
+              f"time.sleep(60)']); open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{c.pid}}'); time.sleep(60)")
+    caplog.set_level(logging.INFO, "firstfault.collector.notify.deliver")
+    deliver(tmp_path, cfg(Target("slow", "command", command=(sys.executable, "-c", script), timeout_s=1),
+                          max_attempts=1),
+            [notice()], lambda: any("notice dropped target=slow" in x.getMessage() for x in caplog.records))
+    assert "timeout after 1 s" in caplog.text
+    for pid in map(int, pids.read_text().split()):
+        deadline = time.monotonic() + 5
+        while _alive(pid):
+            assert time.monotonic() < deadline, f"pid {pid} still runs"
+            time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
