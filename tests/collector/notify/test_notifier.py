@@ -148,3 +148,19 @@ def test_an_end_mark_without_a_failure_tells_nothing(tmp_path):
         await n.stop()
     asyncio.run(main())
     assert w.told() == []
+
+
+def test_the_launchers_end_in_the_report_decides_before_the_quiet_time(tmp_path):
+    w = World(tmp_path, quiet_s=60)
+    w.rep["ranks"] = {"0": {"exit": {"code": -15, "signal": "SIGTERM"}}, "1": {"exit": {"code": 1}}}
+
+    async def main():
+        n = w.notifier()
+        await n.start()
+        n.stored("a", cols("t", [("rank.traceback", 1, {}), ("rank.line", 0, {})], time.time_ns()))
+        n.closed("a", clean=True)
+        await until(lambda: len(w.told()) == 1)
+        await n.stop()
+    asyncio.run(main())
+    (got,) = w.told()
+    assert got["decided_by"] == "launcher-end" and got["settled"] is True
