@@ -112,8 +112,9 @@ class Deliverer:
                     self._running[d.id] = asyncio.create_task(self._attempt(d))
             waiting = [d.next_at for d in self.pending.values() if d.id not in self._running]
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), max(0.05, min(waiting, default=now + 60) - now))
+            try:  # asyncio.timeout, not wait_for: 3.11's wait_for can lose a cancel (a hung stop)
+                async with asyncio.timeout(max(0.05, min(waiting, default=now + 60) - now)):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 
@@ -126,7 +127,8 @@ class Deliverer:
             async with self._slots:
                 t0 = time.monotonic()
                 try:
-                    status = await asyncio.wait_for(self._send(t, d.notice, timeout), timeout)
+                    async with asyncio.timeout(timeout):
+                        status = await self._send(t, d.notice, timeout)
                 except TimeoutError:
                     raise DeliveryError(f"timeout after {timeout:g} s") from None
                 except DeliveryError:
