@@ -195,8 +195,10 @@ def _notify_socket(workdir: Path) -> tuple[socket.socket, str]:
 NOTICE_WAIT_S = 60
 
 
-def notify_config(workdir: Path, url: str, kind: str) -> Path:
-    """A collector.toml with the demo's notify targets: ``url`` and a copy to notice.json."""
+def notify_config(workdir: Path, url: str, kind: str, job: str) -> Path:
+    """A collector.toml with the demo's notify targets: ``url`` and a copy to notice.json,
+    both for the demo's job only (the agent also sees other rank processes of this machine)."""
+    only = json.dumps("^" + re.escape(job) + "$")
     copy = [sys.executable, "-c", "import shutil, sys; shutil.copyfileobj(sys.stdin.buffer, "
             f"open({str(workdir / 'notice.json')!r}, 'wb'))"]
     path = workdir / "collector.toml"
@@ -207,10 +209,12 @@ def notify_config(workdir: Path, url: str, kind: str) -> Path:
                     'name = "demo"\n'
                     f"type = {json.dumps(kind)}\n"
                     f"url = {json.dumps(url)}\n"
+                    f"job = {only}\n"
                     "[[notify.target]]\n"
                     'name = "copy"\n'
                     'type = "command"\n'
-                    f"command = {json.dumps(copy)}\n")
+                    f"command = {json.dumps(copy)}\n"
+                    f"job = {only}\n")
     return path
 
 
@@ -243,7 +247,7 @@ def demo(workdir: Path, *, ranks: int, mode: str, fmt: str, serve: bool = False,
     started: list[Daemon] = []
     notify, notify_path = _notify_socket(workdir)
     try:
-        extra = ["--config", str(notify_config(workdir, notify_url, notify_type))] if notify_url else []
+        extra = ["--config", str(notify_config(workdir, notify_url, notify_type, job))] if notify_url else []
         col = Daemon("collector", ["collector", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
                                    "--db", str(workdir / "firstfault.db"), *extra],
                      workdir / "collector.log",
