@@ -87,20 +87,14 @@ class Deliverer:
         for t in self.targets.values():
             if not matches(t.filter, notice):
                 continue
-            d = await asyncio.to_thread(self.queue.put, t.name, notice, time.time())
+            d, dropped = await asyncio.to_thread(self.queue.put, t.name, notice, time.time())
             self.pending[d.id] = d
+            for id in dropped:  # a running one ends without writing its file again
+                self.pending.pop(id, None)
             n += 1
-        self._forget_dropped()
         self.metrics.queued = len(self.pending)
         self._wake.set()
         return n
-
-    def _forget_dropped(self) -> None:
-        """Deliveries the queue dropped for its bound (their files are gone)."""
-        if len(self.pending) > self.queue.max_items:
-            for id in sorted(self.pending)[:len(self.pending) - self.queue.max_items]:
-                if id not in self._running:
-                    del self.pending[id]
 
     async def _run(self) -> None:
         while True:
@@ -152,9 +146,9 @@ class Deliverer:
                 log.warning("notice delivery failed target=%s type=%s job=%r revision=%s attempt=%d "
                             "error=%r retry_in_s=%.1f", t.name, t.type, job, rev, attempt, str(e), delay)
                 nd = Delivery(d.id, d.target, d.notice, attempt, time.time() + delay, d.queued_at)
-                await asyncio.to_thread(self.queue.save, nd)
-                if d.id in self.pending:
+                if d.id in self.pending:  # else dropped meanwhile for the queue's bound
                     self.pending[d.id] = nd
+                    await asyncio.to_thread(self.queue.save, nd)
         finally:
             self._running.pop(d.id, None)
             self.metrics.queued = len(self.pending)

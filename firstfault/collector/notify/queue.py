@@ -70,15 +70,17 @@ class NoticeQueue:
     def _path(self, id: str) -> Path:
         return self.pending / f"{id}.json"
 
-    def put(self, target: str, notice: dict, now: float) -> Delivery:
+    def put(self, target: str, notice: dict, now: float) -> tuple[Delivery, list[str]]:
+        """The new delivery, and the ids of the oldest ones dropped to keep the bound."""
         d = Delivery(f"{self._next:020d}", target, notice, 0, now, now)
         self._next += 1
         self.save(d)
         names = self._names()
-        for old in names[:max(0, len(names) - self.max_items)]:
+        dropped = names[:max(0, len(names) - self.max_items)]
+        for old in dropped:
             self._path(old).unlink(missing_ok=True)
             log.error("notice dropped delivery=%s reason=queue-full max_queue=%d", old, self.max_items)
-        return d
+        return d, dropped
 
     def save(self, d: Delivery) -> None:
         doc = {"version": VERSION, "target": d.target, "notice": d.notice, "attempts": d.attempts,

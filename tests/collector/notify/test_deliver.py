@@ -201,8 +201,8 @@ def test_a_delivery_pending_at_a_restart_is_sent_after_it(tmp_path):
 def test_the_queue_is_bounded_and_drops_the_oldest(tmp_path, caplog):
     caplog.set_level(logging.INFO)
     q = NoticeQueue(tmp_path / "q", 3)
-    for i in range(5):
-        q.put("ops", notice(f"job-{i}"), time.time())
+    dropped = [q.put("ops", notice(f"job-{i}"), time.time())[1] for i in range(5)]
+    assert dropped == [[], [], [], ["00000000000000000001"], ["00000000000000000002"]]
     assert [d.notice["job"] for d in NoticeQueue(tmp_path / "q", 3).load()] == ["job-2", "job-3", "job-4"]
     assert sum("reason=queue-full" in x.getMessage() for x in caplog.records) == 2
 
