@@ -127,3 +127,63 @@ def test_a_notice_pending_when_the_collector_stops_is_sent_after_its_restart(tmp
     finally:
         assert col.stop() == 0
         rx.close()
+
+
+def _records(node: str, job: str, now: int) -> list:
+    """Rank 1 raises now; both ranks exit (as the agent's procs source reports them)."""
+    from firstfault.wire import Record
+
+    tb = ('Traceback (most recent call last):\n  File "train.py", line 7, in <module>\n    step()\n'
+          'ValueError: batch 5: expected 16 features, got 17')
+    rows = [("ranklog", "rank.traceback", tb, 1, {}),
+            ("procs", "proc.exit", "pid 11 exited: code 1", 1, {"code": 1}),
+            ("procs", "proc.exit", "pid 10 exited: signal 15 (SIGTERM)", 0, {"code": -15, "signal": "SIGTERM"})]
+    return [Record(node=node, stream="live", seq=i, source=src, kind=kind, message=msg, occurred_ns=now,
+                   observed_ns=now, job=job, rank=rank, fields=fields)
+            for i, (src, kind, msg, rank, fields) in enumerate(rows)]
+
+
+@pytest.mark.parametrize("answers_pings", [True, False])
+def test_a_connected_agent_settles_the_notice_by_answering_a_ping(tmp_path, answers_pings):
+    """The agent stays connected: the collector pings it once past the failure plus the
+    margin, and its answer settles the notice; an agent that answers nothing holds the
+    notice up to max_wait_s, then it goes unsettled, naming its node."""
+    import threading
+
+    rx = Receiver()
+    cfg = config(tmp_path, rx.url)
+    cfg.write_text(cfg.read_text().replace("quiet_s = 1", "quiet_s = 1\nmax_wait_s = 6"))
+    col = CollectorProcess(tmp_path / "c.db", "--config", str(cfg))
+    a = Agent(col.ingest, node="gpu-live", stream="live")
+    stop = threading.Event()
+    try:
+        a.hello()
+        now = time.time_ns()
+        recs = _records("gpu-live", "live-1", now)
+        a.send_batch(recs)
+        a.wait_ack(recs[-1].seq)
+
+        def answer():  # recv() answers pings
+            a.sock.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    a.recv()
+                except (TimeoutError, OSError):
+                    pass
+        if answers_pings:
+            threading.Thread(target=answer, daemon=True).start()
+        rx.wait(lambda: rx.delivered(), timeout=30)
+        took_s = (time.time_ns() - now) / 1e9
+        (got,) = rx.delivered()
+        assert got["first_failure"]["rank"] == 1 and got["decided_by"] == "ranks-exited"
+        if answers_pings:
+            assert got["settled"] is True and got["nodes_behind"] == []
+            assert 0.5 + 1.0 <= took_s < 6, took_s  # past settle_s and the agent's flush margin
+        else:
+            assert got["settled"] is False and got["nodes_behind"] == ["gpu-live"]
+            assert took_s >= 6, took_s
+    finally:
+        stop.set()
+        a.close()
+        assert col.stop() == 0
+        rx.close()
