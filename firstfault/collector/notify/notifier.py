@@ -163,15 +163,16 @@ class Notifier:
                     self.reports.pop(w.job, None)
             await asyncio.sleep(TICK_S)
 
-    async def _fresh_report(self, w: JobWatch, now: int) -> dict | None:
+    async def _fresh_report(self, w: JobWatch, now: int, *, force: bool = False) -> dict | None:
         """The job's report, rebuilt when records came since it was built: once they have
         been quiet for DEBOUNCE_NS, or REBUILD_NS after the last build (or after the failure)
-        while they keep coming; meanwhile the last one (None before the first)."""
+        while they keep coming, or at once (``force``); meanwhile the last one (None before
+        the first)."""
         rep = self.reports.get(w.job)
         if rep is not None and w.checked_ns >= w.last_ns:
             return rep
         since = rep["_built_ns"] if rep is not None else (w.failure_ns or w.end_ns or w.last_ns)
-        if now - w.last_ns < DEBOUNCE_NS and now - since < REBUILD_NS:
+        if not force and now - w.last_ns < DEBOUNCE_NS and now - since < REBUILD_NS:
             return rep
         checked = w.last_ns
         rep = dict(await self.report(w.job))
@@ -215,6 +216,8 @@ class Notifier:
                 self._probed.update((n, now) for n in due)
                 self.probe(due)
             return
+        if w.checked_ns < w.last_ns:  # records came since its report: tell what they say
+            rep = await self._fresh_report(w, now, force=True)
         await self._tell(w, rep, lag)
 
     def _first_ns(self, w: JobWatch, rep: dict) -> int:
