@@ -20,11 +20,18 @@ swimlanes, memory by phase) and, run from a terminal (or ``--serve yes``), keeps
 collector up until Ctrl-C so it can be opened.
 Everything it started is stopped on the way out, even on errors or Ctrl-C; the
 work folder (logs, database, spool) is removed unless ``--keep``.
+
+``--notify URL`` (``--notify-type webhook|slack``) gives the collector that target
+(collector.toml's ``[[notify.target]]``, docs/NOTICE.md): once the job's first failure is
+settled the collector sends its notice there, and the demo shows on stderr the notice it
+sent (a second target, a command, keeps a copy in the work folder) and the collector's
+log line of the delivery.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -185,7 +192,53 @@ def _notify_socket(workdir: Path) -> tuple[socket.socket, str]:
     return s, path
 
 
-def demo(workdir: Path, *, ranks: int, mode: str, fmt: str, serve: bool = False, keep: bool = False) -> int:
+NOTICE_WAIT_S = 60
+
+
+def notify_config(workdir: Path, url: str, kind: str, job: str) -> Path:
+    """A collector.toml with the demo's notify targets: ``url`` and a copy to notice.json,
+    both for the demo's job only (the agent also sees other rank processes of this machine)."""
+    only = json.dumps("^" + re.escape(job) + "$")
+    copy = [sys.executable, "-c", "import shutil, sys; shutil.copyfileobj(sys.stdin.buffer, "
+            f"open({str(workdir / 'notice.json')!r}, 'wb'))"]
+    path = workdir / "collector.toml"
+    path.write_text("[notify]\n"
+                    f"queue_dir = {json.dumps(str(workdir / 'notices'))}\n"
+                    "quiet_s = 5\n"
+                    "[[notify.target]]\n"
+                    'name = "demo"\n'
+                    f"type = {json.dumps(kind)}\n"
+                    f"url = {json.dumps(url)}\n"
+                    f"job = {only}\n"
+                    "[[notify.target]]\n"
+                    'name = "copy"\n'
+                    'type = "command"\n'
+                    f"command = {json.dumps(copy)}\n"
+                    f"job = {only}\n")
+    return path
+
+
+def show_notice(workdir: Path, log_path: Path) -> bool:
+    """Wait for the collector's notice (its copy, its delivery line); show both on stderr."""
+    deadline = time.monotonic() + NOTICE_WAIT_S
+    copy = workdir / "notice.json"
+    line = None
+    while time.monotonic() < deadline and (line is None or not copy.exists()):
+        lines = log_path.read_text(errors="replace").splitlines()
+        line = next((ln for ln in lines if re.search(r"notice (delivered|dropped|delivery failed) target=demo ", ln)),
+                    None)
+        time.sleep(0.2)
+    if line is None or not copy.exists():
+        say(f"no notice within {NOTICE_WAIT_S} s; the collector's log: {log_path}")
+        return False
+    say("the collector's notice, as it sent it:")
+    sys.stderr.write(json.dumps(json.loads(copy.read_bytes()), indent=2, ensure_ascii=False) + "\n")
+    say("its delivery: " + line.split(" ", 2)[-1])
+    return "notice delivered" in line
+
+
+def demo(workdir: Path, *, ranks: int, mode: str, fmt: str, serve: bool = False, keep: bool = False,
+         notify_url: str | None = None, notify_type: str = "webhook") -> int:
     job = f"demo-{uuid.uuid4().hex[:8]}"
     victim = min(2, ranks - 1)
     node = socket.gethostname()
@@ -194,8 +247,9 @@ def demo(workdir: Path, *, ranks: int, mode: str, fmt: str, serve: bool = False,
     started: list[Daemon] = []
     notify, notify_path = _notify_socket(workdir)
     try:
+        extra = ["--config", str(notify_config(workdir, notify_url, notify_type, job))] if notify_url else []
         col = Daemon("collector", ["collector", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                                   "--db", str(workdir / "firstfault.db")],
+                                   "--db", str(workdir / "firstfault.db"), *extra],
                      workdir / "collector.log",
                      r"(?:ingest listening address=(?P<ingest>\S+))|(?:http listening address=(?P<http>\S+))")
         started.append(col)
@@ -227,6 +281,8 @@ def demo(workdir: Path, *, ranks: int, mode: str, fmt: str, serve: bool = False,
         if report.returncode != 0:
             say(f"report failed: {report.stderr.strip()}")
             return report.returncode
+        if notify_url and not show_notice(workdir, workdir / "collector.log"):
+            return 1
         url = f"http://{addr['http']}/jobs/{job}"
         if keep:
             subprocess.run([sys.executable, "-m", "firstfault", "report", job, "--collector", f"http://{addr['http']}",
@@ -265,7 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--serve", choices=("auto", "yes", "no"), default="auto", nargs="?", const="yes",
                    help="keep the collector and its report page up until Ctrl-C (auto: when run from a "
                    "terminal; --serve alone: yes)")
+    p.add_argument("--notify", metavar="URL", help="the collector sends the failed job's notice to URL "
+                   "(a webhook receiving JSON, or Slack's incoming webhook with --notify-type slack)")
+    p.add_argument("--notify-type", choices=("webhook", "slack"), default="webhook")
     a = p.parse_args(argv)
+    if a.notify and not re.match(r"https?://[^/\s]+", a.notify):
+        p.error("--notify: expected an http:// or https:// URL")
     if a.ranks < 2:
         p.error("--ranks must be at least 2")
     mode = a.mode if a.mode != "auto" else ("oom" if os.geteuid() == 0 else "exception")
@@ -277,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         serve = a.serve == "yes" or (a.serve == "auto" and sys.stdin.isatty() and sys.stderr.isatty())
-        return demo(workdir.resolve(), ranks=a.ranks, mode=mode, fmt=a.format, serve=serve, keep=bool(a.keep))
+        return demo(workdir.resolve(), ranks=a.ranks, mode=mode, fmt=a.format, serve=serve, keep=bool(a.keep),
+                    notify_url=a.notify, notify_type=a.notify_type)
     except KeyboardInterrupt:
         return 130
     finally:

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,4 +86,29 @@ def test_the_demo_names_the_page_of_the_failed_job_and_serves_it_until_interrupt
         if p.poll() is None:
             p.kill()
             p.wait()
+    assert not leftovers()
+
+
+def test_a_real_failing_job_through_agent_and_collector_makes_exactly_one_notice():
+    """The real daemons and a real 2-rank job; the collector sends its notice to a receiver on
+    loopback: exactly one, whose rank and checkpoint are the report's; the demo shows it."""
+    from tests.collector.notify.receiver import Receiver
+
+    rx = Receiver()
+    try:
+        rep, err = demo("--mode", "exception", "--ranks", "2", "--notify", rx.url)
+        rx.wait(lambda: rx.delivered(), timeout=10)
+        time.sleep(1)  # nothing more comes
+        (got,) = rx.delivered()
+        assert len(rx.requests) == 1
+        assert got["job"] == rep["job"] and got["revision"] == 1 and got["settled"] is True
+        assert got["first_failure"]["rank"] == rep["first_failure"]["rank"] == 1
+        assert got["first_failure"]["signature"] == rep["first_failure"]["signature"]
+        assert got["checkpoint"]["verdict"] == rep["checkpoint"]["verdict"]
+        assert got["checkpoint"]["resume_from"] == rep["checkpoint"]["resume_from"]
+        assert got["decided_by"] == "ranks-exited"
+        assert "the collector's notice, as it sent it:" in err and f'"id": "{rep["job"]}#1"' in err
+        assert "its delivery: notice delivered target=demo type=webhook" in err
+    finally:
+        rx.close()
     assert not leftovers()

@@ -41,6 +41,9 @@ A whole file (every key optional; these are the defaults, except token_file and 
     drift_ppm = 50
     save_interval_s = 60
 
+    [notify]                           # telling people of failed jobs: firstfault/collector/notify/config.py
+    quiet_s = 30                       # (its keys, and [[notify.target]] webhooks, Slack, commands)
+
 Flags: every top-level key KEY is ``--KEY`` and every key KEY of table T is
 ``--T-KEY``, underscores written as dashes (``--token-file``, ``--tls-client-ca``,
 ``--limits-read-timeout-s``); ``--config FILE`` names the file; flags win over it.
@@ -66,6 +69,7 @@ from firstfault.common.redact import PARSERS as REDACT_PARSERS, RedactConfig
 from firstfault.common.tokens import read_tokens
 from firstfault.wire import MAX_BATCH_RECORDS, MAX_FRAME_BYTES
 from firstfault.collector.store import display
+from firstfault.collector.notify.config import PARSERS as NOTIFY_PARSERS, NotifyConfig
 
 USAGE = """\
 usage: firstfault collector [--config FILE] [--check-config] [--listen HOST:PORT] [--http HOST:PORT]
@@ -133,6 +137,7 @@ class CollectorConfig:
     limits: LimitsConfig = LimitsConfig()
     clock: ClockConfig = ClockConfig()
     redact: RedactConfig = RedactConfig()
+    notify: NotifyConfig = NotifyConfig()
     token: str | None = field(default=None, repr=False)  # the first line of token_file
     tokens: tuple[str, ...] | None = field(default=None, repr=False)  # every line: accepted
 
@@ -171,9 +176,11 @@ _PARSERS: dict[str | None, dict[str, settings.Parser]] = {
               "samples": _number(1, integer=True, hi=10_000),
               "drift_ppm": _number(0), "save_interval_s": _number(0, strict=True)},
     "redact": REDACT_PARSERS,
+    "notify": NOTIFY_PARSERS,
 }
 _TABLE_TYPES = {"tls": TLSConfig, "retention": RetentionConfig, "limits": LimitsConfig,
-                "clock": ClockConfig, "redact": RedactConfig}
+                "clock": ClockConfig, "redact": RedactConfig,
+                "notify": NotifyConfig}
 _FLAGS: dict[str, tuple[str | None, str]] = {
     settings.flag_name(t, k): (t, k) for t, keys in _PARSERS.items() for k in keys}
 
@@ -215,6 +222,9 @@ def _check(cfg: CollectorConfig, problems: list[str]) -> CollectorConfig:
         problems.append(f"limits.read_timeout_s ({lim.read_timeout_s}) must exceed "
                         f"clock.ping_interval_s ({cfg.clock.ping_interval_s}): idle agents "
                         "send nothing but pongs")
+    if cfg.notify.enabled and cfg.notify.queue_dir is None and "://" in cfg.db:
+        problems.append("notify.queue_dir: required with a PostgreSQL db (the notices pending are kept "
+                        "on this machine's disk)")
     tokens = read_tokens(cfg.token_file, problems)
     if cfg.token_file is None and not cfg.listen.is_loopback:
         problems.append(f"listen {cfg.listen} is not a loopback address: a token is required "
@@ -250,7 +260,9 @@ def describe(cfg: CollectorConfig) -> str:
             continue
         if f.name == "db":  # a URL's password stays out of logs
             v = display(v)
-        if is_dataclass(v) and not isinstance(v, Address):
+        if f.name == "notify":
+            parts += [f"notify.targets={','.join(f'{t.name}:{t.type}' for t in v.target) or 'none'}"]
+        elif is_dataclass(v) and not isinstance(v, Address):
             parts += [f"{f.name}.{g.name}={getattr(v, g.name)}" for g in fields(v)]
         else:
             parts.append(f"{f.name}={v}")

@@ -51,6 +51,9 @@ from firstfault.collector.api import start as start_http
 from firstfault.collector.config import (USAGE, CollectorConfig, ConfigError, HelpRequested, describe, is_loopback_host,
                               parse_args)
 from firstfault.collector.server import IngestServer, make_ssl_context
+from firstfault.collector.notify.attach import attach as attach_notifier
+from firstfault.collector.notify.attach import queue_dir as notify_queue_dir
+from firstfault.collector.notify.attach import report_url as notify_report_url
 from firstfault.collector.store import display
 from firstfault.collector.store import open_store as open_any_store
 from firstfault.collector.store.base import Store, StoreError
@@ -107,6 +110,11 @@ def check_config(cfg: CollectorConfig) -> None:
             problems.append(f"db {cfg.db}: the folder {folder} does not exist")
         elif not os.access(folder, os.W_OK | os.X_OK):
             problems.append(f"db {cfg.db}: cannot write in {folder}")
+    if cfg.notify.enabled:
+        q = notify_queue_dir(cfg)
+        existing = next((p for p in (q, *q.parents) if p.exists()), None)
+        if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            problems.append(f"notify.queue_dir {q}: cannot write in {existing or q}")
     if problems:
         raise ConfigError(problems)
 
@@ -173,16 +181,24 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
         await server.start(cfg.listen.host, cfg.listen.port)
     except OSError as e:
         raise StartError(f"cannot listen on {cfg.listen}: {e.strerror or e}") from e
+    try:
+        telling = attach_notifier(cfg, server, load_catalog())
+        await telling.start()
+    except OSError as e:
+        await server.stop()
+        raise StartError(f"notify: cannot use the queue folder {notify_queue_dir(cfg)}: {e.strerror or e}") from e
     api = Api(store, load_catalog(), token=None if is_loopback_host(cfg.http.host) else cfg.tokens,
-              metrics=server.metrics.render_prometheus, call=server.call,
-              redactor=cfg.redact.redactor())
+              metrics=lambda: server.metrics.render_prometheus() + telling.metrics.render_prometheus(),
+              call=server.call, redactor=cfg.redact.redactor())
     try:
         http = await start_http(api, cfg.http.host, cfg.http.port)
     except (OSError, ValueError) as e:
+        await telling.stop()
         await server.stop()
         raise StartError(f"cannot serve the HTTP API on {cfg.http}: {getattr(e, 'strerror', None) or e}") from e
     for host, port, *_ in http.addresses:
         log.info("http listening address=%s:%s auth=%s", host, port, api.tokens is not None)
+    telling.report_url = notify_report_url(cfg, http.addresses[0][:2] if http.addresses else None)
     stop = asyncio.Event()
     signals = []
 
@@ -211,6 +227,7 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
             task.cancel()
         await http.cleanup()
         await server.stop()
+        await telling.stop()
         for signum in signals:
             loop.remove_signal_handler(signum)
     return 0

@@ -143,6 +143,7 @@ class IngestServer:
         self._stopping = False
         self._log_limiter = LogLimiter()
         self.address: tuple[str, int] | None = None
+        self.observer: Any = None  # told of stored batches, pongs and closes (notify/notifier.py)
 
     # --- life cycle ---------------------------------------------------------------
 
@@ -230,9 +231,11 @@ class IngestServer:
         self._sessions[s] = None
         self._bound_strangers()
         m.connections_open += 1
+        clean = False
         try:
             await self._session(s)
         except _Closing as c:
+            clean = c.count_as == "eof"
             await self._close(s, c)
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError) as e:
             await self._close(s, _Closing(None, f"connection lost: {type(e).__name__}: {e}",
@@ -247,6 +250,8 @@ class IngestServer:
         finally:
             self._sessions.pop(s, None)
             m.connections_open -= 1
+            if s.welcomed:
+                self._observe("closed", s.node, clean)
 
     async def _session(self, s: _Session) -> None:
         msg = await self._read(s)
@@ -367,6 +372,7 @@ class IngestServer:
         m.records_duplicate += n - new
         m.batches += 1
         self._give_back(s)  # stored: no longer in flight
+        self._observe("stored", s.node, b.cols)
         await self._send(s, Ack(b.seqs[-1]))
 
     async def _send(self, s: _Session, msg: Any) -> None:
@@ -414,6 +420,25 @@ class IngestServer:
         del s.pings[p.t1]
         if self.clocks.add(s.node, p.t1, p.t2, p.t3, t4):
             self.metrics.clock_samples += 1
+        self._observe("pong", s.node, p.t1)  # between frames: none of this session in flight
+
+    def _observe(self, event: str, *args: Any) -> None:
+        """Tell the observer (the notifier) ``event``; its trouble never touches ingest."""
+        if self.observer is None:
+            return
+        try:
+            getattr(self.observer, event)(*args)
+        except Exception as e:
+            ok, _ = self._log_limiter.allow("observer")
+            if ok:
+                log.error("observer failed event=%s error=%s: %s", event, type(e).__name__, e)
+
+    def probe(self, nodes: Any) -> None:
+        """Ping the agents of ``nodes`` now (the notifier wants to know they are caught up)."""
+        wanted = set(nodes)
+        for s in list(self._sessions):
+            if s.welcomed and s.node in wanted:
+                self._ping(s)
 
     async def _ping_loop(self) -> None:
         while True:
