@@ -174,3 +174,7 @@ def test_a_wrapping_exception_line_continues_with_the_remote_frames():
         "ValueError: empty batch",
     ])
     assert res.exc_type == "ValueError" and [f.func for f in res.frames][-1] == "step"
+
+
+def test_a_shape_requirement_is_the_users_code_not_config():
+    assert CATALOG.category_of("RuntimeError: mat2 must be a matrix, got 1-D tensor", "user-code") == "user-code"
