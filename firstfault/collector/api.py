@@ -6,7 +6,8 @@
     GET /api/jobs/{job}/report            the report; ?format=json|md|text|html (default json);
                                           ?timeline=1 adds the swimlanes' timeline object to json
     GET /api/jobs/{job}/timeline          {"records": [...]}; ?rank=&node=&since=&until=&grep=&limit=
-                                          &format=jsonl streams one record a line
+                                          &format=jsonl streams one record a line; grep is a
+                                          literal part of the message
     GET /api/jobs/{job}/bundle            the bug-report .tar.gz
 
 Read-only: the API's routes are GET (and HEAD); any other method is 405. Bound to loopback
@@ -16,8 +17,15 @@ any line of the token file, compared in constant time: firstfault/common/tokens.
 sent, a request whose ``Origin`` is not this server's own is refused (403), every
 response says ``Cross-Origin-Resource-Policy: same-origin`` and ``nosniff``, and
 without a token (loopback) a request must name a loopback host (``Host``), so a web
-page cannot reach the API through DNS rebinding. Store calls run in a worker
-thread, one at a time; nothing from a record is executed or used as a path.
+page cannot reach the API through DNS rebinding. Nothing from a record is executed
+or used as a path.
+
+No request can hold the collector: queries read a store of their own on a thread of
+their own, one at a time (the daemon opens a second store, so ingest and /healthz never
+wait for a query); ``grep`` is a literal match (linear in the text: no pattern a user
+sends can backtrack); a streamed timeline reads in steps of at most CHUNK records or
+STEP_BUDGET_S seconds, and other requests take the store between steps; every query
+value is checked (a bad one answers 400, never 500).
 
 The web pages (web.py: ``/``, ``/jobs/{job}``, ``/paste``, ``/login``) share these rules; a
 browser sends the token as a cookie that ``/login`` sets, and only ``/paste`` and ``/login``
@@ -29,11 +37,11 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import itertools
 import json
 import re
+import time
 from html import escape
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -46,10 +54,13 @@ from firstfault.collector import query
 from firstfault.collector.web import COOKIE, MAX_PASTE, Web, html_response
 from firstfault.analysis.catalog import Catalog
 from firstfault.reports import FORMATS, needs_timeline, render
-from firstfault.collector.store.base import Selection, Store
+from firstfault.collector.store.base import Selection, Store, check_selection
 
 JSON_CT = "application/json"
 CHUNK = 2000  # records read from the store per step of a streamed timeline
+STEP_BUDGET_S = 0.1  # a step of a streamed timeline stops after this long (others go between steps)
+MAX_GREP = 1000  # characters of a timeline's grep
+MAX_EPOCH_S = 2**63 / 1e9  # the last time a 64-bit ns count holds
 
 
 def _same_origin(request: web.Request) -> bool:
@@ -80,29 +91,36 @@ def _hostname(host: str) -> str:
 
 
 def parse_selection(job: str, q) -> Selection:
-    """Selection from query parameters; ValueError names the bad one."""
+    """Selection from query parameters; ValueError names the bad one (the API answers 400).
+    ``grep`` is a literal part of the message, never a pattern (no request can run long)."""
     def ints(name):
         v = q.get(name)
         return tuple(int(x) for x in v.split(",")) if v else None
 
     def ns(name):
         v = q.get(name)
-        return None if v is None else int(float(v) * 1e9) if re.fullmatch(r"[\d.]+", v) else _iso_ns(v, name)
+        if v is None:
+            return None
+        if not re.fullmatch(r"\d+(\.\d*)?", v):
+            return _iso_ns(v, name)
+        seconds = float(v)
+        if not seconds < MAX_EPOCH_S:
+            raise ValueError(f"{name}: not a time (epoch seconds before year 2262): {v[:40]!r}")
+        return int(seconds * 1e9)
 
     grep = q.get("grep")
-    if grep is not None:
-        try:
-            re.compile(grep)
-        except re.error as e:
-            raise ValueError(f"grep: not a regular expression: {e}") from None
     limit = q.get("limit")
     nodes = q.get("node")
     try:
-        return Selection(job=job, nodes=tuple(nodes.split(",")) if nodes else None, ranks=ints("rank"),
-                         since_ns=ns("since"), until_ns=ns("until"), grep=grep,
-                         limit=int(limit) if limit is not None else None)
+        if grep is not None and len(grep) > MAX_GREP:
+            raise ValueError(f"grep: at most {MAX_GREP} characters")
+        sel = Selection(job=job, nodes=tuple(nodes.split(",")) if nodes else None, ranks=ints("rank"),
+                        since_ns=ns("since"), until_ns=ns("until"), grep=grep,
+                        limit=int(limit) if limit is not None else None)
+        check_selection(sel)
     except ValueError as e:
-        raise ValueError(f"bad query: {e}") from None
+        raise ValueError(f"bad query: {str(e)[:200]}") from None
+    return sel
 
 
 def _iso_ns(v: str, name: str) -> int:
@@ -111,20 +129,28 @@ def _iso_ns(v: str, name: str) -> int:
     try:
         dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"{name}: not a time (ISO 8601 or epoch seconds): {v!r}") from None
+        raise ValueError(f"{name}: not a time (ISO 8601 or epoch seconds): {v[:40]!r}") from None
     if dt.tzinfo is None:
-        raise ValueError(f"{name}: give a zone (Z or +hh:mm): {v!r}")
-    return int(dt.timestamp() * 1e9)
+        raise ValueError(f"{name}: give a zone (Z or +hh:mm): {v[:40]!r}")
+    try:
+        return int(dt.timestamp() * 1e9)
+    except (OverflowError, ValueError):
+        raise ValueError(f"{name}: out of range: {v[:40]!r}") from None
 
 
 class Api:
     def __init__(self, store: Store, catalog: Catalog, *, token: str | tuple[str, ...] | None = None,
                  metrics: Callable[[], str] | None = None,
                  call: Callable[..., Awaitable[Any]] | None = None, max_paste: int = MAX_PASTE,
-                 redactor: Redactor | None = None) -> None:
-        """``call(fn, *args)`` runs a store call on the store's own thread (the daemon
-        passes the ingest server's, so one thread owns the SQLite connection)."""
+                 redactor: Redactor | None = None, ingest: Store | None = None,
+                 ingest_call: Callable[..., Awaitable[Any]] | None = None) -> None:
+        """``call(fn, *args)`` runs a call of ``store`` on its own thread, one at a time.
+        ``ingest`` and ``ingest_call``: the ingest server's store and its thread, where
+        /healthz asks and a kept paste is written; the daemon gives the API a second
+        store of its own to read (a query, however long, never holds up ingest or
+        /healthz). Without them both go to ``store``."""
         self.store = store
+        self.ingest, self.ingest_call = ingest, ingest_call
         self.catalog = catalog
         self.tokens = (token,) if isinstance(token, str) else token
         self.redactor = redactor  # reports, timelines and bundles (firstfault/common/redact.py)
@@ -136,6 +162,12 @@ class Api:
     async def _call(self, fn, *args):
         async with self.lock:
             return await self.call(fn, *args)
+
+    async def _ingest_call(self, fn_of_store: Callable[[Store], Any]):
+        """``fn_of_store(store)`` on the ingest store's thread (else as _call)."""
+        if self.ingest is None or self.ingest_call is None:
+            return await self._call(fn_of_store, self.store)
+        return await self.ingest_call(fn_of_store, self.ingest)
 
     def token_ok(self, authorization: str) -> bool:
         """An ``Authorization`` value (``Bearer <token>``) names a token in use; any does with none."""
@@ -168,7 +200,7 @@ class Api:
             return web.json_response({"error": str(e)}, status=400)
 
     async def healthz(self, request):
-        await self._call(self.store.clocks)
+        await self._ingest_call(lambda store: store.clocks())
         return web.Response(text="ok\n")
 
     async def prometheus(self, request):
@@ -204,7 +236,7 @@ class Api:
         if not jsonl:
             await resp.write(b'{"records": [')
         first = True
-        while chunk := await self._call(lambda: list(itertools.islice(rows, CHUNK))):
+        while chunk := await self._call(take, rows, CHUNK, STEP_BUDGET_S):
             text = "\n".join(json.dumps(r, ensure_ascii=False) for r in chunk) + "\n" if jsonl else \
                 ("" if first else ",") + ",".join(json.dumps(r, ensure_ascii=False) for r in chunk)
             first = False
@@ -234,6 +266,18 @@ class Api:
             web.get("/api/jobs/{job}/bundle", self.bundle),
         ])
         return app
+
+
+def take(rows: Iterator[dict], n: int, budget_s: float) -> list[dict]:
+    """Up to ``n`` of ``rows``, fewer once ``budget_s`` has passed: one step of a stream,
+    after which other requests get the store thread."""
+    out: list[dict] = []
+    end = time.monotonic() + budget_s
+    for r in rows:
+        out.append(r)
+        if len(out) >= n or time.monotonic() >= end:
+            break
+    return out
 
 
 async def _closed_headers(request: web.Request, response: web.StreamResponse) -> None:

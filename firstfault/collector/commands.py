@@ -3,7 +3,7 @@ read its store directly (the SQLite file, or the PostgreSQL database by its URL)
 
     firstfault jobs [--collector URL | --db PATH_OR_URL] [--format text|json]
     firstfault report JOB [--format text|md|json|html] [--output FILE] [--bundle FILE.tar.gz]
-    firstfault timeline JOB [--rank R] [--node N] [--since T] [--until T] [--grep RE]
+    firstfault timeline JOB [--rank R] [--node N] [--since T] [--until T] [--grep TEXT]
                             [--limit N] [--format text|json|jsonl]
 
 Exit codes: 0 done, 1 the job or the collector could not be found, 2 usage error.
@@ -199,7 +199,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--node", metavar="N", help="node(s), comma separated")
     p.add_argument("--since", metavar="T", help="ISO 8601 time with zone, or epoch seconds")
     p.add_argument("--until", metavar="T")
-    p.add_argument("--grep", metavar="RE", help="regular expression over the message")
+    p.add_argument("--grep", metavar="TEXT", help="only records whose message contains TEXT (literally)")
     p.add_argument("--limit", type=int, metavar="N", help="at most N records (default: all)")
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
     p.set_defaults(func=cmd_timeline)

@@ -131,6 +131,7 @@ async def run(cfg: CollectorConfig, notifier: Notifier | None = None) -> int:
     loop = asyncio.get_running_loop()
     log.info("starting %s", describe(cfg))
     writer = ThreadPoolExecutor(1, thread_name_prefix="firstfault-store")
+    reader = ThreadPoolExecutor(1, thread_name_prefix="firstfault-query")
     try:
         try:
             # opened on the store thread: every later call runs there too
@@ -138,11 +139,20 @@ async def run(cfg: CollectorConfig, notifier: Notifier | None = None) -> int:
         except (StoreError, OSError) as e:
             raise StartError(f"cannot open the store db={display(cfg.db)}: {e}") from e
         try:
-            return await _serve(cfg, store, writer, notifier)
+            # the HTTP API's queries read a second store on their own thread (WAL readers
+            # and PostgreSQL sessions do not block the writer): no query holds up ingest
+            queries = await loop.run_in_executor(reader, open_store, cfg.db)
+        except (StoreError, OSError) as e:
+            await loop.run_in_executor(writer, store.close)
+            raise StartError(f"cannot open the store db={display(cfg.db)}: {e}") from e
+        try:
+            return await _serve(cfg, store, writer, notifier, queries, reader)
         finally:
             await loop.run_in_executor(writer, store.close)
+            await loop.run_in_executor(reader, queries.close)
     finally:
         writer.shutdown(wait=True)
+        reader.shutdown(wait=False, cancel_futures=True)
         notifier.close()
 
 
@@ -160,7 +170,8 @@ async def _watchdog_loop(notifier: Notifier, server: IngestServer) -> None:
         notifier.send(WATCHDOG=1, STATUS=status_line(server))
 
 
-async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor, notifier: Notifier) -> int:
+async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor, notifier: Notifier,
+                 queries: Store, reader: ThreadPoolExecutor) -> int:
     loop = asyncio.get_running_loop()
     try:
         ssl_context = make_ssl_context(cfg.tls)
@@ -173,9 +184,10 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
         await server.start(cfg.listen.host, cfg.listen.port)
     except OSError as e:
         raise StartError(f"cannot listen on {cfg.listen}: {e.strerror or e}") from e
-    api = Api(store, load_catalog(), token=None if is_loopback_host(cfg.http.host) else cfg.tokens,
-              metrics=server.metrics.render_prometheus, call=server.call,
-              redactor=cfg.redact.redactor())
+    api = Api(queries, load_catalog(), token=None if is_loopback_host(cfg.http.host) else cfg.tokens,
+              metrics=server.metrics.render_prometheus,
+              call=lambda fn, *args: loop.run_in_executor(reader, fn, *args),
+              redactor=cfg.redact.redactor(), ingest=store, ingest_call=server.call)
     try:
         http = await start_http(api, cfg.http.host, cfg.http.port)
     except (OSError, ValueError) as e:

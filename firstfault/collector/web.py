@@ -149,7 +149,7 @@ class Web:
             if redactor is not None:
                 counts: Counter = Counter()
                 records = [replace(r, message=redactor.text(r.message, counts)) for r in records]
-            await self.api._call(self.api.store.insert, records)
+            await self.api._ingest_call(lambda store: store.insert(records))
             raise web.HTTPSeeOther(f"/jobs/{job}")
         rep = await self.api._call(analyze_paste, data, self.api.catalog, tz)
         return html_response(render_html(redact.report(rep, redactor)))
