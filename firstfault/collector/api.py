@@ -249,9 +249,8 @@ class Api:
     async def bundle(self, request):
         job = request.match_info["job"]
         data = await self._call(query.bundle, self.store, job, self.catalog, self.redactor)
-        safe = re.sub(r"[^\w.-]", "_", job)
-        return web.Response(body=data, content_type="application/gzip",
-                            headers={"Content-Disposition": f'attachment; filename="firstfault-{safe}.tar.gz"'})
+        return web.Response(body=data, content_type="application/gzip", headers={
+            "Content-Disposition": f'attachment; filename="firstfault-{query.file_part(job)}.tar.gz"'})
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.auth], client_max_size=self.max_paste + (64 << 10))

@@ -10,8 +10,10 @@ bundle every record of the job)."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import re
 import tarfile
 import time
 from collections import Counter
@@ -33,6 +35,20 @@ from firstfault.reports import render
 from firstfault.collector.store.base import Selection, Store, needed_records
 
 GAP_KINDS = (KIND_AGENT_GAP, KIND_KERNEL_GAP)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+|\.{2,}")
+
+
+def file_part(job: str) -> str:
+    """``job`` as one harmless part of a file name (a bundle's folder, a download's name):
+    letters, digits, ``_ . -`` only, no leading dot nor ``..``, at most 80 characters; when
+    anything had to change, a short hash of the true id follows, so two ids never share a name. A job id
+    comes from any process' environment on a node (``SLURM_JOB_ID='x/../../tmp'``)."""
+    safe = _UNSAFE.sub("_", job).lstrip(".")[:80]
+    if safe == job and job:
+        return job
+    return f"{safe or 'job'}-{hashlib.sha256(job.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
 class QueryError(Exception):
@@ -127,7 +143,7 @@ def bundle(store: Store, job: str, catalog: Catalog, redactor: Redactor | None =
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name, text in files.items():
             data = text.encode()
-            ti = tarfile.TarInfo(f"firstfault-{job}/{name}")
+            ti = tarfile.TarInfo(f"firstfault-{file_part(job)}/{name}")
             ti.size, ti.mtime, ti.mode = len(data), int(time.time()), 0o644
             tar.addfile(ti, io.BytesIO(data))
     return buf.getvalue()
