@@ -107,7 +107,9 @@ def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = Non
     needed = needed_records(store, sel, ReportMarker(catalog).name)
     agents: Counter = Counter()
     events = events_from_records(_noting(needed, inputs, info.first_ns, agents))
-    return redact.report(build_report(events, catalog, inputs), redactor, agents)
+    mine: Counter = Counter()  # what this redactor finds before the analysis reads it
+    report = build_report(redact.events(events, redactor, mine), catalog, inputs)
+    return redact.report(report, redactor, agents + mine)
 
 
 def timeline(store: Store, sel: Selection, redactor: Redactor | None = None) -> Iterator[dict]:
@@ -116,6 +118,8 @@ def timeline(store: Store, sel: Selection, redactor: Redactor | None = None) -> 
         d = record_dict(r)
         if redactor is not None:
             d["message"] = redactor.text(d["message"], Counter())
+            d["fields"] = {k: v if k == "redacted" else redactor.walk(v, Counter())
+                           for k, v in d["fields"].items()}
         yield d
 
 

@@ -153,8 +153,10 @@ class Web:
                 records = [replace(r, message=redactor.text(r.message, counts)) for r in records]
             await self.api._ingest_call(lambda store: store.insert(records))
             raise web.HTTPSeeOther(f"/jobs/{job}")
-        rep = await self.api._call(analyze_paste, data, self.api.catalog, tz)
-        return html_response(render_html(redact.report(rep, redactor)))
+        counts: Counter = Counter()
+        rep = await self.api._call(lambda: analyze_paste(data, self.api.catalog, tz, redactor=redactor,
+                                                         redacted=counts))
+        return html_response(render_html(redact.report(rep, redactor, counts)))
 
     async def _read_paste(self, request: web.Request) -> tuple[bytes, dict]:
         """The pasted log and the form's other fields. The limits hold per request, not per
@@ -246,12 +248,15 @@ def _gunzip(raw: bytes, budget: _Budget) -> bytes:
     return out
 
 
-def analyze_paste(data: bytes, catalog: Catalog, tz, *, name: str = "pasted log") -> dict:
-    """The offline report of one pasted log, with the timeline for the HTML page."""
+def analyze_paste(data: bytes, catalog: Catalog, tz, *, name: str = "pasted log",
+                  redactor: redact.Redactor | None = None, redacted: Counter | None = None) -> dict:
+    """The offline report of one pasted log, with the timeline for the HTML page; its events
+    redacted by ``redactor`` before the analysis reads them (``redacted`` counts what was)."""
     head = data[:65536].decode("utf-8", "replace").splitlines()[:200]
     info = StreamInfo(stream=name, source="launcher", year=datetime.now(timezone.utc).year, tz=tz,
                       srun_labels=looks_srun_labelled(head), observed_ns=time.time_ns())
-    events = scan_stream([data], info, scan_needles(catalog))
+    events = redact.events(scan_stream([data], info, scan_needles(catalog)), redactor,
+                           Counter() if redacted is None else redacted)
     return build_report(events, catalog, Inputs(timeline=True, generated_ns=time.time_ns()))
 
 
