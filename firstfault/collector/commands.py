@@ -30,6 +30,7 @@ from firstfault.analysis.catalog import load_catalog
 from firstfault.reports import FORMATS, needs_timeline, render
 
 DEFAULT_URL = "http://127.0.0.1:7141"
+DEFAULT_TOKEN_FILE = "/etc/firstfault/token"  # what deploy/install.sh writes (mode 0600)
 
 
 class _Http:
@@ -114,6 +115,8 @@ def _source(a: argparse.Namespace):
         token = read_token(Path(a.token_file), problems)
         if token is None:
             raise query.QueryError("; ".join(problems))
+    elif not a.db and os.access(DEFAULT_TOKEN_FILE, os.R_OK):  # the install's: root on the head node
+        token = read_token(Path(DEFAULT_TOKEN_FILE), [])
     return _Db(a.db) if a.db else _Http(a.collector or DEFAULT_URL, token)
 
 
@@ -128,7 +131,8 @@ def add_source_options(p: argparse.ArgumentParser) -> None:
     where.add_argument("--collector", metavar="URL", help=f"the collector's HTTP API (default {DEFAULT_URL})")
     where.add_argument("--db", metavar="PATH_OR_URL",
                        help="read the collector's store directly: its SQLite file or postgresql:// URL")
-    p.add_argument("--token-file", metavar="F", help="token for a collector API that is not on loopback")
+    p.add_argument("--token-file", metavar="F", help=f"the collector's token (default {DEFAULT_TOKEN_FILE} "
+                   "where this user can read it)")
 
 
 def cmd_jobs(a: argparse.Namespace) -> int:

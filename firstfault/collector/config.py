@@ -10,6 +10,10 @@ A whole file (every key optional; these are the defaults, except token_file and 
                                        # database several collectors can share
     token_file = "/etc/firstfault/token"   # required unless listen is loopback; one token a
                                        # line, any accepted (rotation: firstfault/common/tokens.py)
+    http_open_on_loopback = false      # true: with a token_file, the HTTP API on a loopback
+                                       # address still answers without the token (then any local
+                                       # user reads every job); false: the token applies to
+                                       # every listener
     log_level = "info"                 # debug, info, warning, error
 
     [tls]                              # all absent: plain TCP
@@ -48,7 +52,9 @@ Unknown keys and flags, wrong types and bad values are all collected and raised 
 one ConfigError listing every problem.
 
 Security: a token is required when ``listen`` is not a loopback address (the agents'
-hello carries it); without one the configuration is refused. The tokens are read from
+hello carries it); without one the configuration is refused. A configured token applies to
+every listener, the HTTP API on loopback included, unless ``http_open_on_loopback`` says
+otherwise (``api_tokens``). The tokens are read from
 token_file at load time (and again on SIGHUP: firstfault/collector/daemon.py) and kept
 out of repr().
 """
@@ -127,6 +133,7 @@ class CollectorConfig:
     http: Address = Address("127.0.0.1", 7141)
     db: str = "./firstfault.db"
     token_file: Path | None = None
+    http_open_on_loopback: bool = False
     log_level: str = "info"
     tls: TLSConfig = TLSConfig()
     retention: RetentionConfig = RetentionConfig()
@@ -139,6 +146,14 @@ class CollectorConfig:
     @property
     def db_is_url(self) -> bool:
         return "://" in self.db
+
+    @property
+    def api_tokens(self) -> tuple[str, ...] | None:
+        """The tokens the HTTP API asks for: the configured ones, on loopback too, unless the
+        operator opened loopback explicitly (None: no token asked)."""
+        if self.http_open_on_loopback and self.http.is_loopback:
+            return None
+        return self.tokens
 
 
 # --- value parsers (firstfault/common/settings.py) --------------------------------------------
@@ -157,7 +172,7 @@ _level = settings.level
 
 _PARSERS: dict[str | None, dict[str, settings.Parser]] = {
     None: {"listen": _address, "http": _address, "db": _db, "token_file": _path,
-           "log_level": _level},
+           "http_open_on_loopback": settings.boolean, "log_level": _level},
     "tls": {"cert": _path, "key": _path, "client_ca": _path},
     "retention": {"max_age_days": _number(0), "max_bytes": _number(0, integer=True),
                   "prune_interval_s": _number(0, strict=True)},

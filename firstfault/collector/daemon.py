@@ -4,7 +4,8 @@
         --token-file /etc/firstfault/token
 
 The read-only HTTP API (firstfault/collector/api.py) listens on ``--http`` (loopback by
-default; elsewhere it needs the same token, as ``Authorization: Bearer``).
+default) and asks for the same token as ingest (``Authorization: Bearer``) whenever a
+token_file is set, on loopback too, unless ``http_open_on_loopback = true``.
 
 Logs go to stderr, one ``key=value`` line per event (journald adds the time under
 systemd). SIGTERM or SIGINT stops gracefully: no new connections, batches being
@@ -48,7 +49,7 @@ from firstfault.common.tokens import read_tokens
 from firstfault.analysis.catalog import load_catalog
 from firstfault.collector.api import Api
 from firstfault.collector.api import start as start_http
-from firstfault.collector.config import (USAGE, CollectorConfig, ConfigError, HelpRequested, describe, is_loopback_host,
+from firstfault.collector.config import (USAGE, CollectorConfig, ConfigError, HelpRequested, describe,
                               parse_args)
 from firstfault.collector.server import IngestServer, make_ssl_context
 from firstfault.collector.store import display
@@ -184,7 +185,7 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
         await server.start(cfg.listen.host, cfg.listen.port)
     except OSError as e:
         raise StartError(f"cannot listen on {cfg.listen}: {e.strerror or e}") from e
-    api = Api(queries, load_catalog(), token=None if is_loopback_host(cfg.http.host) else cfg.tokens,
+    api = Api(queries, load_catalog(), token=cfg.api_tokens,
               metrics=server.metrics.render_prometheus,
               call=lambda fn, *args: loop.run_in_executor(reader, fn, *args),
               redactor=cfg.redact.redactor(), ingest=store, ingest_call=server.call)

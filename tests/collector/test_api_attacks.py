@@ -76,3 +76,56 @@ def test_bad_query_values_answer_400(collector, query):
     status, body = get(collector.http[1], f"/api/jobs/{JOB}/timeline?{query}")
     assert status == 400 and json.loads(body)["error"].startswith("bad query"), (status, body[:200])
     assert not any("Traceback" in line for line in collector.lines)
+
+
+ROUTES = ("/healthz", "/metrics", "/api/jobs", f"/api/jobs/{JOB}/report", f"/api/jobs/{JOB}/timeline",
+          f"/api/jobs/{JOB}/bundle", "/", f"/jobs/{JOB}", "/paste")
+
+
+def _token_collector(tmp_path, *extra):
+    (tmp_path / "token").write_text("s3cret\n")
+    col = CollectorProcess(tmp_path / "c.db", "--token-file", str(tmp_path / "token"), *extra)
+    agent = Agent(col.ingest)
+    agent.hello(token="s3cret")
+    agent.stream_records(0, batches=1, size=5)
+    agent.close()
+    return col
+
+
+def _status(port, path, token=None, method="GET", data=None):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method, data=data,
+                                 headers={"Authorization": f"Bearer {token}"} if token else {})
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *a, **k):
+        return None
+
+
+def test_a_configured_token_applies_on_loopback_too(tmp_path):
+    """With --token-file and HTTP on 127.0.0.1, every route once answered without the token:
+    any local user of a shared head node read every job (and kept pastes)."""
+    col = _token_collector(tmp_path)
+    try:
+        port = col.http[1]
+        for path in ROUTES:
+            assert _status(port, path) in (401, 303), path  # 303: a page sends a browser to /login
+            assert _status(port, path, "s3cret") == 200, path
+        form = b"text=Traceback+%28most+recent+call+last%29%3A%0AValueError%3A+x&keep=1"
+        assert _status(port, "/paste", method="POST", data=form) == 401
+    finally:
+        col.stop()
+
+
+def test_the_operator_can_open_loopback_explicitly(tmp_path):
+    col = _token_collector(tmp_path, "--http-open-on-loopback", "true")
+    try:
+        assert _status(col.http[1], "/api/jobs") == 200
+    finally:
+        col.stop()
