@@ -13,7 +13,8 @@ stored are finished and acked, clock estimates saved, the store closed; a second
 signal exits at once (nothing acked is lost: acks follow commits). Retention
 pruning runs at start and every ``retention.prune_interval_s``.
 
-SIGHUP (``systemctl reload``) reads ``token_file`` again: every line is accepted from
+SIGHUP (``systemctl reload``) reads ``node_tokens_file`` (new hellos are checked against
+it; connections open stay) and ``token_file`` again: every line is accepted from
 then on by the ingest port and the HTTP API, and agent connections whose token is no
 longer among them are closed (firstfault/common/tokens.py says how to rotate a token
 without a restart). A file that cannot be read keeps the tokens in use (logged).
@@ -45,7 +46,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from firstfault.common.sdnotify import Notifier
-from firstfault.common.tokens import read_tokens
+from firstfault.common.tokens import read_node_tokens, read_tokens
 from firstfault.analysis.catalog import load_catalog
 from firstfault.collector.api import Api
 from firstfault.collector.api import start as start_http
@@ -180,7 +181,8 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
         raise StartError(f"tls: cannot load cert/key/client_ca: {e}") from e
     raise_open_files(cfg.limits.max_connections + 2 * cfg.limits.max_unauthenticated + 64)
     server = IngestServer(store, token=cfg.tokens, limits=cfg.limits, clock=cfg.clock,
-                          ssl_context=ssl_context, writer=writer)
+                          ssl_context=ssl_context, writer=writer, node_tokens=cfg.node_tokens,
+                          bind_node=cfg.tls.bind_node)
     try:
         await server.start(cfg.listen.host, cfg.listen.port)
     except OSError as e:
@@ -231,10 +233,18 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
 
 def reload_tokens(cfg: CollectorConfig, server: IngestServer, api: Api) -> None:
     """SIGHUP: read token_file again (see the module docstring)."""
-    if cfg.token_file is None:
-        log.info("reload: no token_file, nothing to reload")
-        return
     problems: list[str] = []
+    if cfg.node_tokens_file is not None:
+        node_tokens = read_node_tokens(cfg.node_tokens_file, problems)
+        if node_tokens is None:
+            log.error("reload failed, the node tokens in use are kept: %s", "; ".join(problems))
+        else:
+            server.node_tokens = node_tokens
+            log.info("reloaded node_tokens_file=%s nodes=%d", cfg.node_tokens_file, len(node_tokens))
+    if cfg.token_file is None:
+        log.info("reload: no token_file, nothing more to reload")
+        return
+    problems = []
     tokens = read_tokens(cfg.token_file, problems)
     if tokens is None:
         log.error("reload failed, the tokens in use are kept: %s", "; ".join(problems))
