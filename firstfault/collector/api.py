@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import logging
 import re
 import time
 from html import escape
@@ -45,6 +46,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from firstfault.common.prometheus import CONTENT_TYPE
 from firstfault.common.redact import Redactor
@@ -217,11 +219,14 @@ class Api:
         timeline = needs_timeline(fmt) or request.query.get("timeline") == "1"
         rep = await self._call(lambda: query.report(self.store, request.match_info["job"], self.catalog,
                                                     redactor=self.redactor, timeline=timeline))
+        # rendering and encoding run off the event loop: a large report would hold it
         if fmt == "json":
-            return web.json_response(rep, dumps=lambda o: json.dumps(o, ensure_ascii=False))
+            body = await asyncio.to_thread(lambda: json.dumps(rep, ensure_ascii=False).encode())
+            return web.Response(body=body, content_type=JSON_CT)
+        text = await asyncio.to_thread(render, rep, fmt)
         if fmt == "html":
-            return html_response(render(rep, fmt))
-        return web.Response(text=render(rep, fmt), content_type="text/markdown" if fmt == "md" else "text/plain")
+            return html_response(text)
+        return web.Response(text=text, content_type="text/markdown" if fmt == "md" else "text/plain")
 
     async def timeline(self, request):
         """Streams every matching record in chunks: nothing is cut, memory stays flat."""
@@ -236,11 +241,9 @@ class Api:
         if not jsonl:
             await resp.write(b'{"records": [')
         first = True
-        while chunk := await self._call(take, rows, CHUNK, STEP_BUDGET_S):
-            text = "\n".join(json.dumps(r, ensure_ascii=False) for r in chunk) + "\n" if jsonl else \
-                ("" if first else ",") + ",".join(json.dumps(r, ensure_ascii=False) for r in chunk)
+        while chunk := await self._call(take_encoded, rows, CHUNK, STEP_BUDGET_S, jsonl, first):
             first = False
-            await resp.write(text.encode())
+            await resp.write(chunk)
         if not jsonl:
             await resp.write(b"]}\n")
         await resp.write_eof()
@@ -255,7 +258,12 @@ class Api:
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.auth], client_max_size=self.max_paste + (64 << 10))
         app.on_response_prepare.append(_closed_headers)
-        app.add_routes(Web(self, max_paste=self.max_paste).routes())
+        pages = Web(self, max_paste=self.max_paste)
+        app.add_routes(pages.routes())
+
+        async def close_worker(_app) -> None:
+            pages.worker.close()
+        app.on_cleanup.append(close_worker)
         app.add_routes([
             web.get("/healthz", self.healthz),
             web.get("/metrics", self.prometheus),
@@ -279,6 +287,32 @@ def take(rows: Iterator[dict], n: int, budget_s: float) -> list[dict]:
     return out
 
 
+def take_encoded(rows: Iterator[dict], n: int, budget_s: float, jsonl: bool, first: bool) -> bytes:
+    """One step of a streamed timeline as the bytes to send (b"" at the end), encoded on the
+    store's thread, not on the event loop."""
+    chunk = take(rows, n, budget_s)
+    if not chunk:
+        return b""
+    if jsonl:
+        return ("\n".join(json.dumps(r, ensure_ascii=False) for r in chunk) + "\n").encode()
+    return (("" if first else ",") + ",".join(json.dumps(r, ensure_ascii=False) for r in chunk)).encode()
+
+
+class _QuietBadRequests(logging.Filter):
+    """aiohttp logs a request that is not HTTP (a bad status line, a 70 KiB URL) with a
+    traceback at ERROR: one line at WARNING instead, so a flood of them is no flood of
+    tracebacks (the client got its 400)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, (HttpProcessingError, ConnectionResetError)):
+            record.msg, record.args = "http bad request error=%s message=%r", (
+                type(exc).__name__, str(getattr(exc, "message", exc))[:200])
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 async def _closed_headers(request: web.Request, response: web.StreamResponse) -> None:
     response.headers["Cross-Origin-Resource-Policy"] = "same-origin"
     response.headers["X-Content-Type-Options"] = "nosniff"
@@ -288,6 +322,9 @@ async def start(api: Api, host: str, port: int) -> web.AppRunner:
     """Serve the API on host:port; a non-loopback address needs a token."""
     if not is_loopback(host) and api.tokens is None:
         raise ValueError(f"the HTTP API on {host} (not loopback) needs a token: give --token-file")
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _QuietBadRequests) for f in server_log.filters):
+        server_log.addFilter(_QuietBadRequests())
     runner = web.AppRunner(api.app(), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

@@ -58,6 +58,7 @@ from firstfault.collector.store import open_store as open_any_store
 from firstfault.collector.store.base import Store, StoreError
 
 log = logging.getLogger("firstfault.collector.daemon")
+SWITCH_INTERVAL_S = 0.001  # Python's default is 0.005
 
 
 class StartError(Exception):
@@ -88,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"firstfault collector: {e}", file=sys.stderr)
         return 2
     _setup_logging(cfg.log_level)
+    # The event loop (ingest, /healthz) shares the GIL with the threads that read and
+    # analyse: a shorter switch interval gives it the GIL back sooner while a long query
+    # or a paste is analysed (bench/RESULTS.md: the HTTP API fuzz)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         return asyncio.run(run(cfg))
     except StartError as e:

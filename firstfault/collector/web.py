@@ -20,6 +20,7 @@ request, not per part), at most MAX_PARTS parts; it is read in memory only.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 import zlib
@@ -38,6 +39,7 @@ from firstfault.analysis.parse import looks_srun_labelled, strip_prefixes
 from firstfault.analysis.report import Inputs, build_report, iso, scan_needles
 from firstfault.analysis.scan import StreamInfo, scan_stream
 from firstfault.collector import query
+from firstfault.collector.pasteworker import PasteFailed, PasteWorker
 from firstfault.common import redact
 from firstfault.reports.html import CSS, csp, e, render_html
 
@@ -68,6 +70,7 @@ class Web:
     def __init__(self, api, *, max_paste: int = MAX_PASTE) -> None:
         self.api = api
         self.max_paste = max_paste
+        self.worker = PasteWorker()
         self.firsts: dict[str, tuple[int, int, str]] = {}  # job -> (records, last_ns, first failure line)
 
     # --- jobs ---------------------------------------------------------------------------
@@ -121,7 +124,8 @@ class Web:
             raise query.QueryError(f"no job {job!r} in the store")
         rep = await self.api._call(lambda: query.report(self.api.store, job, self.api.catalog,
                                                          redactor=self.api.redactor, timeline=True))
-        return html_response(render_html(rep, live=True, status=info.status), connect="'self'")
+        page = await asyncio.to_thread(render_html, rep, live=True, status=info.status)
+        return html_response(page, connect="'self'")
 
     # --- paste ----------------------------------------------------------------------------
     async def paste_form(self, request: web.Request) -> web.Response:
@@ -147,16 +151,14 @@ class Web:
         redactor = self.api.redactor  # as the agents do before spooling: no secret is stored or shown
         if fields.get("keep") == "1":
             job = f"paste-{uuid.uuid4().hex[:12]}"
-            records = paste_records(data, job)
-            if redactor is not None:
-                counts: Counter = Counter()
-                records = [replace(r, message=redactor.text(r.message, counts)) for r in records]
+            records = await asyncio.to_thread(_kept_records, data, job, redactor)  # off the event loop
             await self.api._ingest_call(lambda store: store.insert(records))
             raise web.HTTPSeeOther(f"/jobs/{job}")
-        counts: Counter = Counter()
-        rep = await self.api._call(lambda: analyze_paste(data, self.api.catalog, tz, redactor=redactor,
-                                                         redacted=counts))
-        return html_response(render_html(redact.report(rep, redactor, counts)))
+        try:
+            page = await self.worker.render(data, tz, redactor)  # a process of its own (pasteworker.py)
+        except PasteFailed as e:
+            raise web.HTTPServiceUnavailable(text=f"{e}\n") from None
+        return html_response(page)
 
     async def _read_paste(self, request: web.Request) -> tuple[bytes, dict]:
         """The pasted log and the form's other fields. The limits hold per request, not per
@@ -191,8 +193,8 @@ class Web:
             raw = await request.read()
             budget.take(len(raw))
             parts.append(raw)
-        inflated = _Budget(self.max_paste)
-        return b"\n".join(_gunzip(p, inflated) for p in parts if p), fields
+        inflated = _Budget(self.max_paste)  # inflating runs off the event loop
+        return await asyncio.to_thread(lambda: b"\n".join(_gunzip(p, inflated) for p in parts if p)), fields
 
     # --- login ------------------------------------------------------------------------------
     async def login_form(self, request: web.Request) -> web.Response:
@@ -258,6 +260,14 @@ def analyze_paste(data: bytes, catalog: Catalog, tz, *, name: str = "pasted log"
     events = redact.events(scan_stream([data], info, scan_needles(catalog)), redactor,
                            Counter() if redacted is None else redacted)
     return build_report(events, catalog, Inputs(timeline=True, generated_ns=time.time_ns()))
+
+
+def _kept_records(data: bytes, job: str, redactor) -> list[Record]:
+    records = paste_records(data, job)
+    if redactor is None:
+        return records
+    counts: Counter = Counter()
+    return [replace(r, message=redactor.text(r.message, counts)) for r in records]
 
 
 def paste_records(data: bytes, job: str, *, node: str = "paste") -> list[Record]:
