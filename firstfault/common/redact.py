@@ -132,6 +132,7 @@ DEFAULTS: tuple[Pattern, ...] = (
         _KEY_LITERALS, "key", True),
 )
 # a private key's block spread over lines (records): its body lines, its header lines
+_TEXTY = (str, list, tuple)  # fields values whose strings rows() redacts
 _KEY_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
 _KEY_LINE = re.compile(r"[A-Za-z0-9+/=]{1,100}|[A-Za-z-]{3,20}: [^\s]{1,200}|")
 
@@ -368,26 +369,42 @@ class Redactor:
 
     def _fields(self, fields: Sequence[dict], counts: Counter | None) -> dict[int, tuple[dict, Counter]]:
         """Row index -> (its fields redacted, what was) for the rows whose fields held a secret:
-        one search over every string value of every row."""
-        where: list[tuple[int, str, int | None]] = []  # (row, key, index in a list or None)
-        texts: list[str] = []
+        one search over every string value of every distinct fields dict (rows of one file
+        often share theirs)."""
+        rows_of: dict[int, list[int]] = {}
         for j, f in enumerate(fields):
-            if not f:
-                continue
-            for k, v in f.items():
-                if type(v) is str and k != "redacted":
-                    where.append((j, k, None))
-                    texts.append(v)
-                elif type(v) in (list, tuple):
-                    for i, item in enumerate(v):
-                        if type(item) is str:
-                            where.append((j, k, i))
-                            texts.append(item)
-        if not texts:
+            if f:
+                rows_of.setdefault(id(f), []).append(j)
+        if len(rows_of) < len(fields):
+            firsts = [js[0] for js in rows_of.values()]
+            got = self._fields_of([fields[j] for j in firsts], None)
+            out = {}
+            for n, (new, seen) in got.items():
+                for j in rows_of[id(fields[firsts[n]])]:
+                    out[j] = (new, seen)
+                    if counts is not None:
+                        counts.update(seen)
+            return out
+        return self._fields_of(fields, counts)
+
+    def _fields_of(self, fields: Sequence[dict], counts: Counter | None) -> dict[int, tuple[dict, Counter]]:
+        # (row, key, index in a list or None) of every string; most fields hold none (numbers)
+        found = [(j, k, v) for j, f in enumerate(fields) if f for k, v in f.items()
+                 if type(v) in _TEXTY and k != "redacted"]
+        if not found:
             return {}
-        hits = self._messages(texts, None, False)
+        where = [(j, k, None) for j, k, v in found if type(v) is str]
+        where += [(j, k, i) for j, k, v in found if type(v) is not str
+                  for i, item in enumerate(v) if type(item) is str]
+        texts = [fields[j][k] if i is None else fields[j][k][i] for j, k, i in where]
+        uniq = list(dict.fromkeys(texts))  # a batch's rows mostly share their values (a path)
+        found_in = self._messages(uniq, None, False)
+        if not found_in:
+            return {}
+        redacted = {uniq[n]: hit for n, hit in found_in.items()}
         out: dict[int, tuple[dict, Counter]] = {}
-        for n, (text, mark) in hits.items():
+        for n in (n for n, t in enumerate(texts) if t in redacted):
+            text, mark = redacted[texts[n]]
             j, k, i = where[n]
             new, seen = out.get(j) or (dict(fields[j]), Counter())
             if i is None:

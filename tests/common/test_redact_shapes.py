@@ -120,3 +120,14 @@ def test_fingerprint_shapes_are_caught_before_digits_are_blanked():
     for secret in (AKIA, GH, f"Bearer {BEARER}"):
         out = Redactor().text(f"RuntimeError: login failed with {secret} at 10:11", Counter())
         assert secret not in out and "[redacted:" in out
+
+
+def test_rows_sharing_one_fields_dict_are_each_redacted():
+    fields = {"path": f"/scratch/{HF}/rank0.log", "offset_bytes": 0}
+    rows = [("ranklog", "rank.line", f"line {i}", None, 1, None, None, "1", 0, 0, None, 6, fields)
+            for i in range(5)]
+    counts = Counter()
+    out = Redactor().rows(rows, counts)
+    assert all(r[-1]["path"] == "/scratch/[redacted:hf-token]/rank0.log" for r in out)
+    assert all(r[-1]["redacted"] == "hf-token:1" for r in out) and counts == {"hf-token": 5}
+    assert fields["path"].startswith(f"/scratch/{HF}")  # the caller's dict is not changed
