@@ -13,8 +13,8 @@ stored are finished and acked, clock estimates saved, the store closed; a second
 signal exits at once (nothing acked is lost: acks follow commits). Retention
 pruning runs at start and every ``retention.prune_interval_s``.
 
-SIGHUP (``systemctl reload``) reads ``node_tokens_file`` (new hellos are checked against
-it; connections open stay) and ``token_file`` again: every line is accepted from
+SIGHUP (``systemctl reload``) reads ``node_tokens_file`` (connections whose token is no
+longer their node's are closed) and ``token_file`` again: every line is accepted from
 then on by the ingest port and the HTTP API, and agent connections whose token is no
 longer among them are closed (firstfault/common/tokens.py says how to rotate a token
 without a restart). A file that cannot be read keeps the tokens in use (logged).
@@ -245,7 +245,9 @@ def reload_tokens(cfg: CollectorConfig, server: IngestServer, api: Api) -> None:
             log.error("reload failed, the node tokens in use are kept: %s", "; ".join(problems))
         else:
             server.node_tokens = node_tokens
-            log.info("reloaded node_tokens_file=%s nodes=%d", cfg.node_tokens_file, len(node_tokens))
+            closed = server.recheck()
+            log.info("reloaded node_tokens_file=%s nodes=%d connections_closed=%d",
+                     cfg.node_tokens_file, len(node_tokens), closed)
     if cfg.token_file is None:
         log.info("reload: no token_file, nothing more to reload")
         return

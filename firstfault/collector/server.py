@@ -225,9 +225,18 @@ class IngestServer:
         """Accept ``tokens`` from now on; close the sessions whose token is not one of
         them (they reconnect with their new one). How many were closed."""
         self.tokens = tokens
+        return self.recheck()
+
+    def recheck(self) -> int:
+        """Close the welcomed sessions whose token is no longer accepted for their node
+        (after the tokens or the node tokens changed); how many were closed."""
         closed = 0
         for s in list(self._sessions):
-            if s.welcomed and not any(digest(t) == s.token for t in tokens):
+            accepted = (self.node_tokens.get(s.node, ()) if self.node_tokens is not None
+                        else self.tokens if self.tokens is not None else None)
+            if accepted is None:
+                continue
+            if s.welcomed and not any(digest(t) == s.token for t in accepted):
                 self._evict(s, ERR_AUTH, "token no longer accepted (rotated): reconnect with the new one")
                 closed += 1
         return closed

@@ -124,3 +124,19 @@ def test_the_mtls_certificate_names_the_node(serve, tmp_path):
     own.hello(token="t0k")
     own.stream_records(0, batches=1, size=2)
     assert srv.store.seqs("good", "s1") == [] and srv.store.seqs("nodeT", "s1") == [0, 1]
+
+
+def test_a_reload_keeps_node_token_sessions_and_closes_a_revoked_one(serve):
+    srv = serve(token="api", node_tokens={"good": ("t-good",), "evil": ("t-evil",)})
+    good, evil = srv.agent(node="good"), srv.agent(node="evil", stream="e")
+    good.hello(token="t-good")
+    evil.hello(token="t-evil")
+
+    async def reload(tokens, node_tokens):
+        srv.server.node_tokens = node_tokens
+        return srv.server.set_tokens(tokens)
+    assert srv.lt.run(reload(("api2",), {"good": ("t-good",), "evil": ("t-evil",)})) == 0  # API token rotated
+    assert srv.lt.run(reload(("api2",), {"good": ("t-good",)})) == 1  # evil's token revoked
+    assert evil.expect_error().code == wire.ERR_AUTH
+    good.stream_records(0, batches=1, size=2)
+    assert srv.store.seqs("good", "s1") == [0, 1]
