@@ -93,6 +93,18 @@ def _noting(records: Iterator[Record], inputs: Inputs, first_ns: int,
         yield r
 
 
+_MARKER_NAMES: dict[int, tuple[Catalog, str]] = {}
+
+
+def marker_name(catalog: Catalog) -> str:
+    """ReportMarker(catalog).name, made once per catalog: a marker builds its needles'
+    automaton (a fifth of a second, holding the GIL), which a report needs only the name of."""
+    got = _MARKER_NAMES.get(id(catalog))
+    if got is None or got[0] is not catalog:
+        got = _MARKER_NAMES[id(catalog)] = (catalog, ReportMarker(catalog).name)
+    return got[1]
+
+
 def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = None,
            redactor: Redactor | None = None, *, timeline: bool = False) -> dict:
     """The report (REPORT.md) of one job over every node that sent its records, redacted by
@@ -104,7 +116,7 @@ def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = Non
     inputs = Inputs(job=job, clocks=clocks, generated_ns=time.time_ns(), rank_nodes={}, timeline=timeline)
     sel = sel or Selection(job=job)
     # only the records the report reads (analysis/marks.py), where the store kept marks
-    needed = needed_records(store, sel, ReportMarker(catalog).name)
+    needed = needed_records(store, sel, marker_name(catalog))
     agents: Counter = Counter()
     events = events_from_records(_noting(needed, inputs, info.first_ns, agents))
     mine: Counter = Counter()  # what this redactor finds before the analysis reads it
