@@ -6,7 +6,11 @@
     firstfault_agent_source_up{source}            1 running, 0 failed/stopped/unavailable
     firstfault_agent_spool_bytes                  bytes in the spool's segments
     firstfault_agent_spool_unacked_records        records the collector has not acked
-    firstfault_agent_spool_dropped_records_total  lost to overflow, corruption or a full disk
+    firstfault_agent_spool_dropped_records_total  lost to overflow, corruption or a full disk, since
+                                                  this agent process started (a counter: it starts
+                                                  at 0 again after a restart, as Prometheus' rate()
+                                                  and increase() expect; the gap records, shipped
+                                                  to the collector, are the lasting account)
     firstfault_agent_spool_gaps_total             gap records written for them
     firstfault_agent_shipped_records_total        records sent (resends included)
     firstfault_agent_shipped_bytes_total
@@ -52,7 +56,8 @@ def render(sink: SpoolSink, spool: SpoolStats, ship: ShipperStats) -> str:
         ("spool_unacked_records", "gauge", "Records not yet acked by a collector.",
          spool.unacked_records),
         ("spool_dropped_records_total", "counter",
-         "Records lost to spool overflow, corruption or a full disk.", dropped),
+         "Records lost to spool overflow, corruption or a full disk, since this process started.",
+         dropped),
         ("spool_gaps_total", "counter", "Gap records written.", spool.gaps_written),
         ("spool_full_waits_total", "counter", "Times a source held its rows: the spool's disk "
          "was full (nothing lost).", sink.spool_full_held),

@@ -228,27 +228,35 @@ class Spool(SpoolOpen, SpoolReads):
             self._name_dropped(dropped)
 
     def _name_dropped(self, dropped: list[_Segment]) -> None:
-        """Queue and write one overflow gap naming ``dropped`` (and the gaps they held)."""
-        gap = None
+        """Queue and write one overflow gap naming the unacked data records of ``dropped``,
+        and the unacked gap records they held (the collector never got them): one whose
+        range is above the acked seq is merged into the new gap (everything between is lost
+        too), one below it is written again as it was. Each lost record is counted once."""
+        acked = -1 if self._acked is None else self._acked
+        gap, apart = None, []
         for s in dropped:
-            lo = max(s.first_seq or 0, (self._acked or 0) + 1)
+            lo = max(s.first_seq or 0, acked + 1)
+            unacked = [g for seq, g in s.carried if seq >= lo]
+            for g in unacked:
+                if g["first_seq"] > acked:
+                    gap = dict(g) if gap is None else _merge(gap, g)
+                else:
+                    apart.append(g)
             if s.last_seq is not None and s.last_seq >= lo:
-                nrec = s.records if lo == s.first_seq else s.last_seq - lo + 1
+                nrec = (s.records if lo == s.first_seq else s.last_seq - lo + 1) - len(unacked)
                 self._counts["dropped_records"] += nrec
                 g = {"reason": "overflow", "dropped_records": nrec, "dropped_bytes": s.size,
                      "first_seq": lo, "last_seq": s.last_seq, "from_ns": s.first_ns,
                      "to_ns": s.last_ns}
                 gap = g if gap is None else _merge(gap, g)
-            if s.carried:  # gaps that were in it: the new one names their ranges too
-                gap = s.carried if gap is None else _merge(gap, s.carried)
-        if gap is None:
-            return
-        gap = {**gap, "reason": "overflow", "at_ns": time.time_ns(), "origins": None}  # unread
-        nrec = gap["dropped_records"] or 0
-        log.warning("spool full, oldest dropped path=%s records=%d seqs=%d..%d",
-                    self.path, nrec, gap["first_seq"], gap["last_seq"])
-        self._pending.append(gap)
-        self._flush_pending(room=False)
+        if gap is not None:
+            gap = {**gap, "reason": "overflow", "at_ns": time.time_ns(), "origins": gap.get("origins")}
+            log.warning("spool full, oldest dropped path=%s records=%s seqs=%d..%d",
+                        self.path, gap["dropped_records"], gap["first_seq"], gap["last_seq"])
+            self._pending.append(gap)
+        self._pending += apart
+        if gap is not None or apart:
+            self._flush_pending(room=False)
 
     def _flush_pending(self, room: bool = True) -> None:
         while self._pending:
@@ -259,7 +267,7 @@ class Spool(SpoolOpen, SpoolReads):
             except BaseException:
                 self._pending.insert(0, g)
                 raise
-            self._segs[-1].carry(g)
+            self._segs[-1].carry(g, self._next_seq - 1)
             self._counts["gaps_written"] += 1
 
     def _sync(self, inline: bool = False) -> None:

@@ -104,10 +104,14 @@ and last lost records, as known; nil if unknown); for "disk_full", origins: wher
 the lost records came from, JSON text ``{"/logs/rank3.log": 152, "kmsg": 2}`` (a
 record's ``fields.path``, else its source; largest first, what does not fit in
 1,000 bytes counted under ``"(more)"``), also named in the message. A gap is itself a record that
-an overflow may drop: the gap written for a dropped segment also names the
-ranges of the gaps that were in it (first_seq and from_ns reach back, counts
-add up), so no loss goes unnamed and there is one gap per drop. Ranges may
-overlap: take their union.
+an overflow may drop: when a dropped segment held gap records that were not yet
+acked, they are named again: merged into the drop's gap when their range is above
+the acked seq (every seq between is lost too: first_seq and from_ns reach back),
+else written again as they were; one that was acked (the collector has it) is not.
+dropped_records counts the data records lost, never a gap record and never one
+twice: summed over the gaps the collector gets, it is the number of records lost.
+Ranges may overlap (a merged range may span one that a kept gap names): take their
+union for the seqs, the sum of dropped_records for the count.
 
 Bounded: before an entry would take the segments past max_bytes, whole segments
 are deleted oldest first (the active one is rolled first if it is the only one)
@@ -409,8 +413,8 @@ def origins_text(origins: list[tuple[str, int]], limit: int = 1000) -> str:
     return json.dumps(kept, ensure_ascii=False)
 
 
-def gaps_in(buf: bytes, entries: list[tuple[int, int, int, int]]) -> list[dict[str, Any]]:
-    """The fields of the gap records among ``entries`` (found by their kind's bytes)."""
+def gaps_in(buf: bytes, entries: list[tuple[int, int, int, int]]) -> list[tuple[int, dict[str, Any]]]:
+    """(seq, fields) of the gap records among ``entries`` (found by their kind's bytes)."""
     out, at, starts = [], 0, [e[0] for e in entries]
     while (i := buf.find(GAP_KIND, at)) != -1:
         k = bisect.bisect_right(starts, i) - 1
@@ -423,7 +427,7 @@ def gaps_in(buf: bytes, entries: list[tuple[int, int, int, int]]) -> list[dict[s
                                    strict_map_key=False)[1:]
         except (ValueError, TypeError, msgpack.UnpackException):
             continue
-        out += [f for kind, f in zip(cols[1], cols[12])
+        out += [(entries[k][2] + j, f) for j, (kind, f) in enumerate(zip(cols[1], cols[12]))
                 if kind == KIND_AGENT_GAP and gap_ok(f)]
     return out
 

@@ -71,12 +71,12 @@ class _Segment:
         self.last_seq: int | None = None
         self.first_ns: int | None = None
         self.last_ns: int | None = None
-        self.carried: dict[str, Any] | None = None  # the gaps written in it, merged
+        self.carried: list[tuple[int, dict[str, Any]]] = []  # (seq, fields) of its gap records
 
-    def carry(self, g: dict[str, Any]) -> None:
-        """Remember a gap record written here: dropping this segment must name its range."""
-        c = self.carried
-        self.carried = dict(g) if c is None else _merge(c, g)
+    def carry(self, g: dict[str, Any], seq: int) -> None:
+        """Remember a gap record written here (at ``seq``): dropping this segment before it
+        is acked must write it again."""
+        self.carried.append((seq, g))
 
 
 def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -172,8 +172,8 @@ class SpoolOpen:
                             seg.path, torn, len(buf) - torn)
             if bad or torn is not None:
                 repairs.append((seg, buf, entries, bool(bad)))
-            for g in gaps_in(buf, entries):
-                seg.carry(g)
+            for seq, g in gaps_in(buf, entries):
+                seg.carry(g, seq)
             if entries:
                 seg.first_seq, seg.last_seq = entries[0][2], entries[-1][2] + entries[-1][3] - 1
                 seg.records = sum(e[3] for e in entries)

@@ -4,7 +4,7 @@ read its store directly (the SQLite file, or the PostgreSQL database by its URL)
     firstfault jobs [--collector URL | --db PATH_OR_URL] [--format text|json]
     firstfault report JOB [--format text|md|json|html] [--output FILE] [--bundle FILE.tar.gz]
                           [--checkpoint-dir DIR]
-    firstfault timeline JOB [--rank R] [--node N] [--since T] [--until T] [--grep RE]
+    firstfault timeline JOB [--rank R] [--node N] [--since T] [--until T] [--grep TEXT]
                             [--limit N] [--node-context] [--format text|json|jsonl]
 
 Exit codes: 0 done, 1 the job or the collector could not be found, 2 usage error.
@@ -42,6 +42,9 @@ def api_url(v: str) -> str:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return f"{'https' if scheme == 'https' else 'http'}://{addr}"
+
+
+DEFAULT_TOKEN_FILE = "/etc/firstfault/token"  # what deploy/install.sh writes (mode 0600)
 
 
 class _Http:
@@ -136,6 +139,8 @@ def _source(a: argparse.Namespace):
         token = read_token(Path(a.token_file), problems)
         if token is None:
             raise query.QueryError("; ".join(problems))
+    elif not a.db and os.access(DEFAULT_TOKEN_FILE, os.R_OK):  # the install's: root on the head node
+        token = read_token(Path(DEFAULT_TOKEN_FILE), [])
     return _Db(a.db) if a.db else _Http(a.collector or DEFAULT_URL, token)
 
 
@@ -151,7 +156,8 @@ def add_source_options(p: argparse.ArgumentParser) -> None:
                        help=f"the collector's HTTP API: http://HOST:PORT or HOST:PORT (default {DEFAULT_URL})")
     where.add_argument("--db", metavar="PATH_OR_URL",
                        help="read the collector's store directly: its SQLite file or postgresql:// URL")
-    p.add_argument("--token-file", metavar="F", help="token for a collector API that is not on loopback")
+    p.add_argument("--token-file", metavar="F", help=f"the collector's token (default {DEFAULT_TOKEN_FILE} "
+                   "where this user can read it)")
 
 
 def cmd_jobs(a: argparse.Namespace) -> int:
@@ -235,7 +241,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--node", metavar="N", help="node(s), comma separated")
     p.add_argument("--since", metavar="T", help="ISO 8601 time with zone, or epoch seconds")
     p.add_argument("--until", metavar="T")
-    p.add_argument("--grep", metavar="RE", help="regular expression over the message")
+    p.add_argument("--grep", metavar="TEXT", help="only records whose message contains TEXT (literally)")
     p.add_argument("--limit", type=int, metavar="N", help="at most N records (default: all)")
     p.add_argument("--node-context", action="store_true",
                    help="also the kernel and cgroup records of the job's nodes in its lifetime that name none of "

@@ -1,6 +1,7 @@
 """Collector configuration: a TOML file and command-line flags -> a frozen CollectorConfig.
 
-A whole file (every key optional; these are the defaults, except token_file and tls)::
+A whole file (every key optional; these are the defaults, except token_file, node_tokens_file
+and tls)::
 
     listen = "127.0.0.1:7140"          # agents connect here (HOST:PORT, [v6]:PORT)
     http = "127.0.0.1:7141"            # the query API
@@ -10,12 +11,21 @@ A whole file (every key optional; these are the defaults, except token_file and 
                                        # database several collectors can share
     token_file = "/etc/firstfault/token"   # required unless listen is loopback; one token a
                                        # line, any accepted (rotation: firstfault/common/tokens.py)
+    node_tokens_file = "/etc/firstfault/node-tokens"  # "NODE TOKEN" a line: a hello is then
+                                       # accepted only with the token of the node it names
+                                       # (token_file's tokens then serve the HTTP API only)
+    http_open_on_loopback = false      # true: with a token_file, the HTTP API on a loopback
+                                       # address still answers without the token (then any local
+                                       # user reads every job); false: the token applies to
+                                       # every listener
     log_level = "info"                 # debug, info, warning, error
 
     [tls]                              # all absent: plain TCP
     cert = "/etc/firstfault/collector.pem"
     key = "/etc/firstfault/collector.key"
     client_ca = "/etc/firstfault/agents-ca.pem"   # set: agents need a client cert (mTLS)
+    bind_node = false                  # true (with client_ca): a hello's node must be its client
+                                       # certificate's common name or one of its DNS names
 
     [retention]                        # 0: no bound
     max_age_days = 30
@@ -51,7 +61,9 @@ Unknown keys and flags, wrong types and bad values are all collected and raised 
 one ConfigError listing every problem.
 
 Security: a token is required when ``listen`` is not a loopback address (the agents'
-hello carries it); without one the configuration is refused. The tokens are read from
+hello carries it); without one the configuration is refused. A configured token applies to
+every listener, the HTTP API on loopback included, unless ``http_open_on_loopback`` says
+otherwise (``api_tokens``). The tokens are read from
 token_file at load time (and again on SIGHUP: firstfault/collector/daemon.py) and kept
 out of repr().
 """
@@ -66,7 +78,7 @@ from typing import Any
 from firstfault.common import settings
 from firstfault.common.settings import Address, HelpRequested, is_loopback_host  # noqa: F401 (re-exported)
 from firstfault.common.redact import PARSERS as REDACT_PARSERS, RedactConfig
-from firstfault.common.tokens import read_tokens
+from firstfault.common.tokens import read_node_tokens, read_tokens
 from firstfault.wire import MAX_BATCH_RECORDS, MAX_FRAME_BYTES
 from firstfault.collector.store import display
 from firstfault.collector.notify.config import PARSERS as NOTIFY_PARSERS, NotifyConfig
@@ -94,6 +106,7 @@ class TLSConfig:
     cert: Path | None = None
     key: Path | None = None
     client_ca: Path | None = None  # set: mutual TLS, agents present a cert it signed
+    bind_node: bool = False  # a hello's node must be named by its client certificate
 
     @property
     def enabled(self) -> bool:
@@ -131,6 +144,8 @@ class CollectorConfig:
     http: Address = Address("127.0.0.1", 7141)
     db: str = "./firstfault.db"
     token_file: Path | None = None
+    node_tokens_file: Path | None = None
+    http_open_on_loopback: bool = False
     log_level: str = "info"
     tls: TLSConfig = TLSConfig()
     retention: RetentionConfig = RetentionConfig()
@@ -140,10 +155,19 @@ class CollectorConfig:
     notify: NotifyConfig = NotifyConfig()
     token: str | None = field(default=None, repr=False)  # the first line of token_file
     tokens: tuple[str, ...] | None = field(default=None, repr=False)  # every line: accepted
+    node_tokens: dict[str, tuple[str, ...]] | None = field(default=None, repr=False)  # node_tokens_file
 
     @property
     def db_is_url(self) -> bool:
         return "://" in self.db
+
+    @property
+    def api_tokens(self) -> tuple[str, ...] | None:
+        """The tokens the HTTP API asks for: the configured ones, on loopback too, unless the
+        operator opened loopback explicitly (None: no token asked)."""
+        if self.http_open_on_loopback and self.http.is_loopback:
+            return None
+        return self.tokens
 
 
 # --- value parsers (firstfault/common/settings.py) --------------------------------------------
@@ -162,8 +186,8 @@ _level = settings.level
 
 _PARSERS: dict[str | None, dict[str, settings.Parser]] = {
     None: {"listen": _address, "http": _address, "db": _db, "token_file": _path,
-           "log_level": _level},
-    "tls": {"cert": _path, "key": _path, "client_ca": _path},
+           "node_tokens_file": _path, "http_open_on_loopback": settings.boolean, "log_level": _level},
+    "tls": {"cert": _path, "key": _path, "client_ca": _path, "bind_node": settings.boolean},
     "retention": {"max_age_days": _number(0), "max_bytes": _number(0, integer=True),
                   "prune_interval_s": _number(0, strict=True)},
     "limits": {"max_connections": _number(1, integer=True),
@@ -225,12 +249,15 @@ def _check(cfg: CollectorConfig, problems: list[str]) -> CollectorConfig:
     if cfg.notify.enabled and cfg.notify.queue_dir is None and "://" in cfg.db:
         problems.append("notify.queue_dir: required with a PostgreSQL db (the notices pending are kept "
                         "on this machine's disk)")
+    if tls.bind_node and tls.client_ca is None:
+        problems.append("tls.bind_node needs tls.client_ca (the node's name comes from its client certificate)")
     tokens = read_tokens(cfg.token_file, problems)
-    if cfg.token_file is None and not cfg.listen.is_loopback:
+    node_tokens = read_node_tokens(cfg.node_tokens_file, problems)
+    if cfg.token_file is None and cfg.node_tokens_file is None and not cfg.listen.is_loopback:
         problems.append(f"listen {cfg.listen} is not a loopback address: a token is required "
                         "(set token_file or --token-file FILE; agents send the same token); "
                         "refusing to accept unauthenticated agents from the network")
-    return replace(cfg, token=tokens[0] if tokens else None, tokens=tokens)
+    return replace(cfg, token=tokens[0] if tokens else None, tokens=tokens, node_tokens=node_tokens)
 
 
 def parse_args(argv: list[str]) -> tuple[CollectorConfig, bool]:
@@ -256,7 +283,7 @@ def describe(cfg: CollectorConfig) -> str:
     parts = []
     for f in fields(cfg):
         v = getattr(cfg, f.name)
-        if f.name in ("token", "tokens"):
+        if f.name in ("token", "tokens", "node_tokens"):
             continue
         if f.name == "db":  # a URL's password stays out of logs
             v = display(v)

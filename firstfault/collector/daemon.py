@@ -4,7 +4,8 @@
         --token-file /etc/firstfault/token
 
 The read-only HTTP API (firstfault/collector/api.py) listens on ``--http`` (loopback by
-default; elsewhere it needs the same token, as ``Authorization: Bearer``).
+default) and asks for the same token as ingest (``Authorization: Bearer``) whenever a
+token_file is set, on loopback too, unless ``http_open_on_loopback = true``.
 
 Logs go to stderr, one ``key=value`` line per event (journald adds the time under
 systemd). SIGTERM or SIGINT stops gracefully: no new connections, batches being
@@ -12,7 +13,8 @@ stored are finished and acked, clock estimates saved, the store closed; a second
 signal exits at once (nothing acked is lost: acks follow commits). Retention
 pruning runs at start and every ``retention.prune_interval_s``.
 
-SIGHUP (``systemctl reload``) reads ``token_file`` again: every line is accepted from
+SIGHUP (``systemctl reload``) reads ``node_tokens_file`` (connections whose token is no
+longer their node's are closed) and ``token_file`` again: every line is accepted from
 then on by the ingest port and the HTTP API, and agent connections whose token is no
 longer among them are closed (firstfault/common/tokens.py says how to rotate a token
 without a restart). A file that cannot be read keeps the tokens in use (logged).
@@ -44,11 +46,11 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from firstfault.common.sdnotify import Notifier
-from firstfault.common.tokens import read_tokens
+from firstfault.common.tokens import read_node_tokens, read_tokens
 from firstfault.analysis.catalog import load_catalog
 from firstfault.collector.api import Api
 from firstfault.collector.api import start as start_http
-from firstfault.collector.config import (USAGE, CollectorConfig, ConfigError, HelpRequested, describe, is_loopback_host,
+from firstfault.collector.config import (USAGE, CollectorConfig, ConfigError, HelpRequested, describe,
                               parse_args)
 from firstfault.collector.server import IngestServer, make_ssl_context
 from firstfault.collector.notify.attach import attach as attach_notifier
@@ -59,6 +61,7 @@ from firstfault.collector.store import open_store as open_any_store
 from firstfault.collector.store.base import Store, StoreError
 
 log = logging.getLogger("firstfault.collector.daemon")
+SWITCH_INTERVAL_S = 0.001  # Python's default is 0.005
 
 
 class StartError(Exception):
@@ -89,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"firstfault collector: {e}", file=sys.stderr)
         return 2
     _setup_logging(cfg.log_level)
+    # The event loop (ingest, /healthz) shares the GIL with the threads that read and
+    # analyse: a shorter switch interval gives it the GIL back sooner while a long query
+    # or a paste is analysed (bench/RESULTS.md: the HTTP API fuzz)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         return asyncio.run(run(cfg))
     except StartError as e:
@@ -139,6 +146,7 @@ async def run(cfg: CollectorConfig, notifier: Notifier | None = None) -> int:
     loop = asyncio.get_running_loop()
     log.info("starting %s", describe(cfg))
     writer = ThreadPoolExecutor(1, thread_name_prefix="firstfault-store")
+    reader = ThreadPoolExecutor(1, thread_name_prefix="firstfault-query")
     try:
         try:
             # opened on the store thread: every later call runs there too
@@ -146,11 +154,20 @@ async def run(cfg: CollectorConfig, notifier: Notifier | None = None) -> int:
         except (StoreError, OSError) as e:
             raise StartError(f"cannot open the store db={display(cfg.db)}: {e}") from e
         try:
-            return await _serve(cfg, store, writer, notifier)
+            # the HTTP API's queries read a second store on their own thread (WAL readers
+            # and PostgreSQL sessions do not block the writer): no query holds up ingest
+            queries = await loop.run_in_executor(reader, open_store, cfg.db)
+        except (StoreError, OSError) as e:
+            await loop.run_in_executor(writer, store.close)
+            raise StartError(f"cannot open the store db={display(cfg.db)}: {e}") from e
+        try:
+            return await _serve(cfg, store, writer, notifier, queries, reader)
         finally:
             await loop.run_in_executor(writer, store.close)
+            await loop.run_in_executor(reader, queries.close)
     finally:
         writer.shutdown(wait=True)
+        reader.shutdown(wait=False, cancel_futures=True)
         notifier.close()
 
 
@@ -168,7 +185,8 @@ async def _watchdog_loop(notifier: Notifier, server: IngestServer) -> None:
         notifier.send(WATCHDOG=1, STATUS=status_line(server))
 
 
-async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor, notifier: Notifier) -> int:
+async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor, notifier: Notifier,
+                 queries: Store, reader: ThreadPoolExecutor) -> int:
     loop = asyncio.get_running_loop()
     try:
         ssl_context = make_ssl_context(cfg.tls)
@@ -176,7 +194,8 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
         raise StartError(f"tls: cannot load cert/key/client_ca: {e}") from e
     raise_open_files(cfg.limits.max_connections + 2 * cfg.limits.max_unauthenticated + 64)
     server = IngestServer(store, token=cfg.tokens, limits=cfg.limits, clock=cfg.clock,
-                          ssl_context=ssl_context, writer=writer)
+                          ssl_context=ssl_context, writer=writer, node_tokens=cfg.node_tokens,
+                          bind_node=cfg.tls.bind_node)
     try:
         await server.start(cfg.listen.host, cfg.listen.port)
     except OSError as e:
@@ -187,9 +206,10 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
     except OSError as e:
         await server.stop()
         raise StartError(f"notify: cannot use the queue folder {notify_queue_dir(cfg)}: {e.strerror or e}") from e
-    api = Api(store, load_catalog(), token=None if is_loopback_host(cfg.http.host) else cfg.tokens,
+    api = Api(queries, load_catalog(), token=cfg.api_tokens,
               metrics=lambda: server.metrics.render_prometheus() + telling.metrics.render_prometheus(),
-              call=server.call, redactor=cfg.redact.redactor())
+              call=lambda fn, *args: loop.run_in_executor(reader, fn, *args),
+              redactor=cfg.redact.redactor(), ingest=store, ingest_call=server.call)
     try:
         http = await start_http(api, cfg.http.host, cfg.http.port)
     except (OSError, ValueError) as e:
@@ -235,10 +255,20 @@ async def _serve(cfg: CollectorConfig, store: Store, writer: ThreadPoolExecutor,
 
 def reload_tokens(cfg: CollectorConfig, server: IngestServer, api: Api) -> None:
     """SIGHUP: read token_file again (see the module docstring)."""
-    if cfg.token_file is None:
-        log.info("reload: no token_file, nothing to reload")
-        return
     problems: list[str] = []
+    if cfg.node_tokens_file is not None:
+        node_tokens = read_node_tokens(cfg.node_tokens_file, problems)
+        if node_tokens is None:
+            log.error("reload failed, the node tokens in use are kept: %s", "; ".join(problems))
+        else:
+            server.node_tokens = node_tokens
+            closed = server.recheck()
+            log.info("reloaded node_tokens_file=%s nodes=%d connections_closed=%d",
+                     cfg.node_tokens_file, len(node_tokens), closed)
+    if cfg.token_file is None:
+        log.info("reload: no token_file, nothing more to reload")
+        return
+    problems = []
     tokens = read_tokens(cfg.token_file, problems)
     if tokens is None:
         log.error("reload failed, the tokens in use are kept: %s", "; ".join(problems))

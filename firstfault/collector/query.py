@@ -10,8 +10,10 @@ bundle every record of the job)."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import re
 import tarfile
 import time
 from collections import Counter
@@ -36,6 +38,20 @@ from firstfault.reports import render
 from firstfault.collector.store.base import Selection, Store, needed_records
 
 GAP_KINDS = (KIND_AGENT_GAP, KIND_KERNEL_GAP)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+|\.{2,}")
+
+
+def file_part(job: str) -> str:
+    """``job`` as one harmless part of a file name (a bundle's folder, a download's name):
+    letters, digits, ``_ . -`` only, no leading dot nor ``..``, at most 80 characters; when
+    anything had to change, a short hash of the true id follows, so two ids never share a name. A job id
+    comes from any process' environment on a node (``SLURM_JOB_ID='x/../../tmp'``)."""
+    safe = _UNSAFE.sub("_", job).lstrip(".")[:80]
+    if safe == job and job:
+        return job
+    return f"{safe or 'job'}-{hashlib.sha256(job.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
 class QueryError(Exception):
@@ -125,6 +141,18 @@ def _disk(records: list[Record], job: str, gaps: list[dict]) -> DiskCheckpoint |
     return next((d for d in disks if d.tags), disks[0] if disks else None)
 
 
+_MARKER_NAMES: dict[int, tuple[Catalog, str]] = {}
+
+
+def marker_name(catalog: Catalog) -> str:
+    """ReportMarker(catalog).name, made once per catalog: a marker builds its needles'
+    automaton (a fifth of a second, holding the GIL), which a report needs only the name of."""
+    got = _MARKER_NAMES.get(id(catalog))
+    if got is None or got[0] is not catalog:
+        got = _MARKER_NAMES[id(catalog)] = (catalog, ReportMarker(catalog).name)
+    return got[1]
+
+
 def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = None,
            redactor: Redactor | None = None, *, timeline: bool = False, disk: DiskCheckpoint | None = None) -> dict:
     """The report (REPORT.md) of one job over every node that sent its records, redacted by
@@ -140,19 +168,20 @@ def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = Non
     inputs = Inputs(job=job, clocks=clocks, generated_ns=time.time_ns(), rank_nodes={}, timeline=timeline)
     sel = sel or Selection(job=job)
     # only the records the report reads (analysis/marks.py), where the store kept marks
-    needed = list(needed_records(store, sel, ReportMarker(catalog).name))
+    needed = list(needed_records(store, sel, marker_name(catalog)))
     membership = learn(needed, job, uncertainty_ns={n: c.uncertainty_ns for n, c in stored.items()},
                        span=(info.first_ns, info.last_ns))
     agents: Counter = Counter()
     context: list[Record] = []
     inputs.disk = disk or _disk(needed, job, inputs.gaps)
     events = events_from_records(_noting(_members_only(needed, membership, context), inputs, info.first_ns, agents))
-    rep = build_report(events, catalog, inputs)
+    mine: Counter = Counter()  # what this redactor finds before the analysis reads it
+    rep = build_report(redact.events(events, redactor, mine), catalog, inputs)
     for g in rep["gaps"]:  # the analysis words a missing rank for files given to analyze
         if g.get("rank") is not None and g.get("reason") == NO_LOG:
             g["reason"] = NO_RECORD
     rep["node_context"] = _node_context(context)
-    return redact.report(rep, redactor, agents)
+    return redact.report(rep, redactor, agents + mine)
 
 
 def membership(store: Store, job: str, catalog: Catalog | None = None) -> Membership:
@@ -184,6 +213,8 @@ def timeline(store: Store, sel: Selection, redactor: Redactor | None = None, *,
             d["node_context"] = True
         if redactor is not None:
             d["message"] = redactor.text(d["message"], Counter())
+            d["fields"] = {k: v if k == "redacted" else redactor.walk(v, Counter())
+                           for k, v in d["fields"].items()}
         n += 1
         yield d
 
@@ -213,7 +244,7 @@ def bundle(store: Store, job: str, catalog: Catalog, redactor: Redactor | None =
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name, text in files.items():
             data = text.encode()
-            ti = tarfile.TarInfo(f"firstfault-{job}/{name}")
+            ti = tarfile.TarInfo(f"firstfault-{file_part(job)}/{name}")
             ti.size, ti.mtime, ti.mode = len(data), int(time.time()), 0o644
             tar.addfile(ti, io.BytesIO(data))
     return buf.getvalue()

@@ -12,9 +12,16 @@ Per connection (one agent stream), in order:
    ``limits.max_unauthenticated`` connections wait for theirs, a new one beyond that
    closes the oldest. ``set_tokens()`` (the daemon's SIGHUP) changes the tokens and
    closes the sessions whose token is no longer one of them.
+   Identity: with ``node_tokens`` a hello must carry a token of the node it names; with
+   ``bind_node`` (mutual TLS) its node must be the client certificate's common name or a
+   DNS name of it. A stream belongs to the connection that has it open: a hello for a
+   live (node, stream) from another host or with another token is refused (ERR_AUTH,
+   logged, counted as ``stream_claimed``); from the same host with the same token it is
+   the agent reconnecting, and the older connection is closed.
 2. ``welcome`` with ``store.high_seq(node, stream)`` and this session's limits; a
    first ``ping`` follows at once, then one every ``clock.ping_interval_s``.
-3. ``batch`` frames: node and stream must equal the hello's (else ERR_PROTOCOL).
+3. ``batch`` frames: node and stream must equal the hello's, and each batch's first seq
+   must be above the last seq of this connection's previous batch (else ERR_PROTOCOL).
    The records go to ``store.insert`` (or ``store.insert_columns(node, stream,
    seqs, cols)`` where the store has it: no Record objects built) in the single
    store thread; ``ack`` with the batch's highest seq is sent only after it
@@ -48,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -88,13 +96,15 @@ class _Closing(Exception):
 
 
 class _Session:
-    __slots__ = ("reader", "writer", "peer", "node", "stream", "decoder", "task",
-                 "reading", "held", "pings", "welcomed", "token", "evicted")
+    __slots__ = ("reader", "writer", "peer", "host", "node", "stream", "decoder", "task",
+                 "reading", "held", "pings", "welcomed", "token", "evicted", "last_seq")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.host = peer[0] if isinstance(peer, tuple) else str(peer)
+        self.last_seq = -1  # the highest seq of this connection's batches: the next must be above
         self.node = self.stream = None
         self.decoder = FrameDecoder(HELLO_MAX_BYTES, batch_columns=True)
         self.task = asyncio.current_task()
@@ -104,6 +114,14 @@ class _Session:
         self.welcomed = False
         self.token = b""  # the digest of the token its hello carried
         self.evicted: tuple[str, str] | None = None  # closed from outside: (code, reason)
+
+
+def cert_names(peercert: dict | None) -> set[str]:
+    """The names a client certificate gives its holder: subject common name, DNS names."""
+    if not peercert:
+        return set()
+    names = {v for rdn in peercert.get("subject", ()) for k, v in rdn if k == "commonName"}
+    return names | {v for k, v in peercert.get("subjectAltName", ()) if k == "DNS"}
 
 
 def make_ssl_context(tls: TLSConfig) -> ssl.SSLContext | None:
@@ -126,9 +144,18 @@ class IngestServer:
                  limits: LimitsConfig = LimitsConfig(), clock: ClockConfig = ClockConfig(),
                  ssl_context: ssl.SSLContext | None = None,
                  writer: ThreadPoolExecutor | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None,
+                 node_tokens: dict[str, tuple[str, ...]] | None = None,
+                 bind_node: bool = False) -> None:
+        """``node_tokens``: {node: its tokens}: a hello must carry a token of the node it
+        names (``token`` is then not asked of agents). ``bind_node``: a hello's node must
+        be named by the client certificate (mutual TLS)."""
         self.store = store
         self.tokens = (token,) if isinstance(token, str) else token
+        self.node_tokens = node_tokens
+        self.bind_node = bind_node
+        self._nobody = (secrets.token_hex(32),)  # compared for an unknown node: same time
+        self._live: dict[tuple[str, str], _Session] = {}  # (node, stream) -> its connection
         self.limits, self.clock_config = limits, clock
         self.ssl_context = ssl_context
         self.metrics = metrics or Metrics()
@@ -149,7 +176,7 @@ class IngestServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
         """Listen on host:port (0: any free port); returns the bound (host, port)."""
-        if self.tokens is None and not is_loopback_host(host):
+        if self.tokens is None and self.node_tokens is None and not is_loopback_host(host):
             raise ValueError(f"refusing to listen on {host}:{port} without a token: "
                              "agents could connect from the network unauthenticated")
         lim = self.limits
@@ -163,6 +190,7 @@ class IngestServer:
         log.info("ingest listening address=%s:%s tls=%s mtls=%s auth=%s", *self.address,
                  self.ssl_context is not None,
                  self.ssl_context is not None and self.ssl_context.verify_mode == ssl.CERT_REQUIRED,
+                 "node tokens" if self.node_tokens is not None else
                  "token" if self.tokens is not None else "none (loopback)")
         return self.address
 
@@ -198,9 +226,18 @@ class IngestServer:
         """Accept ``tokens`` from now on; close the sessions whose token is not one of
         them (they reconnect with their new one). How many were closed."""
         self.tokens = tokens
+        return self.recheck()
+
+    def recheck(self) -> int:
+        """Close the welcomed sessions whose token is no longer accepted for their node
+        (after the tokens or the node tokens changed); how many were closed."""
         closed = 0
         for s in list(self._sessions):
-            if s.welcomed and not any(digest(t) == s.token for t in tokens):
+            accepted = (self.node_tokens.get(s.node, ()) if self.node_tokens is not None
+                        else self.tokens if self.tokens is not None else None)
+            if accepted is None:
+                continue
+            if s.welcomed and not any(digest(t) == s.token for t in accepted):
                 self._evict(s, ERR_AUTH, "token no longer accepted (rotated): reconnect with the new one")
                 closed += 1
         return closed
@@ -249,6 +286,8 @@ class IngestServer:
             await self._close(s, _Closing(ERR_INTERNAL, f"collector error: {type(e).__name__}"))
         finally:
             self._sessions.pop(s, None)
+            if self._live.get((s.node, s.stream)) is s:
+                del self._live[(s.node, s.stream)]
             m.connections_open -= 1
             if s.welcomed:
                 self._observe("closed", s.node, clean)
@@ -257,9 +296,9 @@ class IngestServer:
         msg = await self._read(s)
         if not isinstance(msg, Hello):
             raise _Closing(ERR_PROTOCOL, f"expected hello first, got {msg.TYPE}")
-        if self.tokens is not None and not accepts(self.tokens, msg.token):
-            raise _Closing(ERR_AUTH, "bad or missing token" if msg.token else "missing token")
+        self._check_identity(s, msg)
         s.node, s.stream, s.token = msg.node, msg.stream, digest(msg.token)
+        self._own(s)
         try:
             high = await self.call(self.store.high_seq, s.node, s.stream)
         except Exception as e:
@@ -293,6 +332,34 @@ class IngestServer:
             if self._stopping:
                 raise _Closing(ERR_SHUTDOWN, "collector stopping", level=logging.INFO,
                                count_as="shutdown")
+
+    def _check_identity(self, s: _Session, hello: Hello) -> None:
+        """ERR_AUTH unless the hello's credentials may speak for the node it names: a token
+        (of that very node, with node tokens) and, with bind_node, its certificate's name."""
+        if self.node_tokens is not None:
+            if not accepts(self.node_tokens.get(hello.node, self._nobody), hello.token):
+                raise _Closing(ERR_AUTH, f"the token is not one of node {hello.node!r}'s "
+                               "(node_tokens_file)" if hello.token else "missing token")
+        elif self.tokens is not None and not accepts(self.tokens, hello.token):
+            raise _Closing(ERR_AUTH, "bad or missing token" if hello.token else "missing token")
+        if self.bind_node:
+            names = cert_names(s.writer.get_extra_info("peercert"))
+            if hello.node not in names:
+                raise _Closing(ERR_AUTH, f"node {hello.node!r} is not named by the client certificate "
+                               f"(it names {', '.join(sorted(names)) or 'nothing'}; tls.bind_node)")
+
+    def _own(self, s: _Session) -> None:
+        """A stream belongs to the connection that has it open: a hello for a live stream
+        from another host or with another token is refused (logged); from the same host
+        with the same token it is the agent reconnecting, and the old connection goes."""
+        key = (s.node, s.stream)
+        old = self._live.get(key)
+        if old is not None and not old.evicted:
+            if old.host != s.host or old.token != s.token:
+                raise _Closing(ERR_AUTH, f"stream {s.stream!r} of node {s.node!r} is live on another "
+                               f"connection (from {old.peer}): refused", count_as="stream_claimed")
+            self._evict(old, ERR_PROTOCOL, "the same agent opened this stream again: this connection is replaced")
+        self._live[key] = s
 
     def _give_back(self, s: _Session, keep: int = 0) -> None:
         """Return the session's budget beyond ``keep`` records."""
@@ -357,6 +424,9 @@ class IngestServer:
         if b.node != s.node or b.stream != s.stream:
             raise _Closing(ERR_PROTOCOL, f"batch of node={b.node} stream={b.stream} on the "
                            f"session of node={s.node} stream={s.stream}")
+        if b.seqs[0] <= s.last_seq:  # in order only: a connection never goes back
+            raise _Closing(ERR_PROTOCOL, f"batch from seq {b.seqs[0]} after seq {s.last_seq} on this "
+                           "connection: seqs must increase")
         if n > self.limits.max_batch_records:
             raise _Closing(ERR_TOO_LARGE, f"batch of {n} records over this session's limit "
                            f"of {self.limits.max_batch_records}")
@@ -371,6 +441,7 @@ class IngestServer:
         m.records_stored += new
         m.records_duplicate += n - new
         m.batches += 1
+        s.last_seq = b.seqs[-1]
         self._give_back(s)  # stored: no longer in flight
         self._observe("stored", s.node, b.cols)
         await self._send(s, Ack(b.seqs[-1]))

@@ -13,12 +13,14 @@ the ``firstfault_token`` cookie that /login sets (HttpOnly, SameSite=Strict). A 
 whose ``Origin`` is another site is refused, so no other page can make a visitor's
 browser paste or log in. Every page carries the Content-Security-Policy of
 reports/html.py (nothing is loaded from anywhere; only our own inline style and script
-run) and every piece of log text is escaped there. A paste is at most ``max_paste``
-bytes, compressed or not, and is read in memory only.
+run) and every piece of log text is escaped there. A paste request sends at most
+``max_paste`` bytes and its parts inflate to at most ``max_paste`` bytes, in all (per
+request, not per part), at most MAX_PARTS parts; it is read in memory only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 import zlib
@@ -37,10 +39,12 @@ from firstfault.analysis.parse import looks_srun_labelled, strip_prefixes
 from firstfault.analysis.report import Inputs, build_report, iso, scan_needles
 from firstfault.analysis.scan import StreamInfo, scan_stream
 from firstfault.collector import query
+from firstfault.collector.pasteworker import PasteFailed, PasteWorker
 from firstfault.common import redact
 from firstfault.reports.html import CSS, csp, e, render_html
 
-MAX_PASTE = 32 << 20
+MAX_PASTE = 32 << 20  # bytes a paste request may send, and bytes its parts may inflate to, in all
+MAX_PARTS = 16  # form parts of one paste request
 COOKIE = "firstfault_token"
 FIRST_BUDGET_S = 2.0  # time the jobs page spends on first failures it has not seen yet
 
@@ -66,6 +70,7 @@ class Web:
     def __init__(self, api, *, max_paste: int = MAX_PASTE) -> None:
         self.api = api
         self.max_paste = max_paste
+        self.worker = PasteWorker()
         self.firsts: dict[str, tuple[int, int, str]] = {}  # job -> (records, last_ns, first failure line)
 
     # --- jobs ---------------------------------------------------------------------------
@@ -119,7 +124,8 @@ class Web:
             raise query.QueryError(f"no job {job!r} in the store")
         rep = await self.api._call(lambda: query.report(self.api.store, job, self.api.catalog,
                                                          redactor=self.api.redactor, timeline=True))
-        return html_response(render_html(rep, live=True, status=info.status), connect="'self'")
+        page = await asyncio.to_thread(render_html, rep, live=True, status=info.status)
+        return html_response(page, connect="'self'")
 
     # --- paste ----------------------------------------------------------------------------
     async def paste_form(self, request: web.Request) -> web.Response:
@@ -145,26 +151,33 @@ class Web:
         redactor = self.api.redactor  # as the agents do before spooling: no secret is stored or shown
         if fields.get("keep") == "1":
             job = f"paste-{uuid.uuid4().hex[:12]}"
-            records = paste_records(data, job)
-            if redactor is not None:
-                counts: Counter = Counter()
-                records = [replace(r, message=redactor.text(r.message, counts)) for r in records]
-            await self.api._call(self.api.store.insert, records)
+            records = await asyncio.to_thread(_kept_records, data, job, redactor)  # off the event loop
+            await self.api._ingest_call(lambda store: store.insert(records))
             raise web.HTTPSeeOther(f"/jobs/{job}")
-        rep = await self.api._call(analyze_paste, data, self.api.catalog, tz)
-        return html_response(render_html(redact.report(rep, redactor)))
+        try:
+            page = await self.worker.render(data, tz, redactor)  # a process of its own (pasteworker.py)
+        except PasteFailed as e:
+            raise web.HTTPServiceUnavailable(text=f"{e}\n") from None
+        return html_response(page)
 
     async def _read_paste(self, request: web.Request) -> tuple[bytes, dict]:
+        """The pasted log and the form's other fields. The limits hold per request, not per
+        part: at most ``max_paste`` bytes arrive in all, at most ``max_paste`` bytes come out
+        of inflating every part together, and at most MAX_PARTS parts are read."""
         fields: dict[str, str] = {}
         parts: list[bytes] = []
+        budget = _Budget(self.max_paste)
         if request.content_type.startswith("multipart/"):
             reader = await request.multipart()
+            count = 0
             while (part := await reader.next()) is not None:
+                count += 1
+                if count > MAX_PARTS:
+                    raise ValueError(f"at most {MAX_PARTS} form parts")
                 raw = bytearray()
                 while chunk := await part.read_chunk():
+                    budget.take(len(chunk))
                     raw += chunk
-                    if len(raw) > self.max_paste:
-                        raise web.HTTPRequestEntityTooLarge(max_size=self.max_paste, actual_size=len(raw))
                 raw = bytes(raw)
                 if part.name in ("text", "file"):
                     parts.append(raw.replace(b"\r\n", b"\n") if part.name == "text" else raw)
@@ -173,16 +186,15 @@ class Web:
         elif request.content_type == "application/x-www-form-urlencoded":
             form = await request.post()
             text = str(form.get("text", "")).replace("\r\n", "\n").encode()
-            if len(text) > self.max_paste:
-                raise web.HTTPRequestEntityTooLarge(max_size=self.max_paste, actual_size=len(text))
+            budget.take(len(text))
             parts.append(text)
             fields.update({k: str(form.get(k, ""))[:200] for k in ("tz", "keep")})
         else:  # a raw body: curl --data-binary @log.gz /paste
             raw = await request.read()
-            if len(raw) > self.max_paste:
-                raise web.HTTPRequestEntityTooLarge(max_size=self.max_paste, actual_size=len(raw))
+            budget.take(len(raw))
             parts.append(raw)
-        return b"\n".join(_gunzip(p, self.max_paste) for p in parts if p), fields
+        inflated = _Budget(self.max_paste)  # inflating runs off the event loop
+        return await asyncio.to_thread(lambda: b"\n".join(_gunzip(p, inflated) for p in parts if p)), fields
 
     # --- login ------------------------------------------------------------------------------
     async def login_form(self, request: web.Request) -> web.Response:
@@ -211,27 +223,51 @@ def _quote(job: str) -> str:
     return quote(job, safe="")
 
 
-def _gunzip(raw: bytes, limit: int) -> bytes:
-    """raw, or what it inflates to when it is gzip; never more than ``limit`` bytes."""
+class _Budget:
+    """Bytes a request may still use; 413 once it would use more."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = self.left = limit
+
+    def take(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise web.HTTPRequestEntityTooLarge(max_size=self.limit, actual_size=self.limit - self.left)
+
+
+def _gunzip(raw: bytes, budget: _Budget) -> bytes:
+    """raw, or what it inflates to when it is gzip; either taken from ``budget`` (the
+    request's inflated bytes), inflating never more than what is left of it."""
     if raw[:2] != b"\x1f\x8b":
+        budget.take(len(raw))
         return raw
     d = zlib.decompressobj(wbits=31)
     try:
-        out = d.decompress(raw, limit + 1)
+        out = d.decompress(raw, max(budget.left, 0) + 1)
     except zlib.error as err:
         raise ValueError(f"not a readable gzip file: {err}") from None
-    if len(out) > limit or d.unconsumed_tail:
-        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(out))
+    budget.take(len(out))  # more than is left: it stopped at left + 1
     return out
 
 
-def analyze_paste(data: bytes, catalog: Catalog, tz, *, name: str = "pasted log") -> dict:
-    """The offline report of one pasted log, with the timeline for the HTML page."""
+def analyze_paste(data: bytes, catalog: Catalog, tz, *, name: str = "pasted log",
+                  redactor: redact.Redactor | None = None, redacted: Counter | None = None) -> dict:
+    """The offline report of one pasted log, with the timeline for the HTML page; its events
+    redacted by ``redactor`` before the analysis reads them (``redacted`` counts what was)."""
     head = data[:65536].decode("utf-8", "replace").splitlines()[:200]
     info = StreamInfo(stream=name, source="launcher", year=datetime.now(timezone.utc).year, tz=tz,
                       srun_labels=looks_srun_labelled(head), observed_ns=time.time_ns())
-    events = scan_stream([data], info, scan_needles(catalog))
+    events = redact.events(scan_stream([data], info, scan_needles(catalog)), redactor,
+                           Counter() if redacted is None else redacted)
     return build_report(events, catalog, Inputs(timeline=True, generated_ns=time.time_ns()))
+
+
+def _kept_records(data: bytes, job: str, redactor) -> list[Record]:
+    records = paste_records(data, job)
+    if redactor is None:
+        return records
+    counts: Counter = Counter()
+    return [replace(r, message=redactor.text(r.message, counts)) for r in records]
 
 
 def paste_records(data: bytes, job: str, *, node: str = "paste") -> list[Record]:

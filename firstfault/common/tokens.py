@@ -9,6 +9,11 @@ and HTTP API) accepts any of them, so a token can be rotated without a restart:
 3. remove the old line on the collector, reload it: connections still using the old
    token are closed, and agents that kept it are refused until they have the new one.
 
+A node token file (the collector's ``node_tokens_file``) binds node names to tokens: one
+``NODE TOKEN`` a line (a node may have several lines: rotation as above). A hello is then
+accepted only with a token of the node it names, so a token stolen from one node cannot
+write as another.
+
 ``accepts(tokens, given)`` compares in constant time: both sides are hashed (SHA-256),
 so the time depends neither on where they differ nor on the given token's length, and
 every accepted token is compared (no early exit).
@@ -56,3 +61,29 @@ def accepts(tokens: Sequence[str], given: str) -> bool:
     for t in tokens:
         ok |= hmac.compare_digest(digest(t), want)
     return ok
+
+
+def read_node_tokens(path: Path | None, problems: list[str]) -> dict[str, tuple[str, ...]] | None:
+    """{node: its tokens} from a node token file (None when no file is given); a problem is
+    appended for a file that cannot be read, holds no line, or a line that is not ``NODE TOKEN``."""
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        problems.append(f"node_tokens_file: cannot read {path}: {getattr(e, 'strerror', None) or e}")
+        return None
+    out: dict[str, list[str]] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        words = line.split()
+        if len(words) != 2 or any(len(w.encode()) > MAX_TOKEN_BYTES for w in words):
+            problems.append(f"node_tokens_file: {path}:{n}: expected NODE TOKEN (two words, each at "
+                            f"most {MAX_TOKEN_BYTES} bytes)")
+            return None
+        out.setdefault(words[0], []).append(words[1])
+    if not out:
+        problems.append(f"node_tokens_file: {path} is empty")
+        return None
+    return {node: tuple(tokens) for node, tokens in out.items()}

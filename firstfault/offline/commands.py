@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 import time
+from collections import Counter
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -84,13 +85,15 @@ def time_zone(s: str):
 
 def report_from_logs(paths: list[str], *, node: str | None = None, kernel: list[str] | None = None,
                      checkpoint_dir: str | None = None, tz=None, kernel_boot_ns: int | None = None,
-                     job: str | None = None, meter: bool = False, timeline: bool = False
+                     job: str | None = None, meter: bool = False, timeline: bool = False,
+                     redactor: Redactor | None = None, redacted: Counter | None = None
                      ) -> tuple[dict | None, list[dict], str | None]:
     """Read the logs under ``paths`` and build their report: (report, gaps, problem).
 
     ``problem`` says why there is no report (no log found, none readable); the gaps
     list every input that could not be read. ``meter``: a progress meter on a terminal's stderr; ``timeline``: add the timeline object
-    the HTML report draws.
+    the HTML report draws. ``redactor``: the events are redacted before the analysis reads
+    them (``redacted`` counts what was), so nothing it derives (fingerprints) holds a secret.
     """
     catalog = load_catalog()
     sources = logfiles.discover(paths, node=node, kernel=kernel)
@@ -107,6 +110,7 @@ def report_from_logs(paths: list[str], *, node: str | None = None, kernel: list[
             res.gaps.append({"file": checkpoint_dir, "reason": str(e)})
     # inputs.gaps is res.gaps: reading appends to it while build_report consumes the events
     inputs = Inputs(job=job, gaps=res.gaps, disk=disk, generated_ns=time.time_ns(), timeline=timeline)
+    events = redact.events(events, redactor, Counter() if redacted is None else redacted)
     report = build_report(_tracking(events, inputs, res), catalog, inputs)
     if progress:
         progress.close()
@@ -131,13 +135,14 @@ def cmd_analyze(a: argparse.Namespace) -> int:
         return 2
     report, gaps, problem = report_from_logs(a.paths, node=a.node, kernel=a.kernel, checkpoint_dir=a.checkpoint_dir,
                                              tz=a.tz, kernel_boot_ns=a.kernel_boot_time, job=a.job, meter=True,
-                                             timeline=needs_timeline(a.format))
+                                             timeline=needs_timeline(a.format), redactor=redactor,
+                                             redacted=(redacted := Counter()))
     for g in gaps:
         print(f"firstfault: {terminal(g.get('file'))}: {terminal(g.get('reason'))}", file=sys.stderr)
     if problem:
         print(f"firstfault: {problem}", file=sys.stderr)
         return 1
-    write_output(render(redact.report(report, redactor), a.format), a.output)
+    write_output(render(redact.report(report, redactor, redacted), a.format), a.output)
     return 0
 
 

@@ -135,9 +135,41 @@ def _open(path: str):
     return f
 
 
+def _gz_limit(path: str) -> int | None:
+    """How far a .gz file may inflate before it counts as a bomb (None: not gzip)."""
+    return max(MIN_GZ_LIMIT, MAX_GZ_RATIO * os.path.getsize(path)) if path.endswith(".gz") else None
+
+
+def skip_hole(f, limit: int | None = None) -> int:
+    """Read past the NULs at the head of ``f`` (a file with ``peek``), at most ``limit``
+    bytes of them; how many were skipped. The rest of the file reads as before."""
+    skipped = 0
+    while hasattr(f, "peek") and (limit is None or skipped < limit):
+        head = f.peek(CHUNK)
+        n = len(head) - len(head.lstrip(b"\0"))
+        if n == 0:
+            break
+        f.read(n)
+        skipped += n
+    return skipped
+
+
+_TEXT_BYTES = bytes(range(0x20, 0x7F)) + b"\t\n\r\f\b\x07\x1b" + bytes(range(0x80, 0x100))
+BINARY_SHARE = 0.1  # a sample with more control bytes (NULs and such) than this is no log
+
+
+def looks_binary(sample: bytes) -> bool:
+    """Whether a file's first bytes are binary data, not a log: judged on the whole sample
+    (control bytes other than tabs, newlines and escapes above BINARY_SHARE of it), so a
+    stray NUL or a few in a log do not hide it."""
+    if not sample:
+        return False
+    return len(sample.translate(None, _TEXT_BYTES)) > BINARY_SHARE * len(sample)
+
+
 def _chunks(f, res: ReadResult, progress: Callable[[int], None] | None,
             path: str = "") -> Iterator[bytes]:
-    limit = max(MIN_GZ_LIMIT, MAX_GZ_RATIO * os.path.getsize(path)) if path.endswith(".gz") else None
+    limit = _gz_limit(path)
     done = 0
     while True:
         b = f.read(CHUNK)
@@ -180,6 +212,9 @@ def read_events(
                 mtime = None
             # stdin: no mtime; when it was read is no time of the job's (the year of its stamps is this one)
             try:
+                # a copytruncate hole: a writer without O_APPEND goes on at its old offset
+                # after `truncate -s 0`, leaving NULs before its next line; the log follows
+                skip_hole(f, _gz_limit(src.path))
                 head = f.peek(8192)[:8192] if hasattr(f, "peek") else b""
             except OSError as e:
                 res.gaps.append({"file": src.path, "reason": e.strerror or str(e)})
@@ -190,7 +225,7 @@ def read_events(
             if looks_like_dump(head) and dump_rank(src.path) is not None:  # a Flight Recorder dump
                 yield from flight_recorder_events(f, src.path, src.node, mtime, res)
                 continue
-            if b"\0" in head:
+            if looks_binary(head):
                 res.gaps.append({"file": src.path, "reason": "binary, not a log"})
                 continue
             year = datetime.fromtimestamp((mtime or time.time_ns()) / 1e9).year

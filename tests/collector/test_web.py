@@ -143,3 +143,34 @@ def test_off_loopback_the_token_is_asked_for_and_kept_as_a_cookie(store):
         async with s.get(base + "/api/jobs", headers={"Authorization": "Bearer s3cret"}) as r:
             assert r.status == 200
     serve(Api(store, load_catalog(), token="s3cret"), client)
+
+
+def test_paste_limits_hold_per_request_not_per_part(store):
+    """16 gzip parts, each small and each inflating below the limit, inflate past it
+    together: refused before anything is analysed. The bytes sent count in all, too."""
+    part = gzip.compress(b"y" * 3000)  # 3000 bytes inflated, under 4096 alone
+
+    async def client(s, base):
+        form = aiohttp.FormData()
+        for _ in range(16):
+            form.add_field("file", part, filename="log.gz", content_type="application/gzip")
+        async with s.post(base + "/paste", data=form) as r:
+            assert r.status == 413
+        form = aiohttp.FormData(default_to_multipart=True)
+        for _ in range(3):  # 3 x 1500 bytes sent: each part under 4096, the request over
+            form.add_field("text", "z" * 1500)
+        async with s.post(base + "/paste", data=form) as r:
+            assert r.status == 413
+        async with s.post(base + "/paste", data=_form(file=part)) as r:  # one alone is fine
+            assert r.status == 200
+    serve(Api(store, load_catalog(), max_paste=4096), client)
+
+
+def test_a_paste_of_too_many_parts_is_refused(store):
+    async def client(s, base):
+        form = aiohttp.FormData(default_to_multipart=True)
+        for i in range(40):
+            form.add_field(f"f{i}", "v")
+        async with s.post(base + "/paste", data=form) as r:
+            assert r.status == 400 and "at most 16 form parts" in await r.text()
+    serve(Api(store, load_catalog()), client)

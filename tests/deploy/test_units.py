@@ -41,7 +41,7 @@ def _keys(text: str) -> set[str]:
 def _fields(cls, prefix: str = "") -> set[str]:
     out = set()
     for f in dataclasses.fields(cls):
-        if f.name in ("token", "tokens", "sources"):  # read from token_file; tables of their own
+        if f.name in ("token", "tokens", "node_tokens", "sources"):  # read from the token files; tables of their own
             continue
         default = f.default if f.default is not dataclasses.MISSING else None
         if dataclasses.is_dataclass(default) and type(default).__name__.endswith("Config"):  # a table

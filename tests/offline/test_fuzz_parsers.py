@@ -85,8 +85,13 @@ def test_huge_lines_nul_bytes_and_invalid_utf8(tmp_path):
     later = b"ok line\n" * 2000 + b"\0\0\0" + tb + b"[rank0]: ValueError: after NULs\n"
     rep = _analyze(tmp_path, "nul.log", later)
     assert rep is not None  # NULs past the first 8 KiB: read as text
-    rep, gaps, problem = report_from_logs([str(tmp_path / "huge.log"), _write(tmp_path, "bin.log", b"\0ELF")])
+    rep, gaps, problem = report_from_logs([str(tmp_path / "huge.log"), _write(tmp_path, "bin.log", ELF_HEAD)])
     assert {"file": str(tmp_path / "bin.log"), "reason": "binary, not a log"} in gaps
+
+
+# an ELF64 file's first bytes (e_ident, e_type, e_machine, ...): binary on the whole sample; a lone
+# leading NUL is a copytruncate hole, read past (tests/offline/test_nul_hole.py)
+ELF_HEAD = b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\x03\0>\0\x01\0\0\0" + b"\0" * 40
 
 
 def _write(tmp_path: Path, name: str, data: bytes) -> str:

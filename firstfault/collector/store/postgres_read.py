@@ -6,8 +6,8 @@ after the last row of the one before ((t_ns, sid, seq) > that row), so no
 transaction stays open and a pruner is never blocked; rows committed meanwhile may
 or may not appear. A job's scan and one scan per stream for jobless records are
 merged in Python by sqlite_read.merge, as SqliteStore does, into (t_ns, node, stream,
-seq) order. ``grep`` is Python's re.search over the true message: a pattern with no
-special character runs in SQL (strpos), any other is applied here.
+seq) order. ``grep`` is a literal substring of the true message, found in SQL (strpos; a row with
+escaped text is checked again here).
 
 Retention: ``used_bytes`` is what the records take as counted when they are written
 and deleted (ROW_BYTES per row plus its message and fields), not asked of the
@@ -17,7 +17,6 @@ near its high-water mark (VACUUM FULL, offline, shrinks it).
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from itertools import islice
@@ -29,14 +28,13 @@ from firstfault.wire import Record
 
 from firstfault.collector.store.base import Selection, check_prune, check_selection, prune_to_size
 from firstfault.collector.store.postgres_schema import escape, unescape
-from firstfault.collector.store.shared import JOB_MARGIN_NS, merge, regex
+from firstfault.collector.store.shared import JOB_MARGIN_NS, merge
 
 PAGE = 5000  # rows a read query fetches
 PRUNE_CHUNK = 50_000  # rows deleted per transaction (a job's row is locked meanwhile)
 ROW_BYTES = 225  # a row's tuple and index entries besides message and fields: on new
 # tables used_bytes() ~ pg_total_relation_size(records) (bench/store.py --postgres)
 _T_MIN, _T_MAX = -(2**63), 2**63 - 1
-_SPECIAL = re.compile(r"[.^$*+?{}\[\]\\|()]")
 _SELECT = ("SELECT t_ns, sid, seq, jid, rank, source, kind, message, occurred_ns, observed_ns, "
            "boot_id, mono_ns, local_rank, pid, severity, fields, escaped FROM records WHERE ")
 
@@ -65,17 +63,15 @@ class PostgresReads:
         """records(); ``needed_only``: of the job's own records only those marked needed."""
         if not check_selection(sel):
             return iter(())  # an empty filter matches nothing
-        search = None if sel.grep is None else regex(sel.grep).search
         where, args = "", []
         if sel.ranks is not None:
             where, args = " AND rank = ANY(%s)", [sorted(set(sel.ranks))]
-        if sel.grep is not None and not _SPECIAL.search(sel.grep):
-            where, args, search = where + " AND strpos(message, %s) > 0", [
-                *args, escape(sel.grep)], None  # a plain string: found in SQL
+        if sel.grep is not None:
+            where, args = where + " AND strpos(message, %s) > 0", [*args, escape(sel.grep)]
         with self._sql("reading records"):
             self._load_names()
             sources = self._sources(sel, where, args, needed_only)
-        records = self._records(sources, search)
+        records = self._records(sources, sel.grep)
         return records if sel.limit is None else islice(records, sel.limit)
 
     def needed(self, sel: Selection, marker: str) -> Iterator[Record]:
@@ -91,7 +87,9 @@ class PostgresReads:
                 "m.name = %s", (escape(sel.job), marker)).fetchone()
         return self._read(sel, bool(row and row[0]))
 
-    def _records(self, sources: list, search: Callable | None) -> Iterator[Record]:
+    def _records(self, sources: list, grep: str | None) -> Iterator[Record]:
+        """The rows as Records; an escaped row's true message is checked for ``grep`` again
+        (strpos saw its escaped text: ``0`` is found in an escaped NUL)."""
         jobs = self._jobs
         with self._sql("reading records"):
             for _, node, stream, seq, row in merge(sources):
@@ -100,8 +98,8 @@ class PostgresReads:
                 if escaped:
                     source, kind, message = unescape(source), unescape(kind), unescape(message)
                     boot_id = None if boot_id is None else unescape(boot_id)
-                if search is not None and search(message) is None:
-                    continue
+                    if grep is not None and grep not in message:
+                        continue
                 if jid is not None and jid not in jobs:
                     self._load_names()  # a job another collector added meanwhile
                 yield Record(node=node, stream=stream, seq=seq, source=source, kind=kind,

@@ -7,14 +7,13 @@
 - Belonging: a job selects its records plus the jobless records (kernel, cgroup, GPU) of its
   nodes within JOB_MARGIN_NS of its window.
 - Reading: index scans come back in (time, ...) order and are merged lazily (``merge``);
-  a Selection's grep is Python's re.search (``regex``, compiled once per pattern).
+  a Selection's grep is a literal substring of the message : linear in the
+  message, so no pattern a user sends can run for long (a regular expression could).
 """
 
 from __future__ import annotations
 
-import functools
 import heapq
-import re
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
@@ -48,11 +47,6 @@ def failed_jobs(kind: Sequence[str], fields: Sequence[dict], job: Sequence[str |
 def job_status(now_ns: int, last_ns: int, failed: bool) -> str:
     """``running`` | ``failed`` | ``ended``, by the rules above."""
     return "running" if now_ns - last_ns <= RUNNING_NS else "failed" if failed else "ended"
-
-
-@functools.lru_cache(maxsize=64)
-def regex(pattern: str) -> re.Pattern:
-    return re.compile(pattern)
 
 
 def merge(sources: list[tuple[int, Callable[[], Iterator[tuple]]]]) -> Iterator[tuple]:

@@ -6,7 +6,7 @@ overlaps its window; a block is read (one row, unpacked) only once the merge
 reaches its t_lo, so memory holds the blocks that overlap in time, not the job.
 Records within a block are in (t_ns, seq) order; ``_merge`` orders them all by
 (t_ns, node, stream, seq). Rank filters skip blocks by their ``ranks`` column;
-grep is Python's re.search over the messages of the blocks read.
+grep is a literal substring of the messages of the blocks read.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import msgpack
 from firstfault.wire import Record
 
 from firstfault.collector.store.base import Selection, check_selection
-from firstfault.collector.store.shared import JOB_MARGIN_NS, merge, regex
+from firstfault.collector.store.shared import JOB_MARGIN_NS, merge
 from firstfault.collector.store.blocks import (
     BOOT_ID, FIELDS, KIND, LOCAL_RANK, MESSAGE, MONO, OBSERVED, OCCURRED, PID, RANK,
     SEVERITY, SOURCE, unpack,
@@ -127,7 +127,7 @@ class _Scan:
     def __init__(self, store: Reading, sel: Selection, mid: int | None) -> None:
         self.store, self.mid = store, mid
         self.ranks = None if sel.ranks is None else set(sel.ranks)
-        self.grep = None if sel.grep is None else regex(sel.grep)
+        self.grep = sel.grep
         self.sources: list[tuple[int, Callable[[], Iterator[tuple]]]] = []
 
     def add(self, rows: Any, jid: int | None, a: int, b: int, sids: set[int] | None) -> None:
@@ -169,7 +169,7 @@ class _Scan:
         for i in pos:  # times and seqs only of the records that match
             if want is not None and ranks[i] not in want:
                 continue
-            if grep is not None and grep.search(messages[i]) is None:
+            if grep is not None and grep not in messages[i]:
                 continue
             t = occurred[i]
             yield (observed[i] if t is None else t), node, stream, (

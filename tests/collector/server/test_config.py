@@ -31,7 +31,7 @@ def test_docstring_example_loads(tmp_path):
         load_config(path)
     assert all("cannot read" in p for p in e.value.problems), e.value.problems
     assert {p.split(":")[0] for p in e.value.problems} == {
-        "tls.cert", "tls.key", "tls.client_ca", "token_file"}
+        "tls.cert", "tls.key", "tls.client_ca", "token_file", "node_tokens_file"}
 
 
 def test_file_and_flags_flags_win(tmp_path):

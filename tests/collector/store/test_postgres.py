@@ -247,7 +247,8 @@ def test_nul_and_ffff_in_any_text_round_trip_and_grep(store, rec):
     assert store.insert(records) == 3
     assert list(store.records(Selection())) == records
     assert [r.seq for r in store.records(Selection(grep="b\uffff0c"))] == [0]
-    assert [r.seq for r in store.records(Selection(grep=r"\x00b."))] == [0]
+    assert [r.seq for r in store.records(Selection(grep="\x00b\uffff"))] == [0]
+    assert [r.seq for r in store.records(Selection(grep="0"))] == [0]  # "b\uffff0c", not an escaped NUL
     assert [r.seq for r in store.records(Selection(grep="\uffff1"))] == [2]
     assert store.high_seq("gpu\x00x", "s\uffff") == 1
     assert {j.job for j in store.jobs()} == {"job-1", "j\x00b"}

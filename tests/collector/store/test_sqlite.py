@@ -162,15 +162,15 @@ def test_filters(store, rec):
     # inclusive bounds; at T0+7 s gpu-01's kernel line comes before gpu-02's rank line
     assert seqs(since_ns=T0 + 5 * S, until_ns=T0 + 8 * S) == [5, 6, 100, 7, 8]
     assert seqs(grep=r"loss scale") == list(range(0, 40, 5))
-    assert seqs(grep=r"Killed process \d+") == [100]
+    assert seqs(grep="Killed process 24211") == [100]
+    assert seqs(grep=r"Killed process \d+") == []  # a literal, never a pattern
     assert seqs(limit=3) == [0, 1, 2]
     assert seqs(limit=0) == []
     assert seqs(grep="ok", ranks=(0,), limit=2) == [4, 8]
     assert [r.seq for r in store.records(Selection(grep="Killed"))] == [100]
     assert [r.seq for r in store.records(Selection(ranks=(3,), until_ns=T0 + 20 * S))] == [
         3, 7, 11, 15, 19]
-    with pytest.raises(ValueError, match="grep"):
-        store.records(Selection(grep="(unclosed"))
+    assert seqs(grep="(unclosed") == []  # no pattern: nothing to be malformed
     with pytest.raises(ValueError, match="limit"):
         store.records(Selection(limit=-1))
 
