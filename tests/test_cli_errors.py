@@ -71,7 +71,6 @@ CASES = [
      "cannot write {missing}/b.tar.gz: no folder"),
     ("report unknown job", "report 78 --db {db}", "no job '78'"),
     ("timeline bad since", "timeline 77 --db {db} --since yesterday", "since"),
-    ("timeline bad grep", "timeline 77 --db {db} --grep (", "grep"),
     ("timeline bad rank", "timeline 77 --db {db} --rank one", "rank"),
     ("timeline bad limit", "timeline 77 --db {db} --limit x", "invalid int"),
     ("collector listen port taken", "collector --listen 127.0.0.1:{taken} --http 127.0.0.1:0 --db {d}/col1.db",
