@@ -108,7 +108,7 @@ class SourceConfig:
         if self.enabled is not None:
             return self.enabled
         if self.name == "ranklog":
-            return bool(self.options.get("globs") or self.options.get("dirs"))
+            return bool(self.options.get("globs") or self.options.get("dirs") or self.options.get("pod_dirs"))
         return self.name in DEFAULT_ON
 
     @property
