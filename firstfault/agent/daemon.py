@@ -68,13 +68,13 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
     paths and its own state dir (and the agent's, to a source that asks for
     ``agent_state_dir``); the procs source the job label; a source taking
     ``pids`` (cgroup) or ``ranks`` (stacks, flightrec) follows the procs source's rank
-    processes; ranklog's ``watch`` is the stacks source's trigger hook. ConfigError for
+    processes; kmsg's ``tag`` is the pods source's (OOM kills named by pod); ranklog's ``watch`` is the stacks source's trigger hook. ConfigError for
     options a source rejects, or an explicitly wanted source that cannot run."""
     paths = paths or HostPaths()
     built: dict[str, sources.Source] = {}
     skipped, problems = [], []
-    # procs first (others follow its ranks), stacks before ranklog (ranklog calls its watch)
-    order = sorted(cfg.sources.values(), key=lambda s: (s.name != "procs", s.name != "stacks"))
+    # procs first (others follow its ranks), pods before kmsg (kmsg asks it), stacks before ranklog
+    order = sorted(cfg.sources.values(), key=lambda s: (s.name != "procs", s.name != "pods", s.name != "stacks"))
     for sc in order:
         if not sc.wanted:
             continue
@@ -94,6 +94,8 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
             kw["pids"] = built["procs"].pids
         if "ranks" in accepts and "procs" in built:  # stacks, flightrec: pid -> rank identity
             kw["ranks"] = built["procs"].ranks
+        if "tag" in accepts and "pods" in built:  # kmsg: an OOM kill in a pod's cgroup names its rank
+            kw["tag"] = built["pods"].tag
         if "watch" in accepts and "stacks" in built:  # ranklog tells stacks of every chunk of lines
             kw["watch"] = built["stacks"].watch
         if "agent_state_dir" in accepts:  # the marks source: <state_dir>/marks, shared with `firstfault mark`
