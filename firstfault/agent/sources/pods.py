@@ -58,26 +58,24 @@ class PodsSource(PollingSource):
     name = SOURCE_PODS
     interval_s = 5.0
 
-    def __init__(self, *, pod_logs: str = DEFAULT_POD_LOGS, job_label: str | None = None, **kw) -> None:
+    def __init__(self, *, pod_logs: str = DEFAULT_POD_LOGS, cgroup_root: str = "",
+                 job_label: str | None = None, **kw) -> None:
+        """``cgroup_root``: the host's cgroup tree ("": HostPaths.cgroup_root; in a container
+        with a cgroup namespace of its own, where the host's is mounted, e.g. /host/sys/fs/cgroup)."""
         super().__init__(**kw)
-        if not isinstance(pod_logs, str) or not os.path.isabs(pod_logs):
-            raise ValueError(f"pods: pod_logs must be an absolute path, got {pod_logs!r}")
+        for name, value in (("pod_logs", pod_logs), ("cgroup_root", cgroup_root or "/")):
+            if not isinstance(value, str) or not os.path.isabs(value):
+                raise ValueError(f"pods: {name} must be an absolute path, got {value!r}")
         self.pod_logs, self.job_label = pod_logs, job_label
+        self.cgroup_root = cgroup_root or self.paths.cgroup_root
         self._owners: dict[str, PodOwner] = {}  # pod uid -> owner, replaced whole each poll
         self._seen: dict[str, tuple] = {}  # pod uid -> what its pod.start said
         self._victims: dict[int, PodOwner] = {}
         self._lock = threading.Lock()
 
-    @classmethod
-    def unavailable(cls, paths) -> str | None:
-        root = paths.cgroup_root
-        for name in ("kubepods.slice", "kubepods", "kubelet.slice"):
-            if os.path.isdir(os.path.join(root, name)):
-                return None
-        return f"no kubepods cgroup under {root} (not a Kubernetes node)"
 
     def poll(self) -> list[Draft]:
-        pods = scan_pods(self.paths.cgroup_root)
+        pods = scan_pods(self.cgroup_root)
         names = pod_names(self.pod_logs)
         out, owners = [], {}
         for uid, pod in pods.items():

@@ -52,9 +52,14 @@ def test_a_pod_gone_is_shipped_as_gone(tmp_path):
     assert (gone.kind, gone.rank, gone.fields["pod_uid"]) == (KIND_POD_EXIT, 1, WORKER)
 
 
-def test_unavailable_off_kubernetes():
-    assert PodsSource.unavailable(HostPaths(sys=str(NODE / "sys"))) is None
-    assert "not a Kubernetes node" in PodsSource.unavailable(HostPaths(sys=str(DATA / "cgroup" / "v2")))
+def test_the_hosts_cgroup_tree_where_it_is_mounted_and_bad_options():
+    import pytest
+    src = PodsSource(cgroup_root=str(NODE / "sys/fs/cgroup"), paths=HostPaths(proc=str(NODE / "proc")),
+                     pod_logs=str(NODE / "var/log/pods"))
+    assert len(src.poll()) == 3
+    for bad in ({"cgroup_root": "host/sys"}, {"pod_logs": "logs"}, {"pod_logs": 3}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            PodsSource(**bad)
 
 
 def oom_kill(memcg: str, pid: int, at_ns: int) -> list:
