@@ -104,3 +104,18 @@ def test_the_tomls_in_the_config_maps_load_and_build_the_agents_sources(tmp_path
     built = {s.name: s for s in build_sources(agent, HostPaths(dev=str(tmp_path)), create_dirs=True)[0]}
     assert built["ranklog"].patterns() == ["/var/log/pods/*_*_*/*/*.log"]
     assert built["pods"].cgroup_root == "/host/sys/fs/cgroup"
+
+
+def test_the_readmes_token_command_makes_a_token_the_daemons_take(tmp_path):
+    import shutil
+    import subprocess
+
+    from tests.readme import ROOT, command
+    cmd = command(ROOT / "README.md", "head -c 32 /dev/urandom | base64 > deploy/kubernetes/token")
+    shutil.copytree(K8S, tmp_path / "deploy" / "kubernetes")
+    subprocess.run(["bash", "-c", cmd], cwd=tmp_path, check=True, timeout=30)
+    token = tmp_path / "deploy" / "kubernetes" / "token"
+    col = load_collector_config(K8S / "collector.toml", {(None, "token_file"): str(token)})
+    assert len(col.token) == 44  # 32 random bytes in base64
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(K8S / "token")], cwd=ROOT, timeout=30)
+    assert ignored.returncode == 0  # the real path is never committed
