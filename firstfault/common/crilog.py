@@ -35,8 +35,8 @@ caller's marker, the rest of it dropped, never held.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timezone
 from typing import NamedTuple
 
 CRI = "cri"
@@ -198,3 +198,34 @@ def join_lines(lines: list[bytes], max_bytes: int, cut: Callable[[bytes, int], b
         out += j.feed(line, pos, pos + len(line) + 1)
         pos += len(line) + 1
     return out + j.flush(pos)
+
+
+def format_stamp(ns: int) -> str:
+    """ns since the epoch -> RFC 3339 in UTC with nine fraction digits."""
+    secs, frac = divmod(ns, 1_000_000_000)
+    return datetime.fromtimestamp(secs, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+
+
+def _full(x: Joined) -> bytes:
+    if not x.stream:
+        return x.content
+    return b"%s %s F %s" % (format_stamp(x.time_ns).encode(), x.stream.encode(), x.content)
+
+
+def rejoin(chunks: Iterable[bytes], max_bytes: int, cut: Callable[[bytes, int], bytes]) -> Iterator[bytes]:
+    """A CRI log file's bytes (in any chunks) -> the same log with each split line one full record
+    again (``<time> <stream> F <whole line>``, time of its first record), for readers of whole files
+    (``firstfault analyze`` on /var/log/pods); lines that are no CRI record pass as they are."""
+    j, rest, pos = CriJoiner(max_bytes, cut), b"", 0
+    for chunk in chunks:
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        out = []
+        for line in lines:
+            out += j.feed(line, pos, pos + len(line) + 1)
+            pos += len(line) + 1
+        if out:
+            yield b"\n".join(map(_full, out)) + b"\n"
+    out = (j.feed(rest, pos, pos + len(rest)) if rest else []) + j.flush(pos + len(rest))
+    if out:
+        yield b"\n".join(map(_full, out)) + b"\n"

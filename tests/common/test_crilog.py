@@ -108,3 +108,16 @@ def test_the_kubelet_paths():
     assert parse_pod_log_path("/logs/run_x/attempt_0/1/stderr.log") is None
     assert parse_pod_log_path(f"/var/log/pods/training_llama_{UID}/pytorch/x.log") is None
     assert pod_log_globs("/var/log/pods/") == ["/var/log/pods/*_*_*/*/*.log"]
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 1 << 20])
+def test_rejoin_gives_whole_records_whatever_the_chunks(size):
+    from firstfault.common.crilog import rejoin
+    data = (records("stderr", b"e" * 50, T0, buf=16) + records("stdout", b"between", T0 + 1)
+            + b"not a record\n" + records("stdout", b"last", T0 + 2))
+    chunks = [data[i:i + size] for i in range(0, len(data), size)]
+    got = b"".join(rejoin(chunks, 1 << 20, cut)).split(b"\n")[:-1]
+    assert got == [b"2026-12-03T20:32:39.000000000Z stderr F " + b"e" * 50,
+                   b"2026-12-03T20:32:39.000000001Z stdout F between", b"not a record",
+                   b"2026-12-03T20:32:39.000000002Z stdout F last"]
+    assert [parse_record(x) for x in got][3] == (T0 + 2, "stdout", False, b"last")
