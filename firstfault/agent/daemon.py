@@ -94,6 +94,8 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
             kw["pids"] = built["procs"].pids
         if "ranks" in accepts and "procs" in built:  # stacks, flightrec: pid -> rank identity
             kw["ranks"] = built["procs"].ranks
+        if "pod_owner" in accepts and "pods" in built:  # ranklog: a pod's logs get the pod's job and rank
+            kw["pod_owner"] = built["pods"].by_uid
         if "tag" in accepts and "pods" in built:  # kmsg: an OOM kill in a pod's cgroup names its rank
             kw["tag"] = built["pods"].tag
         if "watch" in accepts and "stacks" in built:  # ranklog tells stacks of every chunk of lines

@@ -13,7 +13,8 @@ Emits ``pod.start`` once a pod is first seen with an identity, or seen again wit
 ``qos``, ``cgroup``, ``memory_max_bytes``, ``node_rank``, ``ranks``, ``world_size``,
 ``nproc_per_node``, ``rank_from``), and ``pod.exit`` when its cgroup is gone.
 
-``tag(draft)`` (wired by the daemon into the kmsg and journal sources): a kernel OOM kill's
+``by_uid(pod_uid)`` (wired by the daemon into ranklog): the job and rank of a pod's container
+logs. ``tag(draft)`` (wired by the daemon into the kmsg source): a kernel OOM kill's
 ``oom-kill:...,task_memcg=<cgroup>,...,pid=<pid>`` line whose cgroup is a known pod's gets
 that pod's job and rank (fields ``pod_uid``, ``namespace``, ``pod``, ``rank_from`` =
 ``pod``), and so does the ``Killed process <pid>`` line the kernel prints right after it.
@@ -107,6 +108,11 @@ class PodsSource(PollingSource):
         with self._lock:
             self._owners = owners
         return out
+
+    def by_uid(self, pod_uid: str) -> PodOwner | None:
+        """The pod of a uid, as last polled (any thread): ranklog's identity of a pod's logs."""
+        with self._lock:
+            return self._owners.get(pod_uid)
 
     def owner(self, cgroup: str) -> PodOwner | None:
         """The pod of a cgroup path, as last polled (any thread)."""

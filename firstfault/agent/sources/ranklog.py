@@ -34,7 +34,8 @@ A CRI log (``pod_dirs``): each record's ``<time> <stream> <P|F>`` is read off, t
 partial records of a long line joined to its full one (one line, at its first record's
 time), ``occurred_ns`` = the record's time, field ``stream`` (stdout | stderr), and
 tracebacks are grouped per stream; fields ``namespace``, ``pod``, ``pod_uid``,
-``container``, ``restart`` from the path (the pod's rank comes from the pods source).
+``container``, ``restart`` from the path; job and rank from the pods source (``pod_owner``,
+wired by the daemon: the pod's one rank; asked again for each chunk until it knows the pod).
 A line whose full record never came is held until its file is rotated away (commits
 stop at its start meanwhile: a restart then reads the lines after it again).
 
@@ -201,6 +202,7 @@ class RankLines:
     def __init__(self, tailer: Tailer, emit: Emit, *, job_label: str | None = None,
                  traceback_flush_s: float = 1.0, commit_s: float = COMMIT_S,
                  clock: Callable[[], float] | None = None, watch: Watch | None = None,
+                 pod_owner: Callable[[str], object | None] | None = None,
                  hold: Callable[[float], bool] | None = None,
                  spooled: dict[str, tuple] | None = None) -> None:
         """``watch``: told of every chunk of lines (the stacks source's trigger); ``hold(seconds)``
@@ -211,7 +213,7 @@ class RankLines:
         self.emit_rows, self.hold = emit_many(emit, hold=hold is not None), hold
         self.emit_columns = emit_columns(emit, hold=hold is not None)
         self.spooled = spooled if spooled is not None else {}
-        self.watch = watch
+        self.watch, self.pod_owner = watch, pod_owner
         self.job_label, self.traceback_flush_s = job_label, traceback_flush_s
         self.clock = clock or tailer.clock
         self._holding = False  # the spool's disk is full: rows wait
@@ -230,18 +232,24 @@ class RankLines:
         parts = dict(self.tailer.fields(path))
         lp = parse_log_path(path)
         fields: dict = {"path": printable(path)}
-        job = (parts.pop("job", None) or (lp.run_id if lp and lp.layout == TORCHRUN else None)
-               or self.job_label)
+        named_job = parts.pop("job", None)
+        job = named_job or (lp.run_id if lp and lp.layout == TORCHRUN else None) or self.job_label
         named = parts.pop("rank", None), parts.pop("local_rank", None)
         rank, local = map(_int, named)
         if (rank, local).count(None) > named.count(None):
             log.warning("ranklog: a rank part of path=%s is not a number %s: not used", path, named)
         pl = parse_pod_log_path(path) if lp is None else None
+        known = True
         if pl is not None:  # the kubelet's layout: the pod says who; its rank comes from the pods source
             self._cri.add(path)
             fields.update(namespace=pl.namespace, pod=pl.pod, container=pl.container)
             fields.update((k, v) for k, v in (("pod_uid", pl.pod_uid), ("restart", pl.restart),
                                               ("container_id", pl.container_id)) if v is not None)
+            owner = self.pod_owner(pl.pod_uid) if self.pod_owner and pl.pod_uid else None
+            known = self.pod_owner is None or getattr(owner, "rank", None) is not None  # else asked again
+            if owner is not None:
+                job = named_job or owner.job or job
+                rank = rank if rank is not None else owner.rank
         if lp is not None:
             rank = rank if rank is not None else lp.rank
             local = local if local is not None else lp.local_rank
@@ -250,6 +258,8 @@ class RankLines:
         for k, v in parts.items():
             fields.setdefault(k, printable(v))
         got = (printable(job, MAX_NAME_BYTES) if job else None, rank, local, fields)
+        if not known:
+            return got
         if len(self._ident) >= MAX_PATHS_KNOWN:
             self._ident.clear()
         self._ident[path] = got
@@ -524,12 +534,13 @@ class RanklogSource(Source):
     name = SOURCE_RANKLOG
 
     def __init__(self, *, globs: list[str] | tuple[str, ...] = (), dirs: list[str] | tuple[str, ...] = (),
-                 pod_dirs: list[str] | tuple[str, ...] = (), job_label: str | None = None, max_line_bytes: int = MAX_MESSAGE_BYTES,
-                 traceback_flush_s: float = 1.0, partial_flush_s: float = 5.0,
-                 safety_poll_s: float = 5.0, read_gap_s: float = 0.025, watch: Watch | None = None,
+                 pod_dirs: list[str] | tuple[str, ...] = (), job_label: str | None = None,
+                 max_line_bytes: int = MAX_MESSAGE_BYTES, traceback_flush_s: float = 1.0,
+                 partial_flush_s: float = 5.0, safety_poll_s: float = 5.0, read_gap_s: float = 0.025,
+                 watch: Watch | None = None, pod_owner: Callable[[str], object | None] | None = None,
                  **kw) -> None:
         super().__init__(**kw)
-        self.watch = watch
+        self.watch, self.pod_owner = watch, pod_owner
         self.globs = _option_paths("globs", globs, dirs=False)
         self.dirs = _option_paths("dirs", dirs, dirs=True)
         self.pod_dirs = _option_paths("pod_dirs", pod_dirs, dirs=True)
@@ -577,7 +588,7 @@ class RanklogSource(Source):
                     tailer.advance(path, *pos)
             engine = RankLines(tailer, emit, job_label=self.job_label,
                                traceback_flush_s=self.traceback_flush_s, watch=self.watch, hold=stop.wait,
-                               spooled=self._spooled)
+                               spooled=self._spooled, pod_owner=self.pod_owner)
             loop = FollowLoop(tailer, self.patterns(), None, stop, on_batches=engine.batches,
                               on_events=engine.events, on_tick=engine.tick,
                               safety_poll_s=self.safety_poll_s, min_wake_s=self.read_gap_s)

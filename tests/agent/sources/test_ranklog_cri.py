@@ -119,3 +119,19 @@ def test_pod_dirs_follow_the_kubelet_layout_and_turn_the_source_on(tmp_path):
                          "--cgroup-enabled", "false", "--procs-enabled", "false"])
     (src,) = [s for s in build_sources(cfg, create_dirs=True)[0] if s.name == "ranklog"]
     assert isinstance(src, RanklogSource) and src.patterns() == ["/var/log/pods/*_*_*/*/*.log"]
+
+
+def test_a_pods_logs_get_its_job_and_rank_once_the_pods_source_knows_it(tmp_path):
+    from firstfault.agent.sources.pods import PodOwner
+    log, rows = pod_log(tmp_path), Rows()
+    known: dict[str, PodOwner] = {}
+    with Tailer(None) as t:
+        engine = RankLines(t, rows, job_label="fallback", pod_owner=known.get)
+        t.add(str(log))
+        append(log, records("stdout", b"before the pods source polled", T0))
+        drain(t, engine, log)
+        known[UID] = PodOwner("llama", 3, {"pod_uid": UID})
+        append(log, records("stdout", b"after", T0 + 1))
+        drain(t, engine, log)
+    assert [(r.message, r.job, r.rank) for r in rows.records] == [
+        ("before the pods source polled", "fallback", None), ("after", "llama", 3)]
