@@ -68,7 +68,9 @@ Every key of the TOML file is a flag: top-level KEY is --KEY, key KEY of table T
 
 DEFAULT_STATE_DIR = "/var/lib/firstfault-agent"
 DEFAULT_ON = frozenset({"kmsg", "cgroup", "procs", "nvml", "marks", "stacks", "flightrec"})  # where available
-WIRED = frozenset({"paths", "state_dir", "agent_state_dir", "pids", "ranks", "watch", "job_label", "tag", "pod_owner"})  # set by the daemon, not config
+# set by the daemon, not config
+WIRED = frozenset({"paths", "state_dir", "agent_state_dir", "pids", "ranks", "watch", "job_label", "tag",
+                   "pod_owner"})
 
 
 class ConfigError(_BaseConfigError):

@@ -68,7 +68,8 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
     paths and its own state dir (and the agent's, to a source that asks for
     ``agent_state_dir``); the procs source the job label; a source taking
     ``pids`` (cgroup) or ``ranks`` (stacks, flightrec) follows the procs source's rank
-    processes; kmsg's ``tag`` is the pods source's (OOM kills named by pod); ranklog's ``watch`` is the stacks source's trigger hook. ConfigError for
+    processes; kmsg's ``tag`` and ranklog's ``pod_owner`` are the pods source's (OOM kills
+    and container logs named by pod); ranklog's ``watch`` is the stacks source's trigger hook. ConfigError for
     options a source rejects, or an explicitly wanted source that cannot run."""
     paths = paths or HostPaths()
     built: dict[str, sources.Source] = {}

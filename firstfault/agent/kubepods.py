@@ -6,7 +6,8 @@ Where a pod lives in the cgroup tree (the kubelet's cgroup manager names it; the
 names the container's cgroup). With the systemd cgroup driver a pod uid's ``-`` become ``_``
 (``-`` separates a slice's parents in systemd's names), e.g.::
 
-    /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod5b1c7a2e_3f4d_4e6a_9b8c_0d1e2f3a4b5c.slice/cri-containerd-<64 hex>.scope
+    /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod5b1c7a2e_3f4d_4e6a_9b8c_0d1e2f3a4b5c.slice/
+        cri-containerd-<64 hex>.scope                                       (one path, cut here)
     /kubepods.slice/kubepods-pod<uid>.slice/crio-<64 hex>.scope                       (Guaranteed QoS: no QoS slice)
 
 and with the cgroupfs driver::

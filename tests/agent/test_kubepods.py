@@ -23,7 +23,8 @@ CID = "b2" * 32
     (f"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{U_}.slice",
      PodCgroup(UID, "besteffort", None, "systemd",
                f"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{U_}.slice")),
-    (f"/kubepods/burstable/pod{UID}/{CID}", PodCgroup(UID, "burstable", CID, "cgroupfs", f"/kubepods/burstable/pod{UID}")),
+    (f"/kubepods/burstable/pod{UID}/{CID}",
+     PodCgroup(UID, "burstable", CID, "cgroupfs", f"/kubepods/burstable/pod{UID}")),
     (f"/kubepods/pod{UID}/{CID}", PodCgroup(UID, "guaranteed", CID, "cgroupfs", f"/kubepods/pod{UID}")),
     # kind: the node's kubelet runs inside a container's cgroup
     (f"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/"

@@ -6,7 +6,8 @@ pod is, and the kubelet's /var/log/pods directory names for the pod's namespace 
 (all through firstfault/agent/kubepods.py, pure over root paths). A pod as the kubelet makes it
 under the systemd cgroup driver (tests/data/kubenode)::
 
-    /sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid, _ for ->.slice/cri-containerd-<id>.scope/cgroup.procs
+    /sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid, _ for ->.slice/
+        cri-containerd-<id>.scope/cgroup.procs                                 (one path, cut here)
 
 Emits ``pod.start`` once a pod is first seen with an identity, or seen again with another
 (job, rank as procs' Records carry them; fields ``pod_uid``, ``namespace``, ``pod``,
@@ -28,6 +29,7 @@ import logging
 import os
 import re
 import threading
+from typing import NamedTuple
 
 from firstfault.agent.kubepods import PodIdentity, parse_pod_cgroup, pod_identity, pod_names, scan_pods
 from firstfault.agent.sources.base import Draft, PollingSource, printable, register
@@ -43,13 +45,12 @@ _KILLED = re.compile(r"(?:Memory cgroup out of memory|Out of memory): Kill(?:ed)
 MAX_VICTIMS = 64  # pids of OOM kills remembered for the kernel's next line
 
 
-class PodOwner:
+class PodOwner(NamedTuple):
     """What a pod says of a record: job, rank and fields; from the pods source's last poll."""
 
-    __slots__ = ("job", "rank", "fields")
-
-    def __init__(self, job: str | None, rank: int | None, fields: dict) -> None:
-        self.job, self.rank, self.fields = job, rank, fields
+    job: str | None
+    rank: int | None  # the pod's one rank; None when it has none or several
+    fields: dict  # pod_uid, namespace, pod
 
 
 @register

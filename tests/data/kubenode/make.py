@@ -44,7 +44,8 @@ PODS = [  # (namespace, name, uid, qos, memory.max, containers: [(name, id, [(pi
          (4250, {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": "1", "MASTER_ADDR": "llama-master-0",
                  "MASTER_PORT": "23456", "WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "0", "GROUP_RANK": "1",
                  "LOCAL_WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "llama"}),
-         (4290, {"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "llama"})])]),  # a DataLoader worker
+         # a DataLoader worker of that rank (it inherited the rank's environment)
+         (4290, {"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "llama"})])]),
     ("batch", "shard-2-x7k2p", "c4e2b8d1-9a7f-4e36-8c15-7d0b3f6a2e98", "besteffort", "max",
      [("main", "c3" * 32, [(4300, {"JOB_COMPLETION_INDEX": "2", "PATH": "/usr/bin"})])]),
     ("kube-system", "nvidia-device-plugin-daemonset-q8x4m", "9b7a5c3e-1d2f-4a6b-8e9c-0f1a2b3c4d5e", "burstable",
