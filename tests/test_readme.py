@@ -42,6 +42,12 @@ RUN_BY = {
                   "tests/data/compare/retry-0-zero3-probe-fails/checkpoints --after-checkpoint-dir "
                   "tests/data/compare/retry-1-zero2-fixed/checkpoints"):
         "tests.test_readme::test_the_compare_example_runs_as_written",
+    ("README.md", "head -c 32 /dev/urandom | base64 > deploy/kubernetes/token"):
+        "tests.deploy.test_kubernetes::test_the_readmes_token_command_makes_a_token_the_daemons_take",
+    # need a container engine and a cluster (none here); tests/deploy/test_kubernetes.py validates
+    # what they build and apply
+    ("README.md", "docker build -f deploy/kubernetes/Dockerfile -t firstfault:0.1.0 ."): None,
+    ("README.md", "kubectl apply -k deploy/kubernetes"): None,
     **{("README.md", c): f"{DEPLOY}::test_the_operators_commands_on_stock_debian" for c in (
         "deploy/install.sh collector --start",
         "deploy/install.sh agent",

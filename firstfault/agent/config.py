@@ -70,7 +70,9 @@ Every key of the TOML file is a flag: top-level KEY is --KEY, key KEY of table T
 DEFAULT_STATE_DIR = "/var/lib/firstfault-agent"
 INGEST_PORT = 7140  # the collector's default --listen port: a collector written without one
 DEFAULT_ON = frozenset({"kmsg", "cgroup", "procs", "nvml", "marks", "stacks", "flightrec", "checkpoints"})  # where available
-WIRED = frozenset({"paths", "state_dir", "agent_state_dir", "pids", "ranks", "watch", "job_label"})  # set by the daemon, not config
+# set by the daemon, not config
+WIRED = frozenset({"paths", "state_dir", "agent_state_dir", "pids", "ranks", "watch", "job_label", "tag",
+                   "pod_owner"})
 
 
 class ConfigError(_BaseConfigError):
@@ -110,7 +112,7 @@ class SourceConfig:
         if self.enabled is not None:
             return self.enabled
         if self.name == "ranklog":
-            return bool(self.options.get("globs") or self.options.get("dirs"))
+            return bool(self.options.get("globs") or self.options.get("dirs") or self.options.get("pod_dirs"))
         return self.name in DEFAULT_ON
 
     @property

@@ -68,14 +68,16 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
     paths and its own state dir (and the agent's, to a source that asks for
     ``agent_state_dir``); the procs source the job label; a source taking
     ``pids`` (cgroup) or ``ranks`` (stacks, flightrec) follows the procs source's rank
-    processes; ranklog's ``watch`` tells the stacks source (its trigger) and the checkpoints
-    source (the save dirs DeepSpeed's lines name) of every chunk of lines. ConfigError for
+    processes; kmsg's ``tag`` and ranklog's ``pod_owner`` are the pods source's (OOM kills
+    and container logs named by pod); ranklog's ``watch`` tells the stacks source (its trigger) and the
+    checkpoints source (the save dirs DeepSpeed's lines name) of every chunk of lines. ConfigError for
     options a source rejects, or an explicitly wanted source that cannot run."""
     paths = paths or HostPaths()
     built: dict[str, sources.Source] = {}
     skipped, problems = [], []
-    # procs first (others follow its ranks), ranklog last (it calls the watch of stacks and checkpoints)
-    order = sorted(cfg.sources.values(), key=lambda s: (s.name != "procs", s.name == "ranklog"))
+    # procs first (others follow its ranks), pods next (kmsg asks it), ranklog last (it calls the watch
+    # of stacks and checkpoints)
+    order = sorted(cfg.sources.values(), key=lambda s: (s.name != "procs", s.name != "pods", s.name == "ranklog"))
     for sc in order:
         if not sc.wanted:
             continue
@@ -95,6 +97,10 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
             kw["pids"] = built["procs"].pids
         if "ranks" in accepts and "procs" in built:  # stacks, flightrec: pid -> rank identity
             kw["ranks"] = built["procs"].ranks
+        if "pod_owner" in accepts and "pods" in built:  # ranklog: a pod's logs get the pod's job and rank
+            kw["pod_owner"] = built["pods"].by_uid
+        if "tag" in accepts and "pods" in built:  # kmsg: an OOM kill in a pod's cgroup names its rank
+            kw["tag"] = built["pods"].tag
         watchers = [built[n].watch for n in ("stacks", "checkpoints") if n in built]
         if "watch" in accepts and watchers:  # ranklog tells stacks and checkpoints of every chunk of lines
             kw["watch"] = watchers[0] if len(watchers) == 1 else _fan_out(watchers)

@@ -119,7 +119,7 @@ def _flight_recorder_event(r: Record) -> Event:
 
 
 def _kernel_event(r: Record) -> Event:
-    return Event(
+    ev = Event(
         text=unescape_kmsg(r.message) if r.source == "kmsg" else r.message, source="kernel", kind=KIND_KERNEL, node=r.node, pid=None, job=r.job,
         occurred_ns=r.occurred_ns if r.occurred_ns is not None else r.observed_ns,
         observed_ns=r.observed_ns, clock=("journal" if r.source == "journal" else "kmsg")
@@ -128,6 +128,10 @@ def _kernel_event(r: Record) -> Event:
         origin=_origin(r), stream=f"{r.node}:kernel", seq=r.seq,
         fields={k: v for k, v in (("mono_ns", r.mono_ns), ("boot_id", r.boot_id)) if v is not None},
     )
+    if r.rank is not None and r.fields.get("rank_from") == "pod":  # an OOM kill in a rank's pod (agent's pods source)
+        ev.rank = r.rank
+        ev.fields["rank_from"] = f"pod {r.fields.get('namespace')}/{r.fields.get('pod')}"
+    return ev
 
 
 def _proc_event(r: Record) -> Event:

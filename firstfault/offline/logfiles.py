@@ -15,6 +15,9 @@ What a path can be:
   DeepSpeed ``--enable_each_rank_log`` files (``<timestamp>_rank<N>.log``), and
   anything else as a plain log. Checkpoint folders (a ``latest`` file,
   ``global_step*``) and binary files are skipped.
+- the kubelet's container logs (``/var/log/pods/<ns>_<pod>_<uid>/<container>/<n>.log``
+  and its rotated ``.log.<time>[.gz]``, the CRI format): a line the runtime split into
+  partial records is read as one (firstfault/common/crilog.py ``rejoin``).
 - ``NODE=PATH``: everything under PATH is node NODE's.
 - ``-``: standard input (a pasted log).
 
@@ -35,6 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 
+from firstfault.common.crilog import parse_pod_log_path, rejoin
 from firstfault.common.layouts import TORCHRUN, parse_log_path
 
 from firstfault.analysis.kernel import ParseStats, detect_kernel_format, parse_kernel_log
@@ -47,6 +51,8 @@ from firstfault.offline.flight_files import dump_rank, flight_recorder_events, l
 CHUNK = 1 << 20
 MAX_GZ_RATIO = 200  # a .gz is read up to this many times its own size ...
 MIN_GZ_LIMIT = 64 << 20  # ... or this many bytes, whichever is more
+MAX_CRI_LINE_BYTES = 1 << 20  # a line joined from a CRI log's partial records is cut here (scan cuts again)
+
 _SKIP_DIRS = re.compile(r"^(global_step\d+|\..*|__pycache__)$")
 # Not logs: checkpoints and other binary data, and the sources and configs that often sit
 # beside logs (a training script's own "raise ValueError" is no failure).
@@ -75,6 +81,11 @@ class ReadResult:
     gaps: list[dict] = field(default_factory=list)
     bytes_read: int = 0
     launcher: str | None = None
+
+
+def _cut(head: bytes, total: int) -> bytes:
+    """A joined CRI line over MAX_CRI_LINE_BYTES: its head and how much was dropped."""
+    return head + b" [line cut by firstfault: %d bytes dropped]" % (total - len(head))
 
 
 def _is_checkpoint_dir(path: str) -> bool:
@@ -248,8 +259,11 @@ def read_events(
             )
             if src.attempt is not None:
                 res.launcher = res.launcher or "torchrun"
+            chunks = _chunks(f, res, progress, src.path)
+            if src.path != "-" and parse_pod_log_path(src.path) is not None:  # the kubelet's CRI log
+                chunks = rejoin(chunks, MAX_CRI_LINE_BYTES, _cut)
             try:
-                yield from scan_stream(_chunks(f, res, progress, src.path), info, needles)
+                yield from scan_stream(chunks, info, needles)
             except OSError as e:
                 res.gaps.append({"file": src.path, "reason": f"read failed part way: {e.strerror or e}"})
 

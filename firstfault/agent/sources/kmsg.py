@@ -53,6 +53,7 @@ import os
 import select
 import threading
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 from firstfault.agent.clock import (BootWall, PrintkClock, is_sync_marker, kmsg_error_ns, kmsg_to_wall_ns,
@@ -194,8 +195,11 @@ class KmsgSource(Source):
             return f"cannot read {paths.kmsg} (needs root or CAP_SYSLOG)"
         return None
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, *, tag: Callable[[Draft], Draft] | None = None, **kw) -> None:
+        """``tag``: told of every kernel line before it is emitted (the pods source's: an OOM
+        kill in a pod's cgroup gets the pod's job and rank)."""
         super().__init__(**kw)
+        self.tag = tag
         self.state = StateFile(self.state_dir, self.name)
         self._spooled: dict[str, int] = {}  # boot id -> highest seq found in the spool
 
@@ -252,7 +256,7 @@ class KmsgSource(Source):
                         clock.observe(record_usec(data), observed)
                     # measured again only when records need it (clock.py)
                     for d in stream.feed(data, clock.get(), observed):
-                        emit(d)
+                        emit(self.tag(d) if self.tag is not None else d)
                 else:
                     woken = False
                     continue  # more to read: no wait

@@ -28,7 +28,8 @@ Emits (Record job, rank, local_rank, pid set):
   ``local_world_size`` (DeepSpeed: ``local_size``), ``group_rank``,
   ``master_addr``, ``master_port``, ``slurm_job_id``, ``slurm_procid``,
   ``torchelastic_run_id``, ``torchelastic_restart_count``,
-  ``torchelastic_error_file`` (where torchrun's ``@record`` writes error.json), ...
+  ``torchelastic_error_file`` (where torchrun's ``@record`` writes error.json), ...;
+  in a Kubernetes pod's cgroup also ``pod_uid`` and ``container_id``.
   Real environments: tests/data/proc/torchrun, tests/data/proc/deepspeed.
 - ``proc.exit``: the agent is not the parent, so it cannot wait(): if the process
   was seen as a zombie, ``/proc/<pid>/stat`` field 52 holds its wait status:
@@ -71,6 +72,7 @@ from typing import NamedTuple
 import psutil
 
 from firstfault.agent.clock import boot_wall
+from firstfault.agent.kubepods import parse_pod_cgroup
 from firstfault.wire import KIND_PROC_EXIT, KIND_PROC_START, SOURCE_PROCS
 
 from firstfault.agent.sources.base import Draft, PollingSource, StopEvent, printable, read_text, register, stop_slice
@@ -337,6 +339,9 @@ class ProcsSource(PollingSource):
                   "start_ns": start_ns, "rss_bytes": r.rss_bytes,
                   "cgroup": printable(cg_path) if cg_path else None, "cgroup_version": cg_version}
         fields.update((k.lower(), printable(v)) for k, v in ident.env.items())
+        pod = parse_pod_cgroup(cg_path) if cg_path else None
+        if pod is not None:  # a Kubernetes pod's process (firstfault/agent/kubepods.py)
+            fields.update(pod_uid=pod.pod_uid, container_id=pod.container_id)
         return self.draft(KIND_PROC_START, message=printable(cmdline), occurred_ns=start_ns,
                           observed_ns=now_ns, job=ident.job, rank=ident.rank,
                           local_rank=ident.local_rank, pid=pid, fields=fields)

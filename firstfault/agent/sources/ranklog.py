@@ -1,8 +1,10 @@
 """ranklog: every line of the ranks' log files, byte-exact, a whole traceback as one record.
 
 Follows files by ``globs`` with named parts (``/logs/{job}/rank{rank}.log``,
-firstfault/agent/follow.py ``compile_glob``) and the launchers' layouts under ``dirs``
-(torchrun ``--log-dir``, DeepSpeed ``--enable_each_rank_log``: firstfault/common/layouts.py),
+firstfault/agent/follow.py ``compile_glob``), the launchers' layouts under ``dirs``
+(torchrun ``--log-dir``, DeepSpeed ``--enable_each_rank_log``: firstfault/common/layouts.py)
+and the kubelet's container logs under ``pod_dirs`` (``/var/log/pods``, the CRI format:
+firstfault/common/crilog.py),
 with the byte-exact tailer (firstfault/agent/tail.py: rotation, copytruncate, positions) woken
 by inotify (firstfault/agent/follow.py). A line as written by a rank (tests/data/real)::
 
@@ -27,6 +29,15 @@ stamp, firstfault/analysis/records.py; ``observed_ns`` when the chunk was read):
   before it may be gone), ``error``, ``state_reset`` (positions forgotten: lines
   may come twice)), ``path``, ``ino`` and ``offset`` (the file and the byte after
   which its lines are gone), ``detail``.
+
+A CRI log (``pod_dirs``): each record's ``<time> <stream> <P|F>`` is read off, the
+partial records of a long line joined to its full one (one line, at its first record's
+time), ``occurred_ns`` = the record's time, field ``stream`` (stdout | stderr), and
+tracebacks are grouped per stream; fields ``namespace``, ``pod``, ``pod_uid``,
+``container``, ``restart`` from the path; job and rank from the pods source (``pod_owner``,
+wired by the daemon: the pod's one rank; asked again for each chunk until it knows the pod).
+A line whose full record never came is held until its file is rotated away (commits
+stop at its start meanwhile: a restart then reads the lines after it again).
 
 Identity, on every record: fields ``path`` (and the glob's other named parts,
 ``attempt`` for torchrun); ``job``: the ``{job}`` part, else torchrun's run id
@@ -90,6 +101,7 @@ import threading
 from collections.abc import Callable
 
 from firstfault.agent.follow import FollowLoop, compile_glob
+from firstfault.common.crilog import CriJoiner, parse_pod_log_path, pod_log_globs
 from firstfault.common.layouts import TORCHRUN, TORCHRUN_FILES, layout_globs, parse_log_path
 from firstfault.agent.tail import (ERROR, LOST, MIN_LINE_BYTES, STATE_RESET, TRUNCATED, Event, LineBatch,
                         Position, StateError, Tailer, committed_at_ns, cut_line)
@@ -150,8 +162,11 @@ def decode_lines(data: list[bytes], raw: bytes | None = None) -> tuple[list[byte
 class _Pending:
     """A path's lines not yet emitted because a traceback among them is open.
 
-    ``lines`` in file order: [start, end, text, observed_ns, owner], owner None for
-    a line of its own, else the _Traceback holding it."""
+    ``lines`` in file order: [start, end, text, observed_ns, owner, occurred_ns, stream],
+    owner None for a line of its own, else the _Traceback holding it; occurred_ns and
+    stream: a CRI record's time and stream (None for a plain log's line). A CRI file's
+    lines come in the order they were completed (a joined line after the lines of the
+    other stream written between its records)."""
 
     __slots__ = ("file", "lines", "open")
 
@@ -187,6 +202,7 @@ class RankLines:
     def __init__(self, tailer: Tailer, emit: Emit, *, job_label: str | None = None,
                  traceback_flush_s: float = 1.0, commit_s: float = COMMIT_S,
                  clock: Callable[[], float] | None = None, watch: Watch | None = None,
+                 pod_owner: Callable[[str], object | None] | None = None,
                  hold: Callable[[float], bool] | None = None,
                  spooled: dict[str, tuple] | None = None) -> None:
         """``watch``: told of every chunk of lines (the stacks source's trigger); ``hold(seconds)``
@@ -197,12 +213,14 @@ class RankLines:
         self.emit_rows, self.hold = emit_many(emit, hold=hold is not None), hold
         self.emit_columns = emit_columns(emit, hold=hold is not None)
         self.spooled = spooled if spooled is not None else {}
-        self.watch = watch
+        self.watch, self.pod_owner = watch, pod_owner
         self.job_label, self.traceback_flush_s = job_label, traceback_flush_s
         self.clock = clock or tailer.clock
         self._holding = False  # the spool's disk is full: rows wait
         self._ident: dict[str, tuple] = {}
         self._pending: dict[str, _Pending] = {}
+        self._cri: set[str] = set()  # paths in the CRI layout (/var/log/pods)
+        self._joiners: dict[str, list] = {}  # CRI path -> [file, CriJoiner, stop of its last batch]
         self._emitted: dict[str, Position] = {}  # emitted, not yet committed
         self._emitted_bytes, self._commit_at = 0, self.clock() + commit_s
 
@@ -214,12 +232,24 @@ class RankLines:
         parts = dict(self.tailer.fields(path))
         lp = parse_log_path(path)
         fields: dict = {"path": printable(path)}
-        job = (parts.pop("job", None) or (lp.run_id if lp and lp.layout == TORCHRUN else None)
-               or self.job_label)
+        named_job = parts.pop("job", None)
+        job = named_job or (lp.run_id if lp and lp.layout == TORCHRUN else None) or self.job_label
         named = parts.pop("rank", None), parts.pop("local_rank", None)
         rank, local = map(_int, named)
         if (rank, local).count(None) > named.count(None):
             log.warning("ranklog: a rank part of path=%s is not a number %s: not used", path, named)
+        pl = parse_pod_log_path(path) if lp is None else None
+        known = True
+        if pl is not None:  # the kubelet's layout: the pod says who; its rank comes from the pods source
+            self._cri.add(path)
+            fields.update(namespace=pl.namespace, pod=pl.pod, container=pl.container)
+            fields.update((k, v) for k, v in (("pod_uid", pl.pod_uid), ("restart", pl.restart),
+                                              ("container_id", pl.container_id)) if v is not None)
+            owner = self.pod_owner(pl.pod_uid) if self.pod_owner and pl.pod_uid else None
+            known = self.pod_owner is None or getattr(owner, "rank", None) is not None  # else asked again
+            if owner is not None:
+                job = named_job or owner.job or job
+                rank = rank if rank is not None else owner.rank
         if lp is not None:
             rank = rank if rank is not None else lp.rank
             local = local if local is not None else lp.local_rank
@@ -228,6 +258,8 @@ class RankLines:
         for k, v in parts.items():
             fields.setdefault(k, printable(v))
         got = (printable(job, MAX_NAME_BYTES) if job else None, rank, local, fields)
+        if not known:
+            return got
         if len(self._ident) >= MAX_PATHS_KNOWN:
             self._ident.clear()
         self._ident[path] = got
@@ -243,6 +275,9 @@ class RankLines:
             ident = self.identity(b.path)
             if self.watch is not None:
                 self.watch(ident, b.text, b.observed_ns)
+            if b.path in self._cri:
+                self._cri_batch(b, ident, rows, commit)
+                continue
             p = self._pending.get(b.path)
             if p is not None and p.file != b.file:  # rotated or truncated: its tracebacks end
                 self._close_all(p)
@@ -255,9 +290,44 @@ class RankLines:
                 continue
             if p is None:
                 p = self._pending[b.path] = _Pending(b.file)
-            self._group(p, b, as_text(texts))
+            self._group(p, [[s, e, t, b.observed_ns, None, None, None]
+                            for s, e, t in zip(b.offsets, b.ends, as_text(texts))])
             self._drain(b.path, p, ident, rows, commit)
         self._ship(rows, commit)
+
+    def _cri_batch(self, b: LineBatch, ident: tuple, rows: ColumnsBuilder,
+                   commit: dict[str, tuple[Position, int]]) -> None:
+        """A CRI log's records: partial records joined to whole lines (firstfault/common/crilog.py),
+        each line stamped with its record's time and stream, then grouped as any rank log's."""
+        j = self._joiners.get(b.path)
+        p = self._pending.get(b.path)
+        if j is not None and j[0] != b.file:  # rotated or truncated: its open lines end as they are
+            if p is None:
+                p = self._pending[b.path] = _Pending(j[0])
+            self._group(p, self._entries(j[1].flush(j[2]), b.observed_ns))
+            del self._joiners[b.path]
+            j = None
+        if p is not None and p.file != b.file:
+            self._close_all(p)
+            self._drain(b.path, p, ident, rows, commit)
+            p = self._pending.get(b.path)
+        if j is None:
+            limit = self.tailer.max_line_bytes
+            j = self._joiners[b.path] = [b.file, CriJoiner(limit, lambda h, n: cut_line(h, n, limit)), 0]
+        if p is None:
+            p = self._pending[b.path] = _Pending(b.file)
+        joined = []
+        for data, start, end in zip(b.data, b.offsets, b.ends):
+            joined += j[1].feed(data, start, end)
+        j[2] = b.stop
+        self._group(p, self._entries(joined, b.observed_ns))
+        self._drain(b.path, p, ident, rows, commit)
+
+    @staticmethod
+    def _entries(joined: list, observed_ns: int) -> list[list]:
+        texts, _ = decode_lines([x.content for x in joined])
+        return [[x.start, x.end, t, observed_ns, None, x.time_ns if x.stream else None, x.stream or None]
+                for x, t in zip(joined, as_text(texts))]
 
     def events(self, events: list[Event]) -> None:
         rows = []
@@ -343,13 +413,15 @@ class RankLines:
             except StateError as e:  # the spool has the positions too: only the catch-up grows
                 log.warning("ranklog: positions not saved, kept in the spool error=%s", e)
 
-    def _group(self, p: _Pending, b: LineBatch, texts: list[str]) -> None:
+    def _group(self, p: _Pending, entries: list[list]) -> None:
         now = self.clock()
         lines = p.lines
-        for start, end, text in zip(b.offsets, b.ends, texts):
-            i = len(lines)
-            lines.append([start, end, text, b.observed_ns, None])
+        for entry in entries:
+            i, text = len(lines), entry[2]
+            lines.append(entry)
             prefix, body = split_prefix(visible(text))
+            if entry[6]:  # a CRI stream: stdout and stderr lines interleave, their tracebacks apart
+                prefix = f"{entry[6]}\0{prefix}"
             t = p.open.get(prefix)
             if t is not None:
                 verdict = t.grouping.feed(body)
@@ -403,15 +475,21 @@ class RankLines:
         job, rank, local, fields = ident
         for ln in lines[:cut]:
             t = ln[4]
+            f = {**fields, "stream": ln[6]} if ln[6] else fields
             if t is None:
-                rows.row((SOURCE_RANKLOG, KIND_RANK_LINE, ln[2], None, ln[3], None, None,
-                          job, rank, local, None, 6, fields))
+                rows.row((SOURCE_RANKLOG, KIND_RANK_LINE, ln[2], ln[5], ln[3], None, None,
+                          job, rank, local, None, 6, f))
             elif ln is lines[t.first]:
                 text = "\n".join(x[2] for x in lines[t.first:t.last + 1] if x[4] is t)
                 dump = t.kind == KIND_RANK_STACKS
-                rows.row((SOURCE_RANKLOG, t.kind, fit_message(text), None, ln[3], None, None, job, rank,
-                          local, None, 4 if dump else 3, {**fields, "tool": "faulthandler"} if dump else fields))
-        commit[path] = Position(path, p.file, lines[cut - 1][1]), len(rows) - 1
+                rows.row((SOURCE_RANKLOG, t.kind, fit_message(text), ln[5], ln[3], None, None, job, rank,
+                          local, None, 4 if dump else 3, {**f, "tool": "faulthandler"} if dump else f))
+        end = lines[cut - 1][1]
+        if path in self._cri:  # joined lines end out of order: commit no further than an open one starts
+            j = self._joiners.get(path)
+            held = [x[0] for x in lines[cut:]] + ([j[1].held_start()] if j and j[0] == p.file else [])
+            end = min([max(x[1] for x in lines[:cut])] + [h for h in held if h is not None])
+        commit[path] = Position(path, p.file, end), len(rows) - 1
         del lines[:cut]
         for t in {id(ln[4]): ln[4] for ln in lines if ln[4] is not None}.values():  # re-index
             t.first, t.last = t.first - cut, t.last - cut
@@ -476,14 +554,16 @@ class RanklogSource(Source):
     name = SOURCE_RANKLOG
 
     def __init__(self, *, globs: list[str] | tuple[str, ...] = (), dirs: list[str] | tuple[str, ...] = (),
-                 job_label: str | None = None, max_line_bytes: int = MAX_MESSAGE_BYTES,
-                 traceback_flush_s: float = 1.0, partial_flush_s: float = 5.0,
-                 safety_poll_s: float = 5.0, read_gap_s: float = 0.025, watch: Watch | None = None,
+                 pod_dirs: list[str] | tuple[str, ...] = (), job_label: str | None = None,
+                 max_line_bytes: int = MAX_MESSAGE_BYTES, traceback_flush_s: float = 1.0,
+                 partial_flush_s: float = 5.0, safety_poll_s: float = 5.0, read_gap_s: float = 0.025,
+                 watch: Watch | None = None, pod_owner: Callable[[str], object | None] | None = None,
                  **kw) -> None:
         super().__init__(**kw)
-        self.watch = watch
+        self.watch, self.pod_owner = watch, pod_owner
         self.globs = _option_paths("globs", globs, dirs=False)
         self.dirs = _option_paths("dirs", dirs, dirs=True)
+        self.pod_dirs = _option_paths("pod_dirs", pod_dirs, dirs=True)
         if job_label is not None and not isinstance(job_label, str):
             raise ValueError(f"ranklog: job_label must be a string, got {job_label!r}")
         self.job_label = job_label or None
@@ -513,8 +593,10 @@ class RanklogSource(Source):
                     self._spooled[f["path"]] = pos
 
     def patterns(self) -> list[str]:
-        """Every glob followed: the configured ones, then the layouts' under each dir."""
-        return self.globs + [g for d in self.dirs for g in layout_globs(d)]
+        """Every glob followed: the configured ones, the layouts' under each dir, the kubelet's
+        container logs under each pod dir."""
+        return (self.globs + [g for d in self.dirs for g in layout_globs(d)]
+                + [g for d in self.pod_dirs for g in pod_log_globs(d)])
 
     def run(self, emit: Emit, stop: threading.Event) -> None:
         tailer = Tailer(self.state_path, max_line_bytes=self.max_line_bytes,
@@ -526,7 +608,7 @@ class RanklogSource(Source):
                     tailer.advance(path, *pos)
             engine = RankLines(tailer, emit, job_label=self.job_label,
                                traceback_flush_s=self.traceback_flush_s, watch=self.watch, hold=stop.wait,
-                               spooled=self._spooled)
+                               spooled=self._spooled, pod_owner=self.pod_owner)
             loop = FollowLoop(tailer, self.patterns(), None, stop, on_batches=engine.batches,
                               on_events=engine.events, on_tick=engine.tick,
                               safety_poll_s=self.safety_poll_s, min_wake_s=self.read_gap_s)
