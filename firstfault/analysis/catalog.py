@@ -29,6 +29,7 @@ and the pattern's hit on another line of a multi-line text still match.
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import re
 
@@ -50,7 +51,30 @@ EXTRA_PLACEHOLDERS = ("xid_name",)  # filled from the Xid table, not from a rege
 _ID = re.compile(r"^[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+$")
 _REQUIRED = ("id", "role", "category", "phases", "needles", "patterns", "summary", "first_action",
              "reference", "examples")
-_OPTIONAL = ("not_examples", "max_confidence", "category_from_words", "names_rank_of")
+_OPTIONAL = ("not_examples", "max_confidence", "category_from_words", "names_rank_of", "traits")
+# What the code asks of a signature, instead of its id: each trait a signature may carry (``traits``)
+# and what it means. The loader refuses any other; tests/analysis/test_catalog.py checks each is carried.
+TRAITS = {
+    "progress": "a rank's training went on (a step counter): the latest per rank is kept",
+    "save-start": "a checkpoint save began (its tag)",
+    "save-file": "a checkpoint save wrote a file (its tag)",
+    "save-done": "a checkpoint save finished (its tag)",
+    "load-start": "a checkpoint load began",
+    "launcher-ok": "the launcher saw every worker exit 0",
+    "group-ok": "torchrun's worker group succeeded",
+    "failure-table-rank": "torchrun's failure table: the rank of the exit line below",
+    "failure-table-host": "torchrun's failure table: the host of the rank line below",
+    "stopped-from-outside": "the launcher itself was told to stop (a cancel, a time limit)",
+    "collective-timeout": "a collective or barrier timed out on this rank: it waited for a peer",
+    "nccl-work-status": "ProcessGroupNCCL's last enqueued and completed work of a rank",
+    "oom-kill": "an OOM killer (kernel, Slurm, Ray, the kubelet) ended a process",
+    "xid-kernel": "an Xid the driver logged (NVRM), with its pid",
+    "xid-nvml": "an Xid NVML reported (the agent), with the GPU",
+    "fatal-error": "Python's own fatal error line (faulthandler's 'Fatal Python error: ...')",
+    "generic": "a last resort that names no failure of its own: its message is its fingerprint",
+    "cut-traceback": "a traceback whose exception line is missing",
+    "mention": "words in prose that name a class of failure",
+}
 NAMES_RANK_OF = ("next-traceback",)
 _TOP = ("version", "signature", "xid", "category_rule")
 CONFIDENCES = ("low", "medium", "high")
@@ -84,6 +108,7 @@ class Signature:
     # the rank it names belongs to another line of its stream: the next traceback (a launcher's line
     # above a child's traceback)
     names_rank_of: str | None = None
+    traits: frozenset[str] = frozenset()  # what the code asks of it (TRAITS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +200,12 @@ class Catalog:
     def get(self, sig_id: str) -> Signature | None:
         return self._by_id.get(sig_id)
 
+    def ids_with(self, trait: str) -> frozenset[str]:
+        """The ids of the signatures that carry ``trait`` (catalog.TRAITS)."""
+        if trait not in TRAITS:
+            raise KeyError(f"no trait {trait!r} in the catalog's vocabulary")
+        return frozenset(s.id for s in self.signatures if trait in s.traits)
+
     def xid(self, code: int) -> XidInfo | None:
         return self._xids.get(code)
 
@@ -211,6 +242,12 @@ class Catalog:
         if code.isdigit() and (info := self._xids.get(int(code))) is not None:
             category, role, values = info.category, info.role, {**groups, "xid_name": info.name}
         return Match(sig, groups, category, role, render(sig.summary, values), info)
+
+
+@functools.lru_cache(maxsize=1)
+def shipped() -> Catalog:
+    """The shipped catalog, loaded once per process (for code that needs its data, not a choice of catalog)."""
+    return load_catalog()
 
 
 def load_catalog(path: str | Path | None = None) -> Catalog:
@@ -331,7 +368,7 @@ def _signature(i: int, where: str, entry: dict, problems: list[str]) -> Signatur
     problems += [f"{where}: missing key {k!r}" for k in _REQUIRED if k not in entry]
     sid, role, category = entry.get("id"), entry.get("role"), entry.get("category")
     if not (isinstance(sid, str) and _ID.match(sid)):
-        problems.append(f"{where}: id must be dotted lower-case words like 'nccl.watchdog_timeout'")
+        problems.append(f"{where}: id must be dotted lower-case words, <source>.<failure>, like 'source.failure_name'")
     if role not in ROLES:
         problems.append(f"{where}: role {role!r} is not one of {', '.join(ROLES)}")
     if category not in CATEGORIES:
@@ -367,13 +404,15 @@ def _signature(i: int, where: str, entry: dict, problems: list[str]) -> Signatur
     from_words = entry.get("category_from_words", False)
     if not isinstance(from_words, bool):
         problems.append(f"{where}: category_from_words must be true or false")
+    traits = _field(where, entry, "traits", "list", problems) if "traits" in entry else ()
+    problems += [f"{where}: trait {t!r} is not one of {', '.join(TRAITS)}" for t in traits if t not in TRAITS]
     names_rank_of = entry.get("names_rank_of")
     if names_rank_of is not None and names_rank_of not in NAMES_RANK_OF:
         problems.append(f"{where}: names_rank_of {names_rank_of!r} is not one of {', '.join(NAMES_RANK_OF)}")
     return Signature(str(sid), str(role), str(category), phases, lists["needles"], tuple(compiled),
                      texts["summary"], texts["first_action"], texts["reference"], lists["examples"],
                      lists["not_examples"], i, str(max_conf), from_words is True,
-                     names_rank_of if names_rank_of in NAMES_RANK_OF else None)
+                     names_rank_of if names_rank_of in NAMES_RANK_OF else None, frozenset(traits))
 
 
 def _xids(table: object, problems: list[str]) -> dict[int, XidInfo]:

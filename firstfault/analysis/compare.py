@@ -41,7 +41,7 @@ import ast
 import shlex
 from collections.abc import Callable
 
-from firstfault.analysis.verdict import GENERIC
+from firstfault.analysis.catalog import shipped
 
 SCHEMA = "firstfault.compare/1"
 VERDICTS = ("fixed", "not-fixed", "inconclusive")
@@ -193,7 +193,7 @@ def _match(init: dict, sig: str | None, fp: str | None) -> str | None:
     if fp is not None and init["fingerprint"] is not None:
         if fp == init["fingerprint"]:
             return "same-fingerprint"
-        return None if sig in GENERIC else "same-signature"
+        return None if sig in shipped().ids_with("generic") else "same-signature"
     return "same-signature"  # a report without fingerprints (older), or an inferred hang: the signature is all
 
 

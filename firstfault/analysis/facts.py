@@ -22,18 +22,12 @@ from dataclasses import dataclass, field
 
 from firstfault.analysis import timeline
 from firstfault.analysis.checkpoint import SaveMark
-from firstfault.analysis.findings import PROGRESS
 from firstfault.analysis.hang import Work, launcher_act
 from firstfault.analysis.model import KIND_TRACEBACK, Event
 from firstfault.analysis.phase import phase_from_frames
 from firstfault.analysis.verdict import Finding, exit_of, link_identity, link_kernel
 
-FAILURE_RANK = "torchelastic.failure_rank"
-FAILURE_HOST = "torchelastic.failure_host"
-SAVE_MARKS = {"deepspeed.checkpoint_save_start": "start", "deepspeed.checkpoint_saving_file": "file",
-              "deepspeed.checkpoint_saved": "done"}
-EXIT_OK = {"deepspeed.launcher_exit_ok"}
-GROUP_OK = "torchelastic.group_succeeded"
+SAVE_MARKS = {"save-start": "start", "save-file": "file", "save-done": "done"}  # trait -> checkpoint.SaveMark kind
 WORKER_FILES = ("stdout.log", "stderr.log", "error.json")
 STEP_PHASES = frozenset({"forward", "backward", "param-gather", "optimizer-step", "data"})
 
@@ -74,7 +68,8 @@ def identify(findings: list[Finding], rank_nodes: dict[int, str | None],
         if ev.fields.get("proc") == "start" and ev.occurred_ns is not None:
             started[ev.node] = min(started.get(ev.node, ev.occurred_ns), ev.occurred_ns)
     for f in findings:  # the folder's node first: a launcher's "host" field can only fill a gap
-        if f.ev.rank is not None and f.ev.source != "kernel" and f.sig not in (FAILURE_RANK, FAILURE_HOST):
+        if f.ev.rank is not None and f.ev.source != "kernel" \
+                and not (f.has("failure-table-rank") or f.has("failure-table-host")):
             if f.ev.node:
                 rank_nodes[f.ev.rank] = rank_nodes.get(f.ev.rank) or f.ev.node
             else:
@@ -113,7 +108,7 @@ def _worker_folders(findings: list[Finding]) -> None:
 def _failure_summary(findings: list[Finding]) -> None:
     """torchrun's failure summary, line by line: "host : H", "rank : N (local_rank: M)",
     "exitcode : X (pid: P)". The rank line names the rank of the exit below it."""
-    at = {(f.ev.stream, f.ev.seq): f for f in findings if f.sig == FAILURE_RANK}
+    at = {(f.ev.stream, f.ev.seq): f for f in findings if f.has("failure-table-rank")}
     for f in findings:
         above = at.get((f.ev.stream, f.ev.seq - 1))
         if above is not None and f.ev.rank is None:
@@ -139,10 +134,10 @@ def _announced_ranks(findings: list[Finding]) -> None:
 
 def _failure_hosts(findings: list[Finding], rank_nodes: dict[int, str | None]) -> None:
     """The summary's host line names the node of the rank below it, where nothing else did."""
-    at = {(f.ev.stream, f.ev.seq): f for f in findings if f.sig == FAILURE_HOST}
+    at = {(f.ev.stream, f.ev.seq): f for f in findings if f.has("failure-table-host")}
     for f in findings:
         host = at.get((f.ev.stream, f.ev.seq - 1))
-        if f.sig == FAILURE_RANK and host is not None:
+        if f.has("failure-table-rank") and host is not None:
             rank = int(f.match.groups["rank"])
             if not rank_nodes.get(rank):
                 rank_nodes[rank] = host.ev.node or host.match.groups["host"]
@@ -177,22 +172,23 @@ def collect(findings: list[Finding], rank_nodes: Mapping[int, str | None], pids:
     """Progress, checkpoint saves, exits and signs of life of each rank."""
     facts = Facts()
     for f in findings:
-        ev, sig = f.ev, f.sig
-        if sig in PROGRESS:
+        ev = f.ev
+        save = next((SAVE_MARKS[t] for t in f.match.signature.traits if t in SAVE_MARKS), None)
+        if f.has("progress"):
             # DeepSpeed logs progress on rank 0 only; an unlabelled line is rank 0's on one node
             r = ev.rank if ev.rank is not None else (0 if len(rank_nodes) <= 1 else None)
             if r is not None:
                 facts.progress[r] = ev
                 if f.match.groups.get("step") is not None:
                     facts.steps[r] = max(facts.steps.get(r, 0), int(f.match.groups["step"]))
-        elif sig in SAVE_MARKS and f.match.groups.get("tag"):
-            facts.marks.append(SaveMark(ev.rank, f.match.groups["tag"], SAVE_MARKS[sig], ev.occurred_ns,
+        elif save is not None and f.match.groups.get("tag"):
+            facts.marks.append(SaveMark(ev.rank, f.match.groups["tag"], save, ev.occurred_ns,
                                         f.match.groups.get("path"), f.match.groups.get("engine")))
-        elif sig in EXIT_OK:
+        elif f.has("launcher-ok"):
             r = ev.rank if ev.rank is not None else pids.get(int(f.match.groups.get("pid", "-1")))
             if r is not None:
                 facts.exits.setdefault(r, {"code": 0, "signal": None})
-        elif sig == GROUP_OK:
+        elif f.has("group-ok"):
             for r, node in rank_nodes.items():
                 if node == ev.node or len({n for n in rank_nodes.values()}) <= 1:
                     facts.exits.setdefault(r, {"code": 0, "signal": None})
@@ -225,7 +221,7 @@ def _steps_reached(findings: list[Finding], facts: Facts) -> None:
     in the same log, is in a step after S: the rank had returned from a save made after step S."""
     last: dict[tuple, tuple[int, int]] = {}  # (stream, rank) -> (seq, step) of its latest progress line
     for f in findings:
-        if f.sig in PROGRESS and f.ev.rank is not None and f.match.groups.get("step") is not None:
+        if f.has("progress") and f.ev.rank is not None and f.match.groups.get("step") is not None:
             last[(f.ev.stream, f.ev.rank)] = (f.ev.seq, int(f.match.groups["step"]))
     for f in findings:
         got = last.get((f.ev.stream, f.ev.rank))
@@ -238,7 +234,7 @@ def nccl_work(findings: Iterable[Finding]) -> list[Work]:
     """Each rank's NCCL work status lines (nccl.work_status), newest last."""
     out = []
     for f in findings:
-        if f.sig != "nccl.work_status":
+        if not f.has("nccl-work-status"):
             continue
         g = f.match.groups
         pg = g.get("pg", "0")

@@ -23,9 +23,7 @@ from firstfault.analysis.model import KIND_FLIGHT_RECORDER, KIND_RECORD, KIND_ST
 from firstfault.analysis.timeline import NodeClock
 from firstfault.analysis.verdict import Finding, fingerprint
 
-PROGRESS = frozenset({"deepspeed.progress", "training.step_progress"})  # a rank's training went on
 KERNEL_WINDOW_NS = 10 * 60 * 1_000_000_000  # kernel events this far outside the job's logs are not its
-KERNEL_XID, NVML_XID = "nvidia.xid", "nvidia.xid_nvml"
 XID_SAME_NS = 2_000_000_000  # the kernel's and NVML's report of one Xid lie this close (plus uncertainties)
 MAX_KEPT = 200_000  # distinct findings kept in memory
 
@@ -118,11 +116,11 @@ def merge_xids(findings: list[Finding]) -> list[Finding]:
     (it names the pid and the driver's detail) takes the GPU, its UUID and its processes
     from NVML's report, which is dropped. Each NVML Xid pairs with the nearest unpaired
     kernel line of the same node, GPU and code within XID_SAME_NS (plus both uncertainties)."""
-    kernel = [f for f in findings if f.sig == KERNEL_XID]
+    kernel = [f for f in findings if f.has("xid-kernel")]
     paired: set[int] = set()
     dropped: set[int] = set()
     for f in findings:
-        if f.sig != NVML_XID or not kernel:
+        if not f.has("xid-nvml") or not kernel:
             continue
         key, best = _xid_key(f), None
         for k in kernel:
@@ -147,7 +145,7 @@ def merge_xids(findings: list[Finding]) -> list[Finding]:
 def _keep(f: Finding, latest: dict, kept: dict, counts: dict, clocks: Mapping[str, NodeClock] | None) -> int:
     """Keep what the verdict needs of one finding, in bounded memory; 1 when it had to be dropped."""
     ev = f.ev
-    if f.sig in PROGRESS:
+    if f.has("progress"):
         timeline.place(ev, clocks)
         key = (ev.stream, ev.rank)
         old = latest.get(key)

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from firstfault.analysis.model import Event, Frame
 from firstfault.analysis.stacks import in_collective
 from firstfault.analysis.timeline import overlap
-from firstfault.analysis.verdict import TIMEOUTS
 
 # match groups of lines in which a launcher reports an exit or sends a signal
 LAUNCHER_GROUPS = frozenset({"exitcode", "signal", "sent_signal", "death_signal"})
@@ -73,7 +72,7 @@ def no_timeout_outlier(errors, dumps: Mapping[int, Event]) -> int | None:
     """Rule 1b: the one rank whose stack dump is outside any collective and that reported no
     collective timeout while other ranks did. A rank that stopped (outside the step's
     collective) and later lost its peer, or was killed by the launcher, still stands out."""
-    timed = {f.ev.rank for f in errors if f.sig in TIMEOUTS and f.ev.rank is not None}
+    timed = {f.ev.rank for f in errors if f.has("collective-timeout") and f.ev.rank is not None}
     if not timed:
         return None
     lone = [r for r, d in dumps.items() if r not in timed and d.frames and not in_collective(d.frames)]
@@ -127,7 +126,7 @@ def stopped_first(errors, known_ranks: Iterable[int], progress: Mapping[int, Eve
     lone = no_timeout_outlier(errors, dumps)
     if lone is not None:
         fr = dumps[lone].frames[-1]
-        timed = ranges(sorted({f.ev.rank for f in errors if f.sig in TIMEOUTS and f.ev.rank is not None}))
+        timed = ranges(sorted({f.ev.rank for f in errors if f.has("collective-timeout") and f.ev.rank is not None}))
         return Inference(lone, [f"rank {lone} reported no collective timeout while rank(s) {timed} timed out, and its "
                                 f"stack dump shows it in {fr.func} ({fr.file}:{fr.line}), not in a collective"],
                          "medium", [lone], sorted(waiting), fr)

@@ -30,7 +30,7 @@ PROGRESS_PER_LANE = 64
 TEXT_MAX = {"line": 300, "progress": 300}
 FINDING_TEXT_MAX = 2000
 PROGRESS_NEEDLE = "global_step="
-SAVE_START = "deepspeed.checkpoint_save_start"
+CHECKPOINT_TRAITS = frozenset({"save-start", "save-file", "save-done", "load-start"})  # drawn as checkpoint marks
 MAX_OOMS = 10_000
 
 
@@ -108,11 +108,11 @@ def timeline_report(w: LaneWatcher, findings: Iterable[Finding], *, clocks: Mapp
         kind = ("first" if f is first else "kernel" if ev.source == "kernel" else
                 "rank-first" if id(ev) in first_ids else f.role)
         if f.role == "context" and kind == "context":
-            kind = "progress" if PROGRESS_NEEDLE in ev.text or f.sig == "deepspeed.progress" else \
-                "checkpoint" if f.sig.startswith("deepspeed.checkpoint") else "context"
+            kind = "progress" if PROGRESS_NEEDLE in ev.text or f.has("progress") else \
+                "checkpoint" if f.match.signature.traits & CHECKPOINT_TRAITS else "context"
         add(key, ev.occurred_ns, ev.uncertainty_ns, kind, f.sig, f.role, _cut(ev.text, FINDING_TEXT_MAX), ev.origin,
             ev.rank if on_node and ev.source == "kernel" else None, ev.clock)
-        if f.sig == SAVE_START and (tag := f.match.groups.get("tag")) and ev.occurred_ns is not None:
+        if f.has("save-start") and (tag := f.match.groups.get("tag")) and ev.occurred_ns is not None:
             spans.setdefault(tag, {"tag": tag, "start_ns": ev.occurred_ns})
     for ev in procs:
         ex = ev.fields.get("exit")

@@ -3,7 +3,7 @@
 A report (report.py over records.py's Events) looks at a record only when it is
 not a plain rank line, or when its text holds a needle of the catalog, of the
 context or of a traceback (scan.Needles' words); of the progress lines
-(findings.PROGRESS, DeepSpeed's and the training loop's own) it keeps only the latest of
+(signatures with the trait "progress": DeepSpeed's and the training loop's own) it keeps only the latest of
 each (stream, rank). So at
 insert the store asks ``ReportMarker.mark`` which records of a block (one agent
 stream and one job, in (time, seq) order: firstfault/collector/store/blocks.py) to keep
@@ -54,7 +54,6 @@ from typing import Any
 import ahocorasick_rs
 
 from firstfault.analysis.catalog import Catalog
-from firstfault.analysis.findings import PROGRESS
 from firstfault.analysis.memory import BUCKET_NS, LAST_PER_BUCKET, TIMER, TIMER_NEEDLE, timer_key_of
 from firstfault.analysis.records import rank_text
 from firstfault.analysis.report import needles, progress_needles
@@ -69,7 +68,7 @@ class ReportMarker:
 
     def __init__(self, catalog: Catalog) -> None:
         words = Needles(needles(catalog)).words
-        progs = [s for s in catalog.signatures if s.id in PROGRESS]
+        progs = [s for s in catalog.signatures if "progress" in s.traits]
         own = set(words) - {n for s in catalog.signatures for n in s.needles}
         self._latest = tuple(n for n in progress_needles(catalog) if n not in own)
         rare = [w for w in words if w not in self._latest and w != TIMER_NEEDLE]  # throughput lines: _mark_timers
@@ -185,7 +184,7 @@ class ReportMarker:
             if m is None:
                 continue  # holds the needle, is no progress line: nothing to a report
             need.add(i)
-            if m.signature.id in PROGRESS:
+            if "progress" in m.signature.traits:
                 done.add(key)
                 if len(done) == len(keys):
                     break

@@ -21,7 +21,7 @@ from firstfault.analysis.deaths import merged, signal_deaths
 from firstfault.analysis.exits import agent_exits, best_exits
 from firstfault.analysis.facts import Facts, collect, identify, nccl_work, rank_dumps, saving_since
 from firstfault.analysis.frames import failing_frame
-from firstfault.analysis.findings import MAX_KEPT, PROGRESS, read_findings
+from firstfault.analysis.findings import MAX_KEPT, read_findings
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.flight_recorder import analyze as analyze_flight
 from firstfault.analysis.hang import Inference, ranges, stopped_first
@@ -49,7 +49,6 @@ from firstfault.analysis.verdict import (
 )
 
 SCHEMA = "firstfault.report/1"
-AGENT_SIGNAL = "torchelastic.agent_signal"
 TEXT_MAX = 2000
 UNTIMED = ("no timestamped line comes near it: when it happened is unknown (only the order of lines "
            "within each log is known)")
@@ -86,14 +85,14 @@ def needles(catalog: Catalog) -> list[str]:
 
 def progress_needles(catalog: Catalog) -> list[str]:
     """The needles only progress lines hold (no other signature's, no context's)."""
-    others = {n for s in catalog.signatures if s.id not in PROGRESS for n in s.needles} | set(CONTEXT_NEEDLES)
-    return sorted({n for s in catalog.signatures if s.id in PROGRESS for n in s.needles} - others)
+    others = {n for s in catalog.signatures if "progress" not in s.traits for n in s.needles} | set(CONTEXT_NEEDLES)
+    return sorted({n for s in catalog.signatures if "progress" in s.traits for n in s.needles} - others)
 
 
 def scan_needles(catalog: Catalog) -> Needles:
     """The scanner's needles for ``catalog``, progress lines told apart (scan.Needles)."""
     return Needles(needles(catalog), progress_needles(catalog),
-                   [p.pattern for s in catalog.signatures if s.id in PROGRESS for p in s.patterns])
+                   [p.pattern for s in catalog.signatures if "progress" in s.traits for p in s.patterns])
 
 
 def _text(ev: Event) -> str:
@@ -140,7 +139,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     known_ranks = set(rank_nodes) | (set(range(world)) if world else set())
     if not world and known_ranks:  # ranks exist up to the highest one seen (no more is known)
         known_ranks |= set(range(max(known_ranks) + 1))
-    outside = [f for f in findings if f.sig == AGENT_SIGNAL]  # the launcher was signalled from outside
+    outside = [f for f in findings if f.has("stopped-from-outside")]  # the launcher was signalled from outside
 
     sharded = True if read.ctx.config.get("zero_stage") == 3 else None  # ZeRO-3: all-gathers gather parameters
     gaps = list(inp.gaps)

@@ -47,9 +47,6 @@ BLAME = {
     "network": "infrastructure",
     "storage": "infrastructure",
 }
-GENERIC = {"python.exception", "python.traceback"}
-CUT_TRACEBACK = "python.traceback"  # a failure whose own words are missing from the text
-MENTION = "text.failure_mention"  # the text names a class of failure in words
 HANG_ID = "hang.stopped_first"
 
 
@@ -63,6 +60,10 @@ class Finding:
     @property
     def sig(self) -> str:
         return self.match.signature.id
+
+    def has(self, trait: str) -> bool:
+        """Whether its signature carries ``trait`` (catalog.TRAITS)."""
+        return trait in self.match.signature.traits
 
     @property
     def role(self) -> str:
@@ -185,7 +186,7 @@ def fingerprint(f: Finding) -> str:
     """Signature plus the message with numbers blanked: ranks sharing it failed alike."""
     msg = f.ev.fields.get("message") or f.ev.text
     first = msg.strip().splitlines()[-1] if f.ev.kind == "traceback" and msg.strip() else msg
-    if f.sig not in GENERIC:
+    if not f.has("generic"):
         first = ""
     return f"{f.sig}|{_NUM.sub('#', first)[:200]}"
 
@@ -257,10 +258,10 @@ def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
     """A traceback cut before its exception line says nothing of what failed: where the text
     names a class of failure in words (an issue title, a note, a message, a known failure in a
     heading), the first such mention gives the category, said in the links (confidence stays low)."""
-    if f.sig != CUT_TRACEBACK:
+    if not f.has("cut-traceback"):
         return f
     said = next((m for m in findings if m.category not in ("unknown", "cascade")
-                 and (m.sig == MENTION or (m.ev.fields.get("prose") and m.role == "root"))), None)
+                 and (m.has("mention") or (m.ev.fields.get("prose") and m.role == "root"))), None)
     if said is None:
         return f
     return replace(f, match=replace(f.match, category=said.category),
@@ -285,14 +286,14 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: 
         if part is f or part.ev.rank != f.ev.rank or not part.ev.frames:
             continue
         same = part.sig == f.sig if f.ev.rank is not None else part.ev.stream == f.ev.stream
-        if (same or (f.sig == CUT_TRACEBACK and part.sig == CUT_TRACEBACK and part.ev.stream == f.ev.stream)) \
+        if (same or (f.has("cut-traceback") and part.has("cut-traceback") and part.ev.stream == f.ev.stream)) \
                 and (p := phase_from_frames(part.ev.frames)):
-            return p, "frames of the same failure told elsewhere" if f.sig != CUT_TRACEBACK else \
+            return p, "frames of the same failure told elsewhere" if not f.has("cut-traceback") else \
                 "frames of the rest of the cut traceback"
     hinted = phase_hint(f.ev.text, before, sharded)
     if hinted:
         return hinted
-    if f.sig == CUT_TRACEBACK:  # a cut traceback's own words are missing: the failure a heading names
+    if f.has("cut-traceback"):  # a cut traceback's own words are missing: the failure a heading names
         named = next((h for h in parts if h.ev.fields.get("prose") and h.role == "root"
                       and len(h.match.signature.phases) == 1), None)
         if named is not None:
@@ -314,7 +315,7 @@ def confidence(f: Finding, tied: bool) -> str:
     """high when a specific signature names the rank and the category and nothing ties or caps it
     (a failure whose category is unknown says what happened, not whose fault it is: no bet)."""
     got = "high"
-    if tied or f.sig in GENERIC or f.ev.rank is None or f.category == "unknown" or any("only rank" in x for x in f.links):
+    if tied or f.has("generic") or f.ev.rank is None or f.category == "unknown" or any("only rank" in x for x in f.links):
         got = "medium"
     return min(got, f.cap or "high", f.match.signature.max_confidence, key=_LEVELS.index)
 
@@ -324,22 +325,20 @@ _LEVELS = ("low", "medium", "high")
 
 # Signatures of a collective that timed out (the watchdog's abort follows them) and of a rank's
 # own words as it is aborted.
-TIMEOUTS = frozenset({"nccl.watchdog_timeout", "gloo.timeout", "nccl.async_abort", "nccl.work_status"})
-KERNEL_OOM = frozenset({"kernel.memcg_oom_kill", "kernel.oom_kill", "slurm.oom_kill"})
 DMESG = "dmesg -T | grep -i -E 'killed process|out of memory'"
 
 
 def _aborted(f: Finding) -> bool:
     ex = exit_of(f)
     return (ex is not None and ex["signal"] == "SIGABRT") or (
-        f.sig == "python.fatal_error" and f.match.groups.get("reason", "").startswith("Aborted"))
+        f.has("fatal-error") and f.match.groups.get("reason", "").startswith("Aborted"))
 
 
 def judge_signals(findings: list[Finding], kernel_span: Mapping[str | None, tuple[int, int]],
                   rank_nodes: Mapping[int, str | None]) -> None:
     """What a rank's death by signal says, in place (rule 4 of the module)."""
-    oom_ranks = {f.ev.rank for f in findings if f.sig in KERNEL_OOM and f.ev.rank is not None}
-    timeouts = [f for f in findings if f.sig in TIMEOUTS or (f.role == "cascade" and f.sig.startswith("nccl."))]
+    oom_ranks = {f.ev.rank for f in findings if f.has("oom-kill") and f.ev.rank is not None}
+    timeouts = [f for f in findings if f.has("collective-timeout") or (f.role == "cascade" and f.sig.startswith("nccl."))]
     for f in findings:
         if f.role != "root" or f.ev.source == "kernel":
             continue

@@ -28,6 +28,7 @@ import re
 from datetime import datetime, timezone
 from importlib import resources
 
+from firstfault.analysis.catalog import shipped
 from firstfault.reports.memtable import HEADER as MEMORY_HEADER
 from firstfault.reports.memtable import memory_rows
 from firstfault.reports.text import alike_text, frame_line, node_context_lines
@@ -156,8 +157,8 @@ def _key_events(rep: dict) -> str:
     if not tl:
         return ""
     ev, lanes = tl["events"], tl["lanes"]
-    idx = [i for i, k in enumerate(ev["kind"]) if k in KEY_KINDS or (k == "checkpoint" and ev["sig"][i] ==
-                                                                   "deepspeed.checkpoint_save_start")]
+    starts = shipped().ids_with("save-start")  # a save's start is a key event, its files and end are not
+    idx = [i for i, k in enumerate(ev["kind"]) if k in KEY_KINDS or (k == "checkpoint" and ev["sig"][i] in starts)]
     idx.sort(key=lambda i: (ev["kind"][i] != "first", ev["t_ms"][i]))
     rows = []
     for i in idx[:MAX_KEY_EVENTS]:

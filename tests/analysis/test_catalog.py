@@ -296,3 +296,41 @@ def test_bad_catalog_reports_every_problem_at_once(tmp_path):
 def test_unparsable_toml_is_one_clear_error():
     with pytest.raises(CatalogError, match="not valid TOML"):
         parse_catalog("[[signature]\nid =", "inline")
+
+
+def test_every_trait_the_code_asks_for_is_carried():
+    from firstfault.analysis.catalog import TRAITS
+    for trait in TRAITS:
+        assert CATALOG.ids_with(trait), trait
+    with pytest.raises(KeyError):
+        CATALOG.ids_with("no-such-trait")
+
+
+def test_an_unknown_trait_is_refused():
+    bad = '''
+[[signature]]
+id = "x.y"
+role = "root"
+category = "config"
+phases = []
+traits = ["progres"]
+needles = ["boom"]
+patterns = ["boom"]
+summary = "s"
+first_action = "a"
+reference = "r"
+examples = ["boom"]
+'''
+    with pytest.raises(CatalogError) as e:
+        parse_catalog(bad)
+    assert "trait 'progres' is not one of" in str(e.value)
+
+
+def test_no_signature_id_is_written_in_the_code():
+    """The code asks the catalog for traits; renaming a signature in its file can change nothing silently."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2] / "firstfault"
+    ids = {s.id for s in CATALOG.signatures}
+    found = [(str(p.relative_to(root)), i) for p in root.rglob("*.py") for i in ids
+             if f'"{i}"' in (text := p.read_text()) or f"'{i}'" in text]
+    assert found == []
