@@ -164,10 +164,15 @@ class ColumnsBuilder:
         if joined is not None and k and type(messages[0]) is bytes:
             self.chunks.append((len(self.message), k, joined))
         self.message += messages
+        if not k:
+            return
         for col, value in zip(self.runs, (SOURCE_RANKLOG, KIND_RANK_LINE, None, None, observed_ns,
                                           None, None, job, rank, local_rank, None, 6, fields)):
-            if col is not None:
-                col.add(value, k)
+            if col is not None:  # Runs.add inline: a chunk a file a wake, 12 columns each
+                if col and col[-1][0] is value:
+                    col[-1][1] += k
+                else:
+                    col.append([value, k])
 
     def row(self, row: tuple) -> None:
         """One record: a tuple of the wire columns."""
