@@ -466,11 +466,12 @@ def phase_throughput(work: str, kind: str, args) -> dict:
             sink.stop()
 
 
-def start_collector(work: str, port: int) -> subprocess.Popen:
+def start_collector(work: str, port: int, tree: str = ROOT) -> subprocess.Popen:
+    """The collector of the checkout ``tree`` (the agent's: a before/after run compares both)."""
     p = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-m", "firstfault", "collector",
                           "--listen", f"127.0.0.1:{port}", "--http", "127.0.0.1:0",
-                          "--db", os.path.join(work, "c.db")], cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": ROOT}, stderr=subprocess.DEVNULL)
+                          "--db", os.path.join(work, "c.db")], cwd=tree,
+                         env={**os.environ, "PYTHONPATH": tree}, stderr=subprocess.DEVNULL)
     settle(lambda: _listening(port), 30)
     return p
 
@@ -489,7 +490,7 @@ def phase_steady(work: str, kind: str, args) -> dict:
     tree = tree_of(kind, args)
     if tree:
         cport = free_port()
-        col = start_collector(work, cport)
+        col = start_collector(work, cport, tree)
         sink = AckSink(upstream=("127.0.0.1", cport)).start()
         sh = start_agent(work, sink.port, args.cpu, args.fsync_interval_ms,
                          samplers=not args.no_samplers, tree=tree)
