@@ -183,12 +183,6 @@ class ColumnsBuilder:
             if col is not None:
                 col.add(value)
 
-    def set_fields(self, i: int, fields: dict) -> None:
-        self.runs[FIELDS].set(i, fields)
-
-    def fields_at(self, i: int) -> dict:
-        return self.runs[FIELDS].at(i)
-
     def add_fields(self, extra: Mapping[int, dict]) -> None:
         """Record i's fields become ``{**its fields, **extra[i]}``, for every i at once
         (one pass over the runs)."""
