@@ -3,7 +3,8 @@
 The agent runs as ``python -m firstfault agent`` pinned to core 0 (``taskset``);
 this process (the writer, the sinks, the proxy) runs on core 1. Every line is a
 ~150-byte DeepSpeed-style line ending in ``t_ns=<write time>``, appended to one of
-8 rank logs (``logs/rank{rank}.log``) by the writer just after it took the stamp.
+FILES rank logs (``logs/rank{rank}.log``; ``--files 8,64,256`` runs each count in
+every round) by the writer just after it took the stamp.
 CPU is the child's utime + stime from /proc/PID/stat (every thread), RSS its
 VmRSS / VmHWM from /proc/PID/status.
 
@@ -33,9 +34,12 @@ VmRSS / VmHWM from /proc/PID/status.
         [--idle 20] [--fsync-interval-ms 20] [--write-ms 2] [--no-samplers]
         [--phases throughput,steady,backlog] [--no-rsyslog] [--read-gap-s S]
         [--base DIR (also the agent of another checkout: before/after)] [--repeat N]
+        [--files 8[,64,256]]
 
 ``--repeat N`` runs every phase for every shipper N times, in turn (the order rotates
-each round so the machine's noise hits all alike), and prints the medians.
+each round so the machine's noise hits all alike), and prints the medians, and the
+ratio of each agent's CPU to rsyslog's in the same round (median, min..max): the
+anchor, since the machine's load moves the absolute figures.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ sys.path.insert(0, ROOT)
 
 from firstfault import wire  # noqa: E402
 
-FILES = 8
+FILES = [8]  # files followed in the current run (--files)
 GAP: list[float | None] = [None]  # --read-gap-s
 NO_REDACT = [False]  # --no-redact
 TICK = os.sysconf("SC_CLK_TCK")
@@ -303,7 +307,7 @@ action(type="omfwd" target="127.0.0.1" port="{port}" protocol="tcp"
 def start_rsyslog(work: str, port: int, cpu: int) -> Shipper:
     os.makedirs(os.path.join(work, "rs"), exist_ok=True)
     inputs = "\n".join(f'input(type="imfile" file="{work}/logs/rank{r}.log" tag="rank{r}")'
-                       for r in range(FILES))
+                       for r in range(FILES[0]))
     conf = os.path.join(work, "rsyslog.conf")
     with open(conf, "w") as f:
         f.write(RSYSLOG_CONF.format(work=work, inputs=inputs, port=port))
@@ -313,7 +317,7 @@ def start_rsyslog(work: str, port: int, cpu: int) -> Shipper:
 def fresh(work: str) -> list[str]:
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.join(work, "logs"))
-    paths = [os.path.join(work, "logs", f"rank{r}.log") for r in range(FILES)]
+    paths = [os.path.join(work, "logs", f"rank{r}.log") for r in range(FILES[0])]
     for p in paths:
         open(p, "wb").close()
     return paths
@@ -324,8 +328,9 @@ def fresh(work: str) -> list[str]:
 WRITER = r"""
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
-from bench.agent import line, FILES
-paths, (mode, n, rate, seconds, _) = sys.argv[2:2 + FILES], sys.argv[2 + FILES:]
+from bench.agent import line
+paths, (mode, n, rate, seconds, _) = sys.argv[2:-5], sys.argv[-5:]
+FILES = len(paths)
 n, rate, seconds = int(n), int(rate), float(seconds)
 fds = [os.open(p, os.O_WRONLY | os.O_APPEND) for p in paths]
 if mode == "burst":  # n lines built first, then written as fast as possible, 1 MiB writes
@@ -351,7 +356,7 @@ print(n // FILES * FILES if mode == "burst" else i)
 """
 
 
-RANK_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(FILES), "MASTER_ADDR": "127.0.0.1"}
+RANK_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8", "MASTER_ADDR": "127.0.0.1"}
 
 
 def writer(paths: list[str], mode: str, n: int = 0, rate: int = 0, seconds: float = 0,
@@ -461,11 +466,12 @@ def phase_throughput(work: str, kind: str, args) -> dict:
             sink.stop()
 
 
-def start_collector(work: str, port: int) -> subprocess.Popen:
+def start_collector(work: str, port: int, tree: str = ROOT) -> subprocess.Popen:
+    """The collector of the checkout ``tree`` (the agent's: a before/after run compares both)."""
     p = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-m", "firstfault", "collector",
                           "--listen", f"127.0.0.1:{port}", "--http", "127.0.0.1:0",
-                          "--db", os.path.join(work, "c.db")], cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": ROOT}, stderr=subprocess.DEVNULL)
+                          "--db", os.path.join(work, "c.db")], cwd=tree,
+                         env={**os.environ, "PYTHONPATH": tree}, stderr=subprocess.DEVNULL)
     settle(lambda: _listening(port), 30)
     return p
 
@@ -484,7 +490,7 @@ def phase_steady(work: str, kind: str, args) -> dict:
     tree = tree_of(kind, args)
     if tree:
         cport = free_port()
-        col = start_collector(work, cport)
+        col = start_collector(work, cport, tree)
         sink = AckSink(upstream=("127.0.0.1", cport)).start()
         sh = start_agent(work, sink.port, args.cpu, args.fsync_interval_ms,
                          samplers=not args.no_samplers, tree=tree)
@@ -568,6 +574,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1,
                     help="rounds of every phase and shipper, in turn; medians printed at the end")
     ap.add_argument("--read-gap-s", type=float, help="this checkout's ranklog read_gap_s")
+    ap.add_argument("--files", default="8", help="files followed, comma-separated counts, each in every round")
     ap.add_argument("--no-redact", action="store_true",
                     help="this checkout's agent with [redact] enabled = false (what redaction costs)")
     args = ap.parse_args()
@@ -581,22 +588,33 @@ def main() -> None:
                  "loadavg": [os.getloadavg()[0]]}
     phases = args.phases.split(",")
     runs: dict[str, list[dict]] = {}
+    counts = [int(n) for n in args.files.split(",")]
+    ratios: dict[str, list[float]] = {}
     for rep in range(args.repeat):
         order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]  # interleaved, in turn
         for ph in ("throughput", "steady"):
             if ph not in phases:
                 continue
-            for kind in order:
-                f = phase_throughput if ph == "throughput" else phase_steady
-                r = f(os.path.join(args.out, kind.replace("@", "-")), kind, args)
-                runs.setdefault(f"{ph}.{kind}", []).append(r)
-                print(f"{ph}.{kind}: {json.dumps(r)}", flush=True)
+            for files in counts:
+                FILES[0] = files
+                got = {}
+                for kind in order:
+                    f = phase_throughput if ph == "throughput" else phase_steady
+                    r = f(os.path.join(args.out, kind.replace("@", "-")), kind, args)
+                    runs.setdefault(f"{ph}.{files}.{kind}", []).append(r)
+                    got[kind] = r
+                    print(f"{ph}.{files}.{kind}: {json.dumps(r)}", flush=True)
+                rs = got.get("rsyslog")
+                for kind, r in got.items():  # CPU per line against rsyslog's, this round
+                    if rs and kind != "rsyslog" and r["cpu_us_per_line"] and rs["cpu_us_per_line"]:
+                        ratios.setdefault(f"{ph}.{files}.{kind}", []).append(
+                            round(r["cpu_us_per_line"] / rs["cpu_us_per_line"], 3))
         res["loadavg"].append(os.getloadavg()[0])
     if "backlog" in phases:
         res["backlog.agent"] = r = phase_backlog(os.path.join(args.out, "agent"), args)
         print(f"backlog.agent: {json.dumps(r)}", flush=True)
     shutil.rmtree(args.out, ignore_errors=True)
-    res["runs"] = runs
+    res["runs"], res["cpu_ratio_to_rsyslog"] = runs, ratios
     print(json.dumps(res))
     print(f"\nmedians of {args.repeat} interleaved run(s); load average {res['loadavg']}")
     for key, got in runs.items():
@@ -608,6 +626,9 @@ def main() -> None:
                 threads.setdefault(t, []).append(v)
         med["thread_cpu_s"] = {t: round(statistics.median(v), 3) for t, v in threads.items()}
         print(f"{key}: {json.dumps(med)}")
+    for key, got in ratios.items():
+        print(f"{key} CPU / rsyslog's, same rounds: median {statistics.median(got):.2f} "
+              f"(min {min(got):.2f}, max {max(got):.2f}, n={len(got)})")
 
 
 MEDIANS = ("cpu_us_per_line", "lines_per_cpu_s", "cpu_pct", "hwm_mib", "rss_mib", "p50_ms", "p99_ms",

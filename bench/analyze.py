@@ -8,7 +8,13 @@ and every other rank then reports an NCCL watchdog timeout; then runs
 reports MB/s and the child's peak RSS. Two sizes are run so that memory can be
 seen not to grow with the input.
 
-    python3 bench/analyze.py [--ranks 256] [--mb 1024] [--out bench/out] [--keep]
+    python3 bench/analyze.py [--ranks 256] [--mb 1024] [--out bench/out] [--keep] [--grep N]
+
+``--grep N``: then N interleaved rounds on the large set of ``grep -rcF`` with the
+analysis's own needles (``scan_needles(load_catalog())``: the automaton's words, the
+progress needles left out as the scanner leaves them out of its one pass) and of
+analyze, CPU time of each (getrusage of the children) and their ratio per round: the
+anchor, since the shared machine moves the absolute figures.
 
 The data set is cached in --out and reused when its parameters match.
 """
@@ -133,12 +139,51 @@ def run(folder: str) -> dict:
     }
 
 
+def _child_cpu(cmd: list[str]) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # into a pipe, not /dev/null: GNU grep stops at the first match when its output is /dev/null
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode not in (0, 1):
+        raise SystemExit(f"{cmd[0]} failed ({p.returncode}): {p.stderr[-2000:]!r}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def against_grep(folder: str, out: str, rounds: int) -> None:
+    """analyze's CPU against grep -rcF's with the same needles, in interleaved rounds."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from firstfault.analysis.catalog import load_catalog
+    from firstfault.analysis.report import scan_needles
+    n = scan_needles(load_catalog())
+    progress = {w.decode() for w in n.progress}
+    words = os.path.join(out, "needles.txt")
+    with open(words, "w") as f:
+        f.write("".join(w + "\n" for w in n.words if w not in progress))
+    grep = ["grep", "-rcF", "-f", words, folder]
+    analyze = [sys.executable, "-m", "firstfault", "analyze", folder, "--format", "json", "--tz", "UTC"]
+    ratios, gs, ans = [], [], []
+    for r in range(rounds):
+        pair = [("grep", grep), ("analyze", analyze)]
+        got = dict((name, _child_cpu(cmd)) for name, cmd in (pair if r % 2 == 0 else pair[::-1]))
+        gs.append(got["grep"])
+        ans.append(got["analyze"])
+        ratios.append(got["analyze"] / got["grep"])
+        print(f"round {r + 1}: grep -rcF ({len(n.words) - len(progress)} needles) cpu={got['grep']:.2f} s "
+              f"analyze cpu={got['analyze']:.2f} s ratio={ratios[-1]:.2f}", flush=True)
+    med = sorted(ratios)[len(ratios) // 2]
+    print(f"analyze CPU / grep's, same rounds: median {med:.2f} (min {min(ratios):.2f}, max {max(ratios):.2f}, "
+          f"n={rounds}); grep median {sorted(gs)[rounds // 2]:.2f} s, analyze {sorted(ans)[rounds // 2]:.2f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=256)
     ap.add_argument("--mb", type=int, default=1024, help="size of the large data set in MB")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
     ap.add_argument("--keep", action="store_true", help="keep the generated data sets")
+    ap.add_argument("--grep", type=int, default=0, metavar="N",
+                    help="N interleaved rounds of grep -rcF with the same needles, and analyze")
     a = ap.parse_args()
     rows = []
     # the small set first: ru_maxrss of children is a running maximum
@@ -152,6 +197,8 @@ def main() -> None:
               f"rate={size / 1e6 / res['wall_s']:,.1f} MB/s peak_rss={res['peak_rss_mb']:.0f} MB "
               f"first_failure=rank {res['rank']} {res['signature']} ({'right' if ok else 'WRONG, expected rank ' + str(expect)})",
               flush=True)
+    if a.grep:
+        against_grep(folder, a.out, a.grep)
     if not a.keep:
         shutil.rmtree(a.out, ignore_errors=True)
     if not all(ok for *_, ok in rows):

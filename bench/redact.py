@@ -11,6 +11,9 @@ DeepSpeed-style lines:
   secrets   one line in 100 holds a secret (an HF token in a launch command)
   regex     the same plain lines searched by every pattern's regex, no prefilter: what a
             redactor without it would cost (searching only)
+  joined    Redactor.messages on ranklog's columns: the plain lines as bytes, joined again
+  chunks    the same with each 1,000 lines' chunk as read (``chunks=``: what ranklog hands
+            the sink since issue 24); ``chunks / joined`` per round is printed
 
     python3 -m bench.redact [--lines 200000] [--repeats 5]
 """
@@ -65,13 +68,21 @@ def main() -> None:
         for x in b:
             for p in r.patterns:
                 p.regex.search(x[2])
-    runs = {k: [] for k in ("plain", "tokens", "secrets", "regex")}
+    raw = [[x[2].encode() for x in b] for b in mixes["plain"]]
+    chunked = [(m, [(0, len(m), b"\n".join(m))]) for m in raw]
+    runs = {k: [] for k in ("plain", "tokens", "secrets", "regex", "joined", "chunks")}
     for _ in range(args.repeats):
         for m, batches in mixes.items():
             runs[m].append(per_line_us(lambda b: r.rows(b, Counter()), batches, args.lines))
         runs["regex"].append(per_line_us(every, mixes["plain"][:20], 20_000))
+        runs["joined"].append(per_line_us(lambda m: r.messages(m, Counter()), raw, args.lines))
+        runs["chunks"].append(per_line_us(lambda mc: r.messages(mc[0], Counter(), chunks=mc[1]),
+                                          chunked, args.lines))
+    ratios = [c / j for c, j in zip(runs["chunks"], runs["joined"])]
     out = {"date": time.strftime("%Y-%m-%d"), "lines": args.lines, "repeats": args.repeats,
-           "us_per_line": {k: round(statistics.median(v), 3) for k, v in runs.items()}}
+           "us_per_line": {k: round(statistics.median(v), 3) for k, v in runs.items()},
+           "chunks_to_joined": {"median": round(statistics.median(ratios), 2),
+                                "min": round(min(ratios), 2), "max": round(max(ratios), 2)}}
     print(json.dumps(out))
 
 

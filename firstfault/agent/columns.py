@@ -16,7 +16,7 @@ ColumnsBuilder.build turns a mixed column to str (``as_text``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import chain, repeat
 from typing import Any
 
@@ -72,17 +72,52 @@ class Runs(list):
             at += k
         raise IndexError(i)
 
+    def update(self, changes: Mapping[int, Callable[[Any], Any]]) -> None:
+        """Record i takes ``changes[i](its value)``, each in a run of its own: one pass over
+        the runs for all of them (``set`` per record scans and splices the runs each time:
+        a wake's last row of each of N files made that N² work)."""
+        if not changes:
+            return
+        todo = sorted(changes)
+        out: list[list] = []
+        at = t = 0
+        for v, k in self:
+            end = at + k
+            if t < len(todo) and todo[t] < end:
+                pos = at
+                while t < len(todo) and todo[t] < end:
+                    i = todo[t]
+                    if i < pos:
+                        raise IndexError(i)
+                    if i > pos:
+                        out.append([v, i - pos])
+                    out.append([changes[i](v), 1])
+                    pos, t = i + 1, t + 1
+                if end > pos:
+                    out.append([v, end - pos])
+            else:
+                out.append([v, k])
+            at = end
+        if t < len(todo):
+            raise IndexError(todo[t])
+        self[:] = out
+
 
 Column = Sequence[Any]  # a list (or tuple) of one value per record, or Runs
 
 
 class Columns:
-    """``n`` records as the 13 wire columns (COLUMNS order), each a list or Runs."""
+    """``n`` records as the 13 wire columns (COLUMNS order), each a list or Runs.
 
-    __slots__ = ("n", "cols")
+    ``chunks``: (first record, count, bytes) where the messages of records
+    first..first+count-1 are bytes and the source still holds them joined by newlines
+    as read (ranklog's chunk): the redactor searches those as they are instead of
+    joining the lines again."""
 
-    def __init__(self, n: int, cols: list[Column]) -> None:
-        self.n, self.cols = n, cols
+    __slots__ = ("n", "cols", "chunks")
+
+    def __init__(self, n: int, cols: list[Column], chunks: Sequence[tuple[int, int, bytes]] = ()) -> None:
+        self.n, self.cols, self.chunks = n, cols, chunks
 
     def cut(self, lo: int, hi: int) -> Columns:
         return Columns(hi - lo, [c.cut(lo, hi) if type(c) is Runs else c[lo:hi] for c in self.cols])
@@ -93,6 +128,10 @@ class Columns:
         cols = [c.values() if type(c) is Runs else c for c in self.cols]
         cols[MESSAGE] = as_text(cols[MESSAGE])
         return list(zip(*cols))
+
+
+def _merged(extra: dict) -> Callable[[dict], dict]:
+    return lambda fields: {**fields, **extra}
 
 
 def as_text(messages: list[str | bytes]) -> list[str]:
@@ -109,22 +148,31 @@ class ColumnsBuilder:
         self.message: list[str | bytes] = []
         self.runs[MESSAGE] = None  # type: ignore[call-overload]
         self._mixed = False  # str and bytes messages both added
+        self.chunks: list[tuple[int, int, bytes]] = []  # Columns.chunks
 
     def __len__(self) -> int:
         return len(self.message)
 
     def lines(self, messages: list[str | bytes], observed_ns: int, job: str | None,
-              rank: int | None, local_rank: int | None, fields: dict) -> None:
+              rank: int | None, local_rank: int | None, fields: dict, joined: bytes | None = None) -> None:
         """``rank.line`` records (severity 6, no occurred time: the collector reads the
-        line's own stamp) of one chunk of a rank's file."""
+        line's own stamp) of one chunk of a rank's file; ``joined``: the messages (bytes)
+        joined by newlines, as read (Columns.chunks)."""
         k = len(messages)
         if k and self.message and type(messages[0]) is not type(self.message[0]):
             self._mixed = True
+        if joined is not None and k and type(messages[0]) is bytes:
+            self.chunks.append((len(self.message), k, joined))
         self.message += messages
+        if not k:
+            return
         for col, value in zip(self.runs, (SOURCE_RANKLOG, KIND_RANK_LINE, None, None, observed_ns,
                                           None, None, job, rank, local_rank, None, 6, fields)):
-            if col is not None:
-                col.add(value, k)
+            if col is not None:  # Runs.add inline: a chunk a file a wake, 12 columns each
+                if col and col[-1][0] is value:
+                    col[-1][1] += k
+                else:
+                    col.append([value, k])
 
     def row(self, row: tuple) -> None:
         """One record: a tuple of the wire columns."""
@@ -135,13 +183,13 @@ class ColumnsBuilder:
             if col is not None:
                 col.add(value)
 
-    def set_fields(self, i: int, fields: dict) -> None:
-        self.runs[FIELDS].set(i, fields)
-
-    def fields_at(self, i: int) -> dict:
-        return self.runs[FIELDS].at(i)
+    def add_fields(self, extra: Mapping[int, dict]) -> None:
+        """Record i's fields become ``{**its fields, **extra[i]}``, for every i at once
+        (one pass over the runs)."""
+        self.runs[FIELDS].update({i: _merged(e) for i, e in extra.items()})
 
     def build(self) -> Columns:
         cols = list(self.runs)
         cols[MESSAGE] = as_text(self.message) if self._mixed else self.message
-        return Columns(len(self.message), cols)
+        # mixed: the messages turned to str, no chunk of bytes stands for them
+        return Columns(len(self.message), cols, () if self._mixed else self.chunks)

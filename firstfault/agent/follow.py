@@ -161,6 +161,7 @@ class FollowLoop:
             self._specs.append((g, rx, *_watch_base(g)))
         self._queue: dict[str, None] = {}
         self._pending: list[LineBatch] = []  # polled this wake, not yet handed over
+        self._pending_lines = 0  # their lines (kept as they come: a sum per poll grew with the files)
         self._rescan = self._poll_all = False
         self._followed: set[str] = set()
         self._watches: dict[str, tuple[int, int]] = {}  # directory -> (wd, its inode)
@@ -350,15 +351,17 @@ class FollowLoop:
         if events and self._on_events is not None:
             self._deliver()  # the lines read before these events go first
             self._on_events(events)
-        self._pending += batches
-        if sum(map(len, self._pending)) >= self.DELIVER_LINES:
+        if batches:
+            self._pending += batches
+            self._pending_lines += sum(map(len, batches))
+        if self._pending_lines >= self.DELIVER_LINES:
             self._deliver()  # a backlog: memory stays bounded
         if self.tailer.more(path):
             self._queue[path] = None
 
     def _deliver(self) -> None:
         """Hand over the batches of a wake's polls at once (one spool append a wake)."""
-        batches, self._pending = self._pending, []
+        batches, self._pending, self._pending_lines = self._pending, [], 0
         if batches:
             if self._on_batches is not None:
                 self._on_batches(batches)

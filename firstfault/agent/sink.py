@@ -80,7 +80,7 @@ class SpoolSink:
                         source[0][0] if type(source) is Runs else source[0], hold)
 
     def _redact(self, records: Columns) -> Columns:
-        hits = self.redactor.messages(records.cols[MESSAGE], self.redacted)
+        hits = self.redactor.messages(records.cols[MESSAGE], self.redacted, chunks=records.chunks)
         if not hits:
             return records
         cols = list(records.cols)
@@ -88,10 +88,10 @@ class SpoolSink:
         fields = Runs(list(run) for run in fields) if type(fields) is Runs else list(fields)
         for i, (text, mark) in hits.items():
             message[i] = text if type(message[i]) is str else text.encode()  # one type a column
-            if type(fields) is Runs:
-                fields.set(i, {**fields.at(i), "redacted": mark})
-            else:
+            if type(fields) is not Runs:
                 fields[i] = {**fields[i], "redacted": mark}
+        if type(fields) is Runs:  # one pass over the runs for all the hits
+            fields.update({i: _marked(mark) for i, (_, mark) in hits.items()})
         cols[MESSAGE], cols[FIELDS] = message, fields
         return Columns(records.n, cols)
 
@@ -137,3 +137,7 @@ class SpoolSink:
         """How long the oldest unacked record has waited (0 when all are acked)."""
         with self._lock:
             return time.monotonic() - self._marks[0][1] if self._marks else 0.0
+
+
+def _marked(mark: str):
+    return lambda fields: {**fields, "redacted": mark}

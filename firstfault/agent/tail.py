@@ -447,7 +447,10 @@ class Tailer(_Reader, _State):
         if budget <= 0:
             ps.more = True
             return changed
-        cur, truncated = self._recheck(ps, len(files) - 1, now_ns, out)
+        # the path's stat names cur's inode: its size is cur's, no fstat (a file opened
+        # since the stat may be another)
+        same = st is not None and (st.st_ino, st.st_dev) == (cur.key.ino, cur.key.dev)
+        cur, truncated = self._recheck(ps, len(files) - 1, now_ns, out, st.st_size if same else None)
         changed |= truncated
         if cur is not None and not cur.at_path:  # the old content goes on in its copy: drain it
             used, eof = self._read(ps, cur, budget, now_ns, out)

@@ -158,7 +158,7 @@ class _File:
     """One content of one inode that a path held: descriptor, offsets, partial line."""
 
     __slots__ = ("key", "fd", "at_path", "restored", "gone", "read", "line_start", "committed",
-                 "fp_len", "fp", "pending", "cut_head", "cut_total", "last_growth", "ahead")
+                 "fp_len", "fp", "pending", "cut_head", "cut_total", "last_growth", "ahead", "head")
 
     def __init__(self, key: FileKey, fd: int | None, *, at_path: bool, offset: int = 0,
                  fp_len: int = 0, fp: str = _fingerprint(b""), now: float = 0.0):
@@ -171,6 +171,7 @@ class _File:
         self.cut_total = 0
         self.last_growth = now
         self.ahead: tuple[int, int, str] | None = None  # restored: (offset, fp_len, fp) to check
+        self.head: tuple[str, bytes] | None = None  # (fp, the bytes it hashes): compared, not hashed
 
     def state(self, path: str) -> dict[str, Any]:
         return {"path": path, "dev": self.key.dev, "ino": self.key.ino, "fp_len": self.fp_len,
@@ -203,9 +204,14 @@ class _Reader:
 
     def _check_fingerprint(self, f: _File) -> bool:
         """Whether the first fp_len bytes are unchanged; extends the fingerprint as the file grows."""
-        if f.fp_len >= self.fingerprint_bytes:
+        if f.fp_len >= self.fingerprint_bytes:  # every poll: the bytes compared, hashed once
             head = os.pread(f.fd, f.fp_len, 0)
-            return len(head) == f.fp_len and _fingerprint(head) == f.fp
+            if f.head is not None and f.head[0] == f.fp:
+                return head == f.head[1]
+            same = len(head) == f.fp_len and _fingerprint(head) == f.fp
+            if same:
+                f.head = f.fp, head
+            return same
         head = os.pread(f.fd, self.fingerprint_bytes, 0)
         if len(head) < f.fp_len or (f.fp_len and _fingerprint(head[:f.fp_len]) != f.fp):
             return False

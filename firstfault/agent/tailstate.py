@@ -118,8 +118,8 @@ class _State:
 
     # -- a content truncated in place ---------------------------------------------
 
-    def _recheck(self, ps: _PathState, i: int, now_ns: int,
-                 out: list[LineBatch]) -> tuple[_File | None, bool]:
+    def _recheck(self, ps: _PathState, i: int, now_ns: int, out: list[LineBatch],
+                 size: int | None = None) -> tuple[_File | None, bool]:
         """(file, truncated): ps.files[i] if it still holds the content being read, else
         (truncated, or rewritten in place) its new content, read from 0 -- or, when a copy
         of the old content lies beside the path (``find_copy``), the old content read on
@@ -127,7 +127,8 @@ class _State:
         f = ps.files[i]
         known = f.fp_len
         try:
-            size = os.fstat(f.fd).st_size
+            if size is None:  # (given: the path's stat, when it names this inode)
+                size = os.fstat(f.fd).st_size
             if size >= f.read and self._check_fingerprint(f):
                 return f, not known and f.fp_len > 0  # first bytes seen: save them
         except OSError as exc:

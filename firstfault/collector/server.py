@@ -432,8 +432,9 @@ class IngestServer:
                            f"of {self.limits.max_batch_records}")
         m = self.metrics
         m.records_received += n
-        try:
-            new, seconds = await self.queue.store_batch(b)
+        ack = encode_message(Ack(b.seqs[-1]))
+        try:  # the ack is written the moment the commit is back (StoreQueue: on_durable)
+            new, seconds = await self.queue.store_batch(b, lambda: s.writer.write(ack))
         except Exception as e:
             raise _Closing(ERR_INTERNAL, f"store failed: {type(e).__name__}: {e}",
                            level=logging.ERROR) from e
@@ -444,7 +445,7 @@ class IngestServer:
         s.last_seq = b.seqs[-1]
         self._give_back(s)  # stored: no longer in flight
         self._observe("stored", s.node, b.cols)
-        await self._send(s, Ack(b.seqs[-1]))
+        await s.writer.drain()
 
     async def _send(self, s: _Session, msg: Any) -> None:
         s.writer.write(encode_message(msg))

@@ -16,6 +16,7 @@ import concurrent.futures
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from typing import Any
 
 from firstfault.wire import BatchColumns
@@ -31,14 +32,19 @@ class StoreQueue:
         self._insert_many = getattr(store, "insert_columns_many", None)
         self._mark_pending = getattr(store, "mark_pending", None)
         self.marks_behind = self._mark_pending is not None  # the file may hold some
-        self.waiting: list[tuple[BatchColumns, asyncio.Future]] = []  # batches for the store
+        # batches for the store, each with its future and what to do the moment it is durable
+        self.waiting: list[tuple[BatchColumns, asyncio.Future, Callable[[], None] | None]] = []
         self.stopping = False  # no more marking
         self._storing = False  # a group of batches (or a marking step) is on the thread
 
-    async def store_batch(self, b: BatchColumns) -> tuple[int, float]:
-        """(records new, seconds of the store call it was part of) once durable."""
+    async def store_batch(self, b: BatchColumns,
+                          on_durable: Callable[[], None] | None = None) -> tuple[int, float]:
+        """(records new, seconds of the store call it was part of) once durable.
+        ``on_durable()`` (the ack's write) is called as soon as the store thread's commit
+        is back, in the loop's thread: before the next group goes to the store thread and
+        before this coroutine resumes (the ack is not queued behind slower work)."""
         fut = asyncio.get_running_loop().create_future()
-        self.waiting.append((b, fut))
+        self.waiting.append((b, fut, on_durable))
         if not self._storing:
             self._store_waiting()
         return await fut
@@ -48,7 +54,7 @@ class StoreQueue:
         self._storing = True
         loop = asyncio.get_running_loop()
         try:
-            job = self.writer.submit(self._insert_group, [b for b, _ in group])
+            job = self.writer.submit(self._insert_group, [b for b, _, _ in group])
         except RuntimeError as e:  # the store thread is shut down
             job = concurrent.futures.Future()
             job.set_exception(e)
@@ -56,19 +62,24 @@ class StoreQueue:
             return
         job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._stored, group, done))
 
-    def _stored(self, group: list[tuple[BatchColumns, asyncio.Future]], done: Any) -> None:
+    def _stored(self, group: list[tuple[BatchColumns, asyncio.Future, Any]], done: Any) -> None:
         self._storing = False
         try:
             results = done.result()
         except BaseException as e:  # the executor is gone (stop past its grace)
             results = [e] * len(group)
-        for (_, fut), result in zip(group, results):
+        for (_, fut, on_durable), result in zip(group, results):
             if fut.done():
                 continue  # its session was cancelled
             if isinstance(result, BaseException):
                 fut.set_exception(result)
-            else:
-                fut.set_result(result)
+                continue
+            if on_durable is not None:
+                try:
+                    on_durable()
+                except Exception as e:  # (a closed transport): the session finds out itself
+                    log.debug("ack not written error=%s", e)
+            fut.set_result(result)
         self._next()
 
     def _next(self) -> None:

@@ -274,35 +274,35 @@ class Redactor:
             at = b
         return "".join(parts) + s[at:]
 
-    def messages(self, msgs: Sequence[str | bytes], counts: Counter | None = None) -> dict[int, tuple[str, str]]:
+    def messages(self, msgs: Sequence[str | bytes], counts: Counter | None = None,
+                 chunks: Sequence[tuple[int, int, bytes]] = ()) -> dict[int, tuple[str, str]]:
         """The messages (str, or bytes of UTF-8 text) that hold a secret: index ->
         (the message redacted, the ``fields.redacted`` mark). One search over all of
         them joined; only a message with a literal's hit is looked at again. The
-        messages are lines in order: a private key's block over several is redacted."""
-        return self._messages(msgs, counts, True)
+        messages are lines in order: a private key's block over several is redacted.
+        ``chunks``: (first, count, bytes) where the caller holds msgs[first:first+count]
+        (bytes) already joined by newlines, as read: searched as they are (the
+        prefilter on the chunk: no message is encoded or joined again)."""
+        return self._messages(msgs, counts, True, chunks)
 
-    def _messages(self, msgs: Sequence[str | bytes], counts: Counter | None,
-                  lines: bool) -> dict[int, tuple[str, str]]:
+    def _messages(self, msgs: Sequence[str | bytes], counts: Counter | None, lines: bool,
+                  chunks: Sequence[tuple[int, int, bytes]] = ()) -> dict[int, tuple[str, str]]:
         if self._bytes_ac is None or not msgs:
             return {}
-        data = [m if type(m) is bytes else m.encode("utf-8", "surrogatepass") for m in msgs]
-        found = self._bytes_ac.find_matches_as_indexes(b"\n".join(data), overlapping=True)
-        if not found:
-            if lines and self._key_open:
-                out: dict[int, tuple[str, str]] = {}
-                self._key_lines(msgs, out, counts)
-                return out
-            return {}
-        starts = list(accumulate((len(m) + 1 for m in data[:-1]), initial=0))
         per: dict[int, list] = {}
-        for lit, a, b in found:
-            j = bisect_right(starts, a) - 1
-            per.setdefault(j, []).append((lit, a - starts[j], b - starts[j]))
+        for first, n, data in _segments(msgs, chunks):
+            found = self._bytes_ac.find_matches_as_indexes(data, overlapping=True)
+            if not found:
+                continue
+            starts = list(accumulate((len(m) + 1 for m in _encoded(msgs, first, first + n - 1)), initial=0))
+            for lit, a, b in found:
+                k = bisect_right(starts, a) - 1
+                per.setdefault(first + k, []).append((lit, a - starts[k], b - starts[k]))
         out = {}
         for j, hits in sorted(per.items()):
             m = msgs[j]
             text = m if type(m) is str else m.decode()
-            tries = self._hits(text, hits, 0) if data[j].isascii() else None  # bytes = str offsets
+            tries = self._hits(text, hits, 0) if _encode(m).isascii() else None  # bytes = str offsets
             if tries == []:
                 continue  # e.g. a key's literal inside a longer word
             mine: Counter = Counter()
@@ -429,6 +429,27 @@ class Redactor:
         if isinstance(value, (list, tuple)):
             return [self.walk(v, counts) for v in value]
         return value
+
+
+def _encode(m: str | bytes) -> bytes:
+    return m if type(m) is bytes else m.encode("utf-8", "surrogatepass")
+
+
+def _encoded(msgs: Sequence[str | bytes], lo: int, hi: int) -> list[bytes]:
+    return [_encode(m) for m in msgs[lo:hi]]
+
+
+def _segments(msgs: Sequence[str | bytes], chunks: Sequence[tuple[int, int, bytes]]):
+    """(first message, count, bytes of those messages joined by newlines): the given
+    chunks as they are, the messages between them joined here."""
+    at = 0
+    for first, count, data in chunks:
+        if first > at:
+            yield at, first - at, b"\n".join(_encoded(msgs, at, first))
+        yield first, count, data
+        at = first + count
+    if at < len(msgs):
+        yield at, len(msgs) - at, b"\n".join(_encoded(msgs, at, len(msgs)))
 
 
 def _word_start(s: str, at: int) -> int:

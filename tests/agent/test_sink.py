@@ -36,3 +36,31 @@ def test_columns_are_redacted_as_rows_are_and_only_the_lines_with_a_secret_chang
     assert recs[1].message.startswith("[rank0]: hf_token=") and recs[1].message.endswith(" \u00e9")
     assert [r.fields["path"] for r in recs] == [fields["path"]] * 5 and fields == {"path": "/logs/rank0.log"}
     assert sink.redacted == {"hf-token": 2} and sink.records["ranklog"] == 5
+
+
+def test_chunks_as_read_are_redacted_as_the_lines_joined_again(tmp_path):
+    """Lines handed over with their chunk as read (ranklog's ``joined``), between a row of
+    their own and other chunks: the same records reach the spool as when the sink joins
+    the lines itself."""
+    def spooled(joined: bool, path) -> list:
+        spool = Spool(path, node="n1", max_bytes=64 << 20, fsync="never")
+        sink = SpoolSink(spool, Redactor())
+        b = ColumnsBuilder()
+        for k, chunk in enumerate([[b"[rank0]: step 1", f"--token {HF}".encode()],
+                                   [b"[rank0]: a\nb"],  # one record with a newline in it
+                                   [b"x", f"y hf_token={HF}".encode(), b"z"]]):
+            b.lines(chunk, 10 + k, "job-1", 0, 0, {"path": "/l"},
+                    joined=b"\n".join(chunk) if joined and k != 1 else None)
+        b.row(("ranklog", "rank.line", f"passwd={HF}".encode(), None, 13, None, None, "job-1", 0, 0,
+               None, 6, {"path": "/l"}))
+        assert bool(b.build().chunks) == joined
+        sink.columns(b.build())
+        out = [(r.message, r.fields) for r in _read(spool)]
+        spool.close()
+        return out
+
+    got = spooled(True, tmp_path / "a")
+    assert got == spooled(False, tmp_path / "b")
+    assert [f.get("redacted") for _, f in got] == [None, "hf-token:1", None, None, "hf-token:1", None,
+                                                   "hf-token:1"]
+    assert not any(HF in m for m, _ in got)

@@ -115,3 +115,20 @@ def test_a_report_says_what_was_redacted():
     off = redact.report(json.loads(json.dumps(rep)), None)
     assert HF in json.dumps(off) and off["redaction"]["enabled"] is False
     assert redact.parse_mark("hf-token:1,keyword:2") == {"hf-token": 1, "keyword": 2}
+
+
+def test_messages_searched_in_chunks_as_read_find_what_one_joined_search_finds():
+    """Chunks given as read (bytes, joined by newlines) and loose messages around them
+    (str, one with a newline of its own): the same hits at the same indexes."""
+    lines = [line for line, _, _ in SECRETS] + KEPT
+    msgs = [m.encode() for m in lines]
+    msgs[0], msgs[9] = lines[0], lines[9]
+    msgs[4] = "a traceback\nspread over lines, token=abc123xyz"
+    chunks = [(1, 2, b"\n".join(msgs[1:3])), (5, 4, b"\n".join(msgs[5:9])),
+              (len(msgs) - 2, 2, b"\n".join(msgs[-2:]))]
+    assert all(type(m) is bytes for first, n, _ in chunks for m in msgs[first:first + n])
+    a, b = Counter(), Counter()
+    whole = Redactor().messages(msgs, a)
+    parts = Redactor().messages(msgs, b, chunks=chunks)
+    assert parts == whole and a == b
+    assert 4 in whole and sorted(whole) == sorted(set(range(len(SECRETS))))

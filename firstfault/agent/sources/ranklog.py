@@ -285,7 +285,7 @@ class RankLines:
                 p = self._pending.get(b.path)
             texts, marked = decode_lines(b.data, b.text)
             if p is None and not marked:
-                rows.lines(texts, b.observed_ns, *ident)
+                rows.lines(texts, b.observed_ns, *ident, joined=b.text if texts is b.data else None)
                 commit[b.path] = b.position, len(rows) - 1
                 continue
             if p is None:
@@ -376,12 +376,13 @@ class RankLines:
         it reaches; once the spool has them, their positions are to be committed."""
         if not len(rows):
             return
-        where = {}
+        where, extra = {}, {}
         for path, (pos, i) in commit.items():
             fp = self.tailer.fingerprint(pos.path, pos.file)
             if fp is not None:
                 where[path] = (pos.file.dev, pos.file.ino, pos.offset, *fp)
-                rows.set_fields(i, {**rows.fields_at(i), **dict(zip(_POSITION, where[path]))})
+                extra[i] = dict(zip(_POSITION, where[path]))
+        rows.add_fields(extra)  # one pass over the runs for every path (per path: N² at N files)
         cols = rows.build()
         while True:
             try:
