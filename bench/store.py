@@ -40,12 +40,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import msgpack  # noqa: E402
 
 from firstfault import wiredecode  # noqa: E402
-from firstfault.wire import Record  # noqa: E402
-from firstfault.collector import query  # noqa: E402
 from firstfault.analysis.catalog import load_catalog  # noqa: E402
 from firstfault.analysis.marks import ReportMarker  # noqa: E402
+from firstfault.collector import query  # noqa: E402
 from firstfault.collector.store.base import Selection  # noqa: E402
 from firstfault.collector.store.sqlite import COLUMNS, SqliteStore  # noqa: E402
+from firstfault.wire import Record  # noqa: E402
 
 CATALOG = load_catalog()
 

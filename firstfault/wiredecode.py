@@ -14,9 +14,22 @@ from typing import Any, Iterator
 
 import msgpack
 
-from firstfault.wire import (ERR_MALFORMED, ERR_TOO_LARGE, FRAME_PREFIX, MAX_BATCH_RECORDS,
-                             MAX_CONTAINERS, MAX_FRAME_BYTES, MAX_MAP_LEN, MAX_MESSAGE_BYTES, Batch,
-                             BatchColumns, FrameError, Message, Record, decode_message)
+from firstfault.wire import (
+    ERR_MALFORMED,
+    ERR_TOO_LARGE,
+    FRAME_PREFIX,
+    MAX_BATCH_RECORDS,
+    MAX_CONTAINERS,
+    MAX_FRAME_BYTES,
+    MAX_MAP_LEN,
+    MAX_MESSAGE_BYTES,
+    Batch,
+    BatchColumns,
+    FrameError,
+    Message,
+    Record,
+    decode_message,
+)
 
 _UNPACK_LIMITS = dict(raw=False, strict_map_key=True, max_str_len=MAX_MESSAGE_BYTES,
                       max_bin_len=0, max_ext_len=0, max_array_len=MAX_BATCH_RECORDS,

@@ -16,11 +16,28 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firstfault import wire
-
 from firstfault.wire import (
-    MAX_BATCH_RECORDS, MAX_FIELDS, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES, MAX_NAME_BYTES,
-    Ack, Batch, BatchColumns, Error, FrameError, Hello, Ping, Pong, Record,
-    VersionError, Welcome, WireError, clock_offset, decode_message, encode_batch, encode_message,
+    MAX_BATCH_RECORDS,
+    MAX_FIELDS,
+    MAX_FRAME_BYTES,
+    MAX_MESSAGE_BYTES,
+    MAX_NAME_BYTES,
+    Ack,
+    Batch,
+    BatchColumns,
+    Error,
+    FrameError,
+    Hello,
+    Ping,
+    Pong,
+    Record,
+    VersionError,
+    Welcome,
+    WireError,
+    clock_offset,
+    decode_message,
+    encode_batch,
+    encode_message,
 )
 from firstfault.wiredecode import FrameDecoder, decode_batch, decode_batch_columns
 

@@ -49,11 +49,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from firstfault.common import settings
-from firstfault.common.redact import PARSERS as REDACT_PARSERS, RedactConfig
-from firstfault.common.settings import Address, ConfigError as _BaseConfigError, HelpRequested  # noqa: F401 (re-exported)
 from firstfault.agent.sources import base as sources
 from firstfault.agent.sources.ranklog import glob_names_a_job
+from firstfault.common import settings
+from firstfault.common.redact import PARSERS as REDACT_PARSERS
+from firstfault.common.redact import RedactConfig
+from firstfault.common.settings import Address, HelpRequested  # noqa: F401 (re-exported)
+from firstfault.common.settings import ConfigError as _BaseConfigError
 from firstfault.wire import MAX_NAME_BYTES
 
 USAGE = """\

@@ -40,12 +40,12 @@ from firstfault import __version__
 from firstfault.agent.config import AgentConfig, ConfigError, HelpRequested, describe, parse_args, source_options
 from firstfault.agent.hostpaths import HostPaths
 from firstfault.agent.metrics import MetricsServer, render
-from firstfault.common.sdnotify import Notifier
-from firstfault.common.settings import read_token
 from firstfault.agent.shipper import Shipper, ShipperStats
 from firstfault.agent.sink import SpoolSink
 from firstfault.agent.sources import base as sources
 from firstfault.agent.spool import Spool, SpoolError
+from firstfault.common.sdnotify import Notifier
+from firstfault.common.settings import read_token
 from firstfault.wire import KIND_AGENT_STATUS, SOURCE_AGENT
 
 log = logging.getLogger("firstfault.agent")

@@ -22,9 +22,20 @@ import time
 from collections.abc import Callable, Iterable
 from glob import glob as _glob
 
-from firstfault.agent.inotify import (IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_IGNORED, IN_ISDIR, IN_MODIFY,
-                           IN_MOVE_SELF, IN_MOVED_FROM, IN_MOVED_TO, IN_ONLYDIR, IN_Q_OVERFLOW,
-                           Inotify)
+from firstfault.agent.inotify import (
+    IN_CREATE,
+    IN_DELETE,
+    IN_DELETE_SELF,
+    IN_IGNORED,
+    IN_ISDIR,
+    IN_MODIFY,
+    IN_MOVE_SELF,
+    IN_MOVED_FROM,
+    IN_MOVED_TO,
+    IN_ONLYDIR,
+    IN_Q_OVERFLOW,
+    Inotify,
+)
 from firstfault.agent.tail import Event, Line, LineBatch, StateError, Tailer
 
 log = logging.getLogger(__name__)

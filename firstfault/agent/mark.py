@@ -22,8 +22,6 @@ from firstfault.agent.config import DEFAULT_STATE_DIR
 from firstfault.agent.sources.marks import EVENTS, MarkError, write_mark
 
 
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="firstfault mark",
                                 description="Mark the start or end of a job on this node for the local agent.")

@@ -32,11 +32,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from firstfault.agent.osthread import name_this_thread
-from firstfault.common.prometheus import CONTENT_TYPE, family
-from firstfault.common.settings import Address
 from firstfault.agent.shipper import ShipperStats
 from firstfault.agent.sink import SpoolSink
 from firstfault.agent.spool import SpoolStats
+from firstfault.common.prometheus import CONTENT_TYPE, family
+from firstfault.common.settings import Address
 
 log = logging.getLogger(__name__)
 

@@ -40,8 +40,8 @@ from typing import Callable
 
 from firstfault import wire, wiredecode
 from firstfault.agent.osthread import name_this_thread
-from firstfault.common.settings import Address
 from firstfault.agent.spool import Spool
+from firstfault.common.settings import Address
 from firstfault.wire import Ack, Error, Hello, Ping, Pong, Welcome
 
 log = logging.getLogger(__name__)

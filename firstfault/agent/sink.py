@@ -28,8 +28,8 @@ from collections import Counter, deque
 
 from firstfault.agent.columns import FIELDS, MESSAGE, Columns, Runs
 from firstfault.agent.sources.base import Draft, SinkFull
-from firstfault.common.redact import Redactor
 from firstfault.agent.spool import Spool, SpoolFullError
+from firstfault.common.redact import Redactor
 from firstfault.wire import KIND_AGENT_STATUS
 
 log = logging.getLogger(__name__)

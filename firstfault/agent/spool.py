@@ -20,12 +20,28 @@ from typing import Any, Callable, Iterable
 import msgpack
 
 from firstfault import wire
-from firstfault.agent.osthread import name_this_thread
 from firstfault.agent.columns import Columns, Runs
-from firstfault.agent.spoolfile import (COLUMNS, ENTRY_MAX_RECORDS, HEADER_BYTES, OBSERVED, check_values,
-                                        encode_entry, gap_row, pack_column)
-from firstfault.agent.spoolopen import (InvalidRecordError, SpoolError, SpoolFullError, SpoolOpen, SpoolStats,
-                                        _fsync_dir, _merge, _Segment)
+from firstfault.agent.osthread import name_this_thread
+from firstfault.agent.spoolfile import (
+    COLUMNS,
+    ENTRY_MAX_RECORDS,
+    HEADER_BYTES,
+    OBSERVED,
+    check_values,
+    encode_entry,
+    gap_row,
+    pack_column,
+)
+from firstfault.agent.spoolopen import (
+    InvalidRecordError,
+    SpoolError,
+    SpoolFullError,
+    SpoolOpen,
+    SpoolStats,
+    _fsync_dir,
+    _merge,
+    _Segment,
+)
 from firstfault.agent.spoolread import DEFAULT_READ_BYTES, SpoolReads
 from firstfault.wire import WireError
 

@@ -161,9 +161,9 @@ import json
 import struct
 import time
 import zlib
+from collections.abc import Sequence
 from itertools import compress, islice
 from operator import is_not
-from collections.abc import Sequence
 from typing import Any
 
 import msgpack

@@ -15,8 +15,17 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from firstfault.agent.spoolfile import (FORMAT_VERSION, HEADER, HEADER_BYTES, MIN_RECORD_BYTES, entry_at,
-                                        gap_ok, gaps_in, observed_range, scan)
+from firstfault.agent.spoolfile import (
+    FORMAT_VERSION,
+    HEADER,
+    HEADER_BYTES,
+    MIN_RECORD_BYTES,
+    entry_at,
+    gap_ok,
+    gaps_in,
+    observed_range,
+    scan,
+)
 
 log = logging.getLogger("firstfault.agent.spool")
 

@@ -13,8 +13,7 @@ from typing import Any, Iterator
 import msgpack
 
 from firstfault import wire
-from firstfault.agent.spoolfile import (COLUMNS, HEADER, HEADER_BYTES, array_elements, column_elements,
-                                        entry_at, resync)
+from firstfault.agent.spoolfile import COLUMNS, HEADER, HEADER_BYTES, array_elements, column_elements, entry_at, resync
 from firstfault.wire import BatchColumns, Record
 
 log = logging.getLogger("firstfault.agent.spool")

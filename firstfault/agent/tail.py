@@ -173,10 +173,29 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
-from firstfault.agent.tailfile import (CUT_MARKER, DELETED, ERROR, LOST, MIN_LINE_BYTES, ROTATED,
-                            STATE_RESET, TRUNCATED, Event, FileKey, Line, LineBatch, Position,
-                            StateError, TailError, _File, _NO_FIELDS, _PathState, _Reader,
-                            cut_line, to_text)
+from firstfault.agent.tailfile import (
+    _NO_FIELDS,
+    CUT_MARKER,
+    DELETED,
+    ERROR,
+    LOST,
+    MIN_LINE_BYTES,
+    ROTATED,
+    STATE_RESET,
+    TRUNCATED,
+    Event,
+    FileKey,
+    Line,
+    LineBatch,
+    Position,
+    StateError,
+    TailError,
+    _File,
+    _PathState,
+    _Reader,
+    cut_line,
+    to_text,
+)
 from firstfault.agent.tailstate import _OPEN_FLAGS, STATE_FORMAT, STATE_VERSION, _State, committed_at_ns
 
 __all__ = ["CUT_MARKER", "DELETED", "ERROR", "LOST", "ROTATED", "STATE_FORMAT", "STATE_RESET",

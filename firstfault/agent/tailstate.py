@@ -19,8 +19,20 @@ import os
 import time
 from typing import Any
 
-from firstfault.agent.tailfile import (LOST, ROTATED, STATE_RESET, TRUNCATED, Event, FileKey, LineBatch,
-                            StateError, TailError, _File, _fingerprint, _PathState)
+from firstfault.agent.tailfile import (
+    LOST,
+    ROTATED,
+    STATE_RESET,
+    TRUNCATED,
+    Event,
+    FileKey,
+    LineBatch,
+    StateError,
+    TailError,
+    _File,
+    _fingerprint,
+    _PathState,
+)
 
 log = logging.getLogger(__name__)
 

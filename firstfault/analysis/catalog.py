@@ -32,13 +32,13 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import re
-
-import ahocorasick_rs
 import string
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import ahocorasick_rs
 
 ROLES = ("root", "cascade", "context")
 CATEGORIES = ("user-code", "config", "gpu-memory", "host-memory", "numerics", "framework",

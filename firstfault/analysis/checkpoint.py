@@ -50,8 +50,8 @@ Besides REPORT.md's fields the object carries ``default_tag`` (the pick),
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 WHATS = ("start", "file", "done")

@@ -35,9 +35,20 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from firstfault.wire import (KIND_AGENT_GAP, KIND_GPU_XID, KIND_JOB_MARK, KIND_KERNEL_GAP, KIND_PROC_EXIT,
-                             KIND_PROC_START, SOURCE_CGROUP, SOURCE_JOURNAL, SOURCE_KMSG, SOURCE_NVML,
-                             SOURCE_PROCS, Record)
+from firstfault.wire import (
+    KIND_AGENT_GAP,
+    KIND_GPU_XID,
+    KIND_JOB_MARK,
+    KIND_KERNEL_GAP,
+    KIND_PROC_EXIT,
+    KIND_PROC_START,
+    SOURCE_CGROUP,
+    SOURCE_JOURNAL,
+    SOURCE_KMSG,
+    SOURCE_NVML,
+    SOURCE_PROCS,
+    Record,
+)
 
 JOB, CONTEXT, OTHER = "job", "context", "other"
 SLACK_NS = 2_000_000_000  # the procs source polls every 2 s: an exit is seen up to then

@@ -48,9 +48,9 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from firstfault.analysis import memlines
+from firstfault.analysis.bands import Band, Bands, Mark, failure_phase, phase_bands
 from firstfault.analysis.context import CONFIG_NEEDLE
 from firstfault.analysis.model import KIND_KERNEL, KIND_RECORD, KIND_STREAM, Event
-from firstfault.analysis.bands import MARKED_PHASES, Band, Bands, Mark, failure_phase, phase_bands
 from firstfault.analysis.seen import Bounded, Seen, Staircase, spread
 from firstfault.analysis.timeline import NodeClock
 

@@ -34,15 +34,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone, tzinfo
 
-from firstfault.wire import KIND_JOB_MARK, KIND_RANK_FLIGHT_RECORDER, KIND_RANK_STACKS, KIND_RANK_TRACEBACK, Record
-
 from firstfault.analysis import stacks
 from firstfault.analysis import traceback as tb
 from firstfault.analysis.frdump import FRFormatError, from_message
 from firstfault.analysis.kernel import unescape_kmsg
-from firstfault.analysis.model import (KIND_FLIGHT_RECORDER, KIND_KERNEL, KIND_LINE, KIND_RECORD, KIND_STACK,
-                                       KIND_TRACEBACK, Event)
+from firstfault.analysis.model import (
+    KIND_FLIGHT_RECORDER,
+    KIND_KERNEL,
+    KIND_LINE,
+    KIND_RECORD,
+    KIND_STACK,
+    KIND_TRACEBACK,
+    Event,
+)
 from firstfault.analysis.parse import Prefixes, parse_nccl_origin, parse_stamp, strip_prefixes
+from firstfault.wire import KIND_JOB_MARK, KIND_RANK_FLIGHT_RECORDER, KIND_RANK_STACKS, KIND_RANK_TRACEBACK, Record
 
 AGENT_UNCERTAINTY_NS = 50_000_000  # receipt after writing, while tailing live (bench/tail.py)
 _KERNEL_SOURCES = ("kmsg", "journal")

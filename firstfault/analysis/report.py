@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
-
 from firstfault.analysis import timeline
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.checkpoint import DiskCheckpoint, checkpoint_report
@@ -20,10 +19,10 @@ from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
 from firstfault.analysis.deaths import merged, signal_deaths
 from firstfault.analysis.exits import agent_exits, best_exits
 from firstfault.analysis.facts import Facts, collect, identify, nccl_work, rank_dumps, saving_since
-from firstfault.analysis.frames import failing_frame
 from firstfault.analysis.findings import MAX_KEPT, read_findings
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.flight_recorder import analyze as analyze_flight
+from firstfault.analysis.frames import failing_frame
 from firstfault.analysis.hang import Inference, ranges, stopped_first
 from firstfault.analysis.hostlist import HostlistError, expand_hostlist
 from firstfault.analysis.lanes import LaneWatcher, timeline_report

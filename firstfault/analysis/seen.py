@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
-from operator import itemgetter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 
 from firstfault.analysis import timeline
 from firstfault.analysis.model import Event

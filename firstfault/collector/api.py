@@ -43,22 +43,21 @@ import json
 import logging
 import re
 import time
-from html import escape
 from collections.abc import Awaitable, Callable, Iterator
+from html import escape
 from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from firstfault.analysis.catalog import Catalog
+from firstfault.collector import query
+from firstfault.collector.store.base import Selection, Store, check_selection
+from firstfault.collector.web import COOKIE, MAX_PASTE, Web, html_response
 from firstfault.common.prometheus import CONTENT_TYPE
 from firstfault.common.redact import Redactor
 from firstfault.common.tokens import accepts
-
-from firstfault.collector import query
-from firstfault.collector.web import COOKIE, MAX_PASTE, Web, html_response
-from firstfault.analysis.catalog import Catalog
 from firstfault.reports import FORMATS, needs_timeline, render
-from firstfault.collector.store.base import Selection, Store, check_selection
 
 JSON_CT = "application/json"
 CHUNK = 2000  # records read from the store per step of a streamed timeline

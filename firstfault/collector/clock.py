@@ -38,8 +38,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from firstfault.wire import clock_offset
 from firstfault.collector.store.base import NodeClock
+from firstfault.wire import clock_offset
 
 
 @dataclass(frozen=True, slots=True)

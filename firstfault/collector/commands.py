@@ -22,13 +22,13 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from firstfault.analysis.catalog import load_catalog
 from firstfault.collector import query
 from firstfault.common.output import check_target, write_output
 from firstfault.common.redact import Redactor
 from firstfault.common.settings import endpoint, read_token
-from firstfault.reports.escape import json_text, terminal, terminal_lines
-from firstfault.analysis.catalog import load_catalog
 from firstfault.reports import FORMATS, needs_timeline, render
+from firstfault.reports.escape import json_text, terminal, terminal_lines
 
 DEFAULT_URL = "http://127.0.0.1:7141"
 HTTP_PORT = 7141  # the collector's default --http port

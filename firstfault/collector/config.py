@@ -75,13 +75,15 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from firstfault.collector.notify.config import PARSERS as NOTIFY_PARSERS
+from firstfault.collector.notify.config import NotifyConfig
+from firstfault.collector.store import display
 from firstfault.common import settings
+from firstfault.common.redact import PARSERS as REDACT_PARSERS
+from firstfault.common.redact import RedactConfig
 from firstfault.common.settings import Address, HelpRequested, is_loopback_host  # noqa: F401 (re-exported)
-from firstfault.common.redact import PARSERS as REDACT_PARSERS, RedactConfig
 from firstfault.common.tokens import read_node_tokens, read_tokens
 from firstfault.wire import MAX_BATCH_RECORDS, MAX_FRAME_BYTES
-from firstfault.collector.store import display
-from firstfault.collector.notify.config import PARSERS as NOTIFY_PARSERS, NotifyConfig
 
 USAGE = """\
 usage: firstfault collector [--config FILE] [--check-config] [--listen HOST:PORT] [--http HOST:PORT]

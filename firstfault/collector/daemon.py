@@ -45,20 +45,19 @@ import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from firstfault.common.sdnotify import Notifier
-from firstfault.common.tokens import read_node_tokens, read_tokens
 from firstfault.analysis.catalog import load_catalog
 from firstfault.collector.api import Api
 from firstfault.collector.api import start as start_http
-from firstfault.collector.config import (USAGE, CollectorConfig, ConfigError, HelpRequested, describe,
-                              parse_args)
-from firstfault.collector.server import IngestServer, make_ssl_context
+from firstfault.collector.config import USAGE, CollectorConfig, ConfigError, HelpRequested, describe, parse_args
 from firstfault.collector.notify.attach import attach as attach_notifier
 from firstfault.collector.notify.attach import queue_dir as notify_queue_dir
 from firstfault.collector.notify.attach import report_url as notify_report_url
+from firstfault.collector.server import IngestServer, make_ssl_context
 from firstfault.collector.store import display
 from firstfault.collector.store import open_store as open_any_store
 from firstfault.collector.store.base import Store, StoreError
+from firstfault.common.sdnotify import Notifier
+from firstfault.common.tokens import read_node_tokens, read_tokens
 
 log = logging.getLogger("firstfault.collector.daemon")
 SWITCH_INTERVAL_S = 0.001  # Python's default is 0.005

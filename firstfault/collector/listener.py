@@ -29,8 +29,8 @@ import socket
 import ssl
 from typing import Awaitable, Callable
 
-from firstfault.wire import ERR_PROTOCOL, Error, encode_message
 from firstfault.collector.metrics import LogLimiter, Metrics
+from firstfault.wire import ERR_PROTOCOL, Error, encode_message
 
 log = logging.getLogger(__name__)
 

@@ -20,22 +20,20 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, replace
 
-from firstfault.wire import KIND_AGENT_GAP, KIND_JOB_MARK, KIND_KERNEL_GAP, Record
-
-from firstfault.common import redact
-from firstfault.common.redact import Redactor
-
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.checkpoint import DiskCheckpoint
-from firstfault.analysis.diskwire import disk_from_wire
 from firstfault.analysis.context import CONFIG_NEEDLE
+from firstfault.analysis.diskwire import disk_from_wire
 from firstfault.analysis.marks import ReportMarker
 from firstfault.analysis.membership import CONTEXT, JOB, Membership, learn
 from firstfault.analysis.records import events_from_records, mark_of
 from firstfault.analysis.report import Inputs, build_report, iso
 from firstfault.analysis.timeline import NodeClock
-from firstfault.reports import render
 from firstfault.collector.store.base import Selection, Store, needed_records
+from firstfault.common import redact
+from firstfault.common.redact import Redactor
+from firstfault.reports import render
+from firstfault.wire import KIND_AGENT_GAP, KIND_JOB_MARK, KIND_KERNEL_GAP, Record
 
 GAP_KINDS = (KIND_AGENT_GAP, KIND_KERNEL_GAP)
 

@@ -61,18 +61,32 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from firstfault.wire import (
-    ERR_AUTH, ERR_INTERNAL, ERR_PROTOCOL, ERR_SHUTDOWN, ERR_TOO_LARGE, MAX_BATCH_RECORDS,
-    MAX_TEXT_BYTES, Ack, BatchColumns, Error, Hello, Ping, Pong, Welcome, WireError, encode_message,
-)
-from firstfault.wiredecode import FrameDecoder
-from firstfault.common.tokens import accepts, digest
 from firstfault.collector.clock import ClockTracker
 from firstfault.collector.config import ClockConfig, LimitsConfig, TLSConfig, is_loopback_host
 from firstfault.collector.listener import Listener
-from firstfault.collector.storequeue import StoreQueue
 from firstfault.collector.metrics import LogLimiter, Metrics, RecordBudget
 from firstfault.collector.store.base import Store
+from firstfault.collector.storequeue import StoreQueue
+from firstfault.common.tokens import accepts, digest
+from firstfault.wire import (
+    ERR_AUTH,
+    ERR_INTERNAL,
+    ERR_PROTOCOL,
+    ERR_SHUTDOWN,
+    ERR_TOO_LARGE,
+    MAX_BATCH_RECORDS,
+    MAX_TEXT_BYTES,
+    Ack,
+    BatchColumns,
+    Error,
+    Hello,
+    Ping,
+    Pong,
+    Welcome,
+    WireError,
+    encode_message,
+)
+from firstfault.wiredecode import FrameDecoder
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from firstfault.wire import BatchColumns
 from firstfault.collector.store.base import Store
+from firstfault.wire import BatchColumns
 
 log = logging.getLogger(__name__)
 

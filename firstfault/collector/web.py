@@ -31,8 +31,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from aiohttp import web
 
-from firstfault.wire import Record
-
 from firstfault.analysis import traceback as tb
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.parse import looks_srun_labelled, strip_prefixes
@@ -42,6 +40,7 @@ from firstfault.collector import query
 from firstfault.collector.pasteworker import PasteFailed, PasteWorker
 from firstfault.common import redact
 from firstfault.reports.html import CSS, csp, e, render_html
+from firstfault.wire import Record
 
 MAX_PASTE = 32 << 20  # bytes a paste request may send, and bytes its parts may inflate to, in all
 MAX_PARTS = 16  # form parts of one paste request

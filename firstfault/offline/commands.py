@@ -22,16 +22,16 @@ from collections import Counter
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from firstfault.common.output import check_target, write_output
-from firstfault.common import redact
-from firstfault.common.redact import Redactor
-from firstfault.reports.escape import terminal
-from firstfault.offline import logfiles
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.checkpoint import checkpoint_from_disk
 from firstfault.analysis.report import Inputs, build_report, scan_needles
+from firstfault.common import redact
+from firstfault.common.output import check_target, write_output
+from firstfault.common.redact import Redactor
+from firstfault.offline import logfiles
 from firstfault.offline.checkpoint_files import CheckpointPathError, inspect_checkpoint_dir
 from firstfault.reports import FORMATS, needs_timeline, render
+from firstfault.reports.escape import terminal
 
 PROGRESS_MIN_BYTES = 64 << 20
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from firstfault.analysis.compare import compare_reports
 from firstfault.analysis.report import iso
 from firstfault.common.output import check_target, write_output
-from firstfault.reports.escape import terminal
 from firstfault.offline.commands import report_from_logs, time_zone
 from firstfault.reports.compare import render_compare
+from firstfault.reports.escape import terminal
 
 EXIT = {"fixed": 0, "not-fixed": 1, "inconclusive": 3}
 USAGE = 2

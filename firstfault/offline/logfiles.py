@@ -38,14 +38,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 
-from firstfault.common.crilog import parse_pod_log_path, rejoin
-from firstfault.common.layouts import TORCHRUN, parse_log_path
-
-from firstfault.analysis.kernel import ParseStats, detect_kernel_format, parse_kernel_log
 from firstfault.analysis import traceback as tb
+from firstfault.analysis.kernel import ParseStats, detect_kernel_format, parse_kernel_log
 from firstfault.analysis.model import KIND_RECORD, KIND_TRACEBACK, Event
 from firstfault.analysis.parse import looks_srun_labelled
 from firstfault.analysis.scan import Needles, StreamInfo, scan_stream
+from firstfault.common.crilog import parse_pod_log_path, rejoin
+from firstfault.common.layouts import TORCHRUN, parse_log_path
 from firstfault.offline.flight_files import dump_rank, flight_recorder_events, looks_like_dump
 
 CHUNK = 1 << 20

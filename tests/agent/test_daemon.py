@@ -21,12 +21,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from tests.agent.sources.conftest import needs_kmsg
-from tests.collector.server.ingest_helpers import Agent, CollectorProcess
 
-from firstfault.wire import Hello
 from firstfault.collector.store.base import Selection
 from firstfault.collector.store.sqlite import SqliteStore
+from firstfault.wire import Hello
+from tests.agent.sources.conftest import needs_kmsg
+from tests.collector.server.ingest_helpers import Agent, CollectorProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_root = needs_kmsg  # the tests marked so write /dev/kmsg

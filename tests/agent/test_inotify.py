@@ -11,10 +11,20 @@ from pathlib import Path
 import pytest
 
 from firstfault.agent.follow import WATCH_MASK, FollowLoop
-from firstfault.agent.inotify import (IN_CREATE, IN_DELETE, IN_IGNORED, IN_ISDIR, IN_MODIFY, IN_MOVED_FROM,
-                           IN_MOVED_TO, IN_Q_OVERFLOW, Inotify, InotifyEvent, parse_events)
+from firstfault.agent.inotify import (
+    IN_CREATE,
+    IN_DELETE,
+    IN_IGNORED,
+    IN_ISDIR,
+    IN_MODIFY,
+    IN_MOVED_FROM,
+    IN_MOVED_TO,
+    IN_Q_OVERFLOW,
+    Inotify,
+    InotifyEvent,
+    parse_events,
+)
 from firstfault.agent.tail import Tailer
-
 from tests.agent.tailmodel import datas, write
 from tests.agent.test_tail import _wait
 

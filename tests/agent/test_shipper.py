@@ -8,14 +8,14 @@ import socket
 import time
 
 import pytest
-from tests.collector.server.ingest_helpers import FakeStore, LoopThread, make_pki
 
-from firstfault.common.settings import Address
 from firstfault.agent.shipper import Shipper
 from firstfault.agent.sources.base import Draft
 from firstfault.agent.spool import Spool
 from firstfault.collector.config import ClockConfig, LimitsConfig, TLSConfig
 from firstfault.collector.server import IngestServer, make_ssl_context
+from firstfault.common.settings import Address
+from tests.collector.server.ingest_helpers import FakeStore, LoopThread, make_pki
 
 NODE = "gpu-01"
 

@@ -10,12 +10,12 @@ import ssl
 import time
 
 import pytest
-from tests.agent.test_shipper import NODE, Collector, drafts, fast
-from tests.collector.server.ingest_helpers import FakeStore, make_pki
 
 from firstfault.agent.spool import Spool
 from firstfault.collector.config import TLSConfig
 from firstfault.collector.server import make_ssl_context
+from tests.agent.test_shipper import NODE, Collector, drafts, fast
+from tests.collector.server.ingest_helpers import FakeStore, make_pki
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,6 @@ def test_each_lost_record_is_named_once_across_outages_and_restarts(tmp_path, se
     got: dict = {}  # seq -> record, what the collector stored
     written = 0  # data records appended
     data_seqs: set[int] = set()  # their seqs
-    acked = None
     sp = open_spool(tmp_path, **KW)
     try:
         for _ in range(60):
@@ -40,8 +39,8 @@ def test_each_lost_record_is_named_once_across_outages_and_restarts(tmp_path, se
                 sp.close()
                 sp = open_spool(tmp_path, **KW)
             if rnd.random() < 0.6:  # the collector back for a while
-                acked = _deliver(sp, got, sp.stats().acked_seq)
-        acked = _deliver(sp, got, sp.stats().acked_seq)
+                _deliver(sp, got, sp.stats().acked_seq)
+        _deliver(sp, got, sp.stats().acked_seq)
     finally:
         sp.close()
     stored = {s for s, r in got.items() if r.kind != "agent.gap"}

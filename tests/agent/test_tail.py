@@ -17,11 +17,22 @@ import pytest
 
 from firstfault.agent import tailfile
 from firstfault.agent.follow import FollowLoop, compile_glob
-from firstfault.agent.tail import (DELETED, LOST, ROTATED, STATE_RESET, TRUNCATED, Line, Position,
-                        StateError, Tailer, TailError, committed_at_ns, cut_line, to_text)
-
+from firstfault.agent.tail import (
+    DELETED,
+    LOST,
+    ROTATED,
+    STATE_RESET,
+    TRUNCATED,
+    Line,
+    Position,
+    StateError,
+    Tailer,
+    TailError,
+    committed_at_ns,
+    cut_line,
+    to_text,
+)
 from tests.agent.tailmodel import Clock, Model, datas, poll_all, write
-
 
 # -- leak fixture ----------------------------------------------------------------------
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from firstfault.analysis.checkpoint import SaveMark, checkpoint_from_disk, checkpoint_report
-from firstfault.analysis.checkpoint import DiskCheckpoint, DiskFile, DiskTag
+from firstfault.analysis.checkpoint import (
+    DiskCheckpoint,
+    DiskFile,
+    DiskTag,
+    SaveMark,
+    checkpoint_from_disk,
+    checkpoint_report,
+)
 
 S = 1_000_000_000  # ns per second
 STEP5, STEP10 = "global_step5", "global_step10"

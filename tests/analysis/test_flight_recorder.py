@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from firstfault.analysis.flight_recorder import analyze
-from firstfault.analysis.frdump import FRDump, Entry, parse_dump
+from firstfault.analysis.frdump import Entry, FRDump, parse_dump
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "flight_recorder"
 

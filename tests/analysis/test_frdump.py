@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from firstfault.analysis.frdump import (FRFormatError, from_message, load_plain_pickle, looks_like_dump,
-                                        parse_dump, parse_ranks, to_message)
+from firstfault.analysis.frdump import (
+    FRFormatError,
+    from_message,
+    load_plain_pickle,
+    looks_like_dump,
+    parse_dump,
+    parse_ranks,
+    to_message,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "flight_recorder"
 

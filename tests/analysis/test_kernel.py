@@ -9,7 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firstfault.analysis.kernel import (
-    FORMATS, ParseStats, detect_kernel_format, parse_kernel_log,
+    FORMATS,
+    ParseStats,
+    detect_kernel_format,
+    parse_kernel_log,
 )
 from firstfault.analysis.model import KIND_KERNEL
 

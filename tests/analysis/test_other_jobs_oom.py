@@ -9,10 +9,10 @@ from pathlib import Path
 
 from firstfault.agent.clock import BootWall
 from firstfault.agent.sources.kmsg import KmsgStream
-from firstfault.wire import Record
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.records import events_from_records
 from firstfault.analysis.report import Inputs, build_report
+from firstfault.wire import Record
 
 KMSG = Path(__file__).resolve().parents[1] / "data" / "kernel" / "memcg-oom.kmsg"
 T0 = 1_796_221_000_000_000_000

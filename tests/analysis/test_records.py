@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from firstfault.wire import Record
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.records import events_from_records
 from firstfault.analysis.report import Inputs, build_report
 from firstfault.cli import main
+from firstfault.wire import Record
 from tests.analysis.shipped import ship_file, ship_kernel
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real"

@@ -23,12 +23,11 @@ import pytest
 from firstfault.agent.clock import BootWall
 from firstfault.agent.sources.kmsg import KmsgStream
 from firstfault.agent.sources.nvml import Nvml, NvmlSource
-from firstfault.wire import Record
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.findings import read_findings
 from firstfault.analysis.records import events_from_records
 from firstfault.analysis.report import Inputs, build_report
-
+from firstfault.wire import Record
 from tests.analysis.shipped import ship_file
 from tests.analysis.test_records import REAL
 

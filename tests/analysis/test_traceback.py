@@ -2,8 +2,8 @@
 
 import os
 import subprocess
-import tempfile
 import sys
+import tempfile
 import textwrap
 
 from firstfault.analysis import traceback as tb

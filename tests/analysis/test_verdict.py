@@ -1,7 +1,7 @@
 """verdict.py's rules one by one, on small Findings built from real lines (the catalog matches them)."""
 
 from firstfault.analysis.catalog import load_catalog
-from firstfault.analysis.model import KIND_KERNEL, KIND_TRACEBACK, Event, Frame
+from firstfault.analysis.model import KIND_KERNEL, Event, Frame
 from firstfault.analysis.verdict import (
     Finding,
     confidence,

@@ -10,10 +10,10 @@ import urllib.error
 import urllib.request
 
 import pytest
-from tests.collector.server.ingest_helpers import Agent, CollectorProcess
 
 from firstfault.analysis.catalog import load_catalog
 from firstfault.collector.api import Api
+from tests.collector.server.ingest_helpers import Agent, CollectorProcess
 
 ROUTES = ("/healthz", "/metrics", "/api/jobs", "/api/jobs/12345/report",
           "/api/jobs/12345/timeline", "/api/jobs/12345/bundle")

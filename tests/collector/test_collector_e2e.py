@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-REAL = ROOT / "tests" / "data" / "real" / "deepspeed-exception-rank2-of-4"
+from firstfault.cli import main
 from tests.analysis.shipped import ship_file
 from tests.collector.server.ingest_helpers import Agent
 from tests.collector.server.ingest_helpers import CollectorProcess as Collector
 
-from firstfault.cli import main
+ROOT = Path(__file__).resolve().parents[2]
+REAL = ROOT / "tests" / "data" / "real" / "deepspeed-exception-rank2-of-4"
 
 JOB = "ds-4242"
 NODES = {"node-a": (0, 1), "node-b": (2, 3)}

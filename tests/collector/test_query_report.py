@@ -5,10 +5,10 @@ not a gap of the job."""
 
 from __future__ import annotations
 
-from firstfault.wire import Record
-from firstfault.collector import query
 from firstfault.analysis.catalog import load_catalog
+from firstfault.collector import query
 from firstfault.collector.store.sqlite import SqliteStore
+from firstfault.wire import Record
 
 T0 = 1_796_206_319_782_000_000
 S = 1_000_000_000

@@ -3,26 +3,26 @@ from every record: real jobs' logs, and adversarial streams (progress ties, time
 of order, lines without rank or time, resends, late fills, prune cutting blocks)."""
 
 import json
-import re
 import random
+import re
 from pathlib import Path
 
 import pytest
 
-from firstfault.wire import Record
-from firstfault.collector import query
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.marks import ReportMarker
 from firstfault.analysis.memory import TIMER_NEEDLE
 from firstfault.analysis.parse import parse_stamp, strip_prefixes
 from firstfault.analysis.report import needles, progress_needles
 from firstfault.analysis.scan import Needles
+from firstfault.collector import query
 from firstfault.collector.store.base import Selection
 from firstfault.collector.store.sqlite import SqliteStore
+from firstfault.wire import Record
+from tests.analysis.shipped import ship_file
 from tests.collector.frames import insert_frames
 
 ROOT = Path(__file__).resolve().parents[1]
-from tests.analysis.shipped import ship_file
 
 REAL = ROOT / "data" / "real"
 T0 = 1_796_206_319_782_000_000

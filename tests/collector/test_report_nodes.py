@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from firstfault.wire import Record
-from firstfault.collector import query
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.hostlist import MAX_HOSTS, HostlistError, expand_hostlist
-from firstfault.reports import render
+from firstfault.collector import query
 from firstfault.collector.store.sqlite import SqliteStore
+from firstfault.reports import render
+from firstfault.wire import Record
 
 T0 = 1_796_206_319_782_000_000
 S = 1_000_000_000

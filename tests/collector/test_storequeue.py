@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from firstfault.collector.storequeue import StoreQueue
-from firstfault.wire import BatchColumns, COLUMNS
+from firstfault.wire import COLUMNS, BatchColumns
 
 
 def _batch(node: str, seq: int) -> BatchColumns:

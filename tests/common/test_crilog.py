@@ -6,9 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from firstfault.common.crilog import (CriJoiner, join_lines, parse_pod_log_path, parse_record, pod_log_globs,
-                                      stamp_ns)
-
+from firstfault.common.crilog import CriJoiner, join_lines, parse_pod_log_path, parse_record, pod_log_globs, stamp_ns
 from tests.common.criwriter import records, rfc3339nano
 
 UID = "5b1c7a2e-3f4d-4e6a-9b8c-0d1e2f3a4b5c"

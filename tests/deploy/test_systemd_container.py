@@ -27,7 +27,6 @@ import pytest
 
 from tests.deploy.nspawn import Container, missing_tools
 
-
 ROOT = Path(__file__).resolve().parents[2]
 FF = "/opt/firstfault/bin/firstfault"
 AGENT, COLLECTOR = "firstfault-agent.service", "firstfault-collector.service"

@@ -6,6 +6,7 @@ every bad connection with an error, stays within its memory bound, and the good 
 from __future__ import annotations
 
 import pytest
+
 from tests.faults.ingestfuzz import run
 
 # The collector at rest is ~50 MiB; the fuzz adds decoders and buffers bounded by

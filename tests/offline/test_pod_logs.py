@@ -8,7 +8,6 @@ import json
 from datetime import datetime, timezone
 
 from firstfault.cli import main
-
 from tests.common.criwriter import records
 
 UID = "6a1d9e40-2c3b-4f8e-b7a6-51c0de9f3a24"

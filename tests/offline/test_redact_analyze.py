@@ -39,7 +39,7 @@ def test_analyze_redacts_and_counts(tmp_path, capsys):
     rep = _analyze(capsys, case)
     text = json.dumps(rep)
     assert HF not in text and "hunter2" not in text and "s3cr3tpw" not in text
-    assert f"--hf_token [redacted:hf-token] --db-password [redacted:flag]" in rep["context"]["launch_command"]
+    assert "--hf_token [redacted:hf-token] --db-password [redacted:flag]" in rep["context"]["launch_command"]
     assert "postgresql://train:[redacted:url-password]@db.example" in rep["first_failure"]["summary"]
     assert rep["redaction"]["enabled"] and rep["redaction"]["secrets"] >= 3
     assert {"hf-token", "flag", "url-password"} <= set(rep["redaction"]["by_pattern"])

@@ -10,9 +10,9 @@ from collections import Counter
 
 import pytest
 
+from firstfault.common import redact
 from firstfault.common.redact import Redactor
 from firstfault.offline.commands import report_from_logs
-from firstfault.common import redact
 
 AKIA = "AKIA" + "Z7Q2M4K8P1R5T9W3"
 GH = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"

@@ -33,8 +33,8 @@ failing rank moves itself into it, and the runner removes it afterwards.
 
 import argparse
 import dataclasses
-import importlib.util
 import datetime
+import importlib.util
 import json
 import os
 import platform

@@ -15,7 +15,6 @@ from datetime import datetime
 import pytest
 
 from firstfault.agent.sources.stacks import find_py_spy
-
 from tests.realjobs import hangs
 
 HAVE_STACK = all(importlib.util.find_spec(m) is not None for m in ("torch", "deepspeed"))

@@ -88,9 +88,9 @@ os.environ.setdefault("TORCH_EXTENSIONS_DIR", "/var/cache/firstfault/torch_exten
 import datetime  # noqa: E402
 import json  # noqa: E402
 
-import torch  # noqa: E402
 import deepspeed  # noqa: E402
 import deepspeed.comm as dist  # noqa: E402
+import torch  # noqa: E402
 from torch.optim.optimizer import register_optimizer_step_pre_hook  # noqa: E402
 
 FAIL_MODES = ("none", "exception", "oom", "kill-in-save", "hang", "sleep", "branch", "bad-config", "nan",

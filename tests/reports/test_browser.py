@@ -7,9 +7,9 @@ and with FIRSTFAULT_UPDATE_SCREENSHOT=1 also to docs/report.png, the one the REA
 """
 
 import asyncio
+import json
 import os
 import shutil
-import json
 import threading
 import time
 from pathlib import Path
@@ -18,7 +18,7 @@ import pytest
 
 from bench.htmljob import make_job, open_page, redraw, wait_until
 from firstfault.cli import main
-from tests.reports.hostile import HOSTILE, write_hostile_log
+from tests.reports.hostile import write_hostile_log
 from tests.reports.test_html import OOM_ARGS
 
 pytestmark = pytest.mark.slow
@@ -250,8 +250,8 @@ def test_the_collectors_pages_in_the_browser(browser, tmp_path):
     from firstfault.analysis.catalog import load_catalog
     from firstfault.collector.api import Api
     from firstfault.collector.store import open_store
-    from tests.collector.test_web import JOB, PASTED, REAL
     from tests.analysis.shipped import ship_file
+    from tests.collector.test_web import JOB, PASTED, REAL
 
     store = open_store(str(tmp_path / "ff.db"))
     records = []

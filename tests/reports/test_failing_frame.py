@@ -31,4 +31,4 @@ def test_json_has_the_failing_frame_object(reports):
 @pytest.mark.parametrize("fmt", ["text", "md", "html"])
 def test_text_markdown_and_html_show_it(reports, fmt):
     where = WHERE.replace("_", "\\_") if fmt == "md" else WHERE  # Markdown escapes the underscore
-    assert f"failing at" in reports[fmt] and where in reports[fmt]
+    assert "failing at" in reports[fmt] and where in reports[fmt]

@@ -4,8 +4,19 @@
 Record.source), importing its module on first use; ``names()`` lists them.
 """
 
-from firstfault.agent.sources.base import (REGISTRY, Draft, Emit, PollingSource, Source, SourceError, SourceRunner,
-                   UnknownSourceError, get, names, register)
+from firstfault.agent.sources.base import (
+                   REGISTRY,
+                   Draft,
+                   Emit,
+                   PollingSource,
+                   Source,
+                   SourceError,
+                   SourceRunner,
+                   UnknownSourceError,
+                   get,
+                   names,
+                   register,
+)
 
 __all__ = ["REGISTRY", "Draft", "Emit", "PollingSource", "Source", "SourceError",
            "SourceRunner", "UnknownSourceError", "get", "names", "register"]

@@ -70,9 +70,17 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from firstfault.agent.hostpaths import HostPaths
+from firstfault.agent.sources.base import (
+    Draft,
+    PollingSource,
+    StopEvent,
+    clip,
+    printable,
+    read_text,
+    register,
+    stop_slice,
+)
 from firstfault.wire import KIND_CGROUP_MEMORY, KIND_CGROUP_OOM, SOURCE_CGROUP
-
-from firstfault.agent.sources.base import Draft, PollingSource, StopEvent, clip, printable, read_text, register, stop_slice
 
 log = logging.getLogger(__name__)
 

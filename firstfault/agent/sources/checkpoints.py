@@ -44,10 +44,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from firstfault.agent.sources.base import Draft, PollingSource, printable, register
 from firstfault.common.checkpoint_files import CheckpointPathError, inspect
 from firstfault.wire import MAX_MESSAGE_BYTES
-
-from firstfault.agent.sources.base import Draft, PollingSource, printable, register
 
 log = logging.getLogger(__name__)
 

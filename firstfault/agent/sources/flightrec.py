@@ -36,11 +36,10 @@ import time
 
 import psutil
 
-from firstfault.analysis.frdump import FRFormatError, parse_dump, to_message
-from firstfault.wire import KIND_RANK_FLIGHT_RECORDER, SOURCE_FLIGHTREC
-
 from firstfault.agent.sources.base import Draft, PollingSource, StateFile, printable, register
 from firstfault.agent.sources.procs import parse_environ
+from firstfault.analysis.frdump import FRFormatError, parse_dump, to_message
+from firstfault.wire import KIND_RANK_FLIGHT_RECORDER, SOURCE_FLIGHTREC
 
 log = logging.getLogger(__name__)
 

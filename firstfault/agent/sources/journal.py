@@ -49,10 +49,9 @@ import uuid
 
 from firstfault.agent.clock import BootWall, boot_wall
 from firstfault.agent.hostpaths import HostPaths
-from firstfault.wire import COLUMNS, KIND_KERNEL_GAP, KIND_KERNEL_LINE, MAX_MESSAGE_BYTES, SOURCE_JOURNAL
-
 from firstfault.agent.sources.base import Draft, Emit, Source, SourceError, StateFile, clip, emit_many, register
 from firstfault.agent.sources.kmsg import kernel_line
+from firstfault.wire import COLUMNS, KIND_KERNEL_GAP, KIND_KERNEL_LINE, MAX_MESSAGE_BYTES, SOURCE_JOURNAL
 
 log = logging.getLogger(__name__)
 

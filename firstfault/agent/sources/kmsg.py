@@ -56,12 +56,18 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from firstfault.agent.clock import (BootWall, PrintkClock, is_sync_marker, kmsg_error_ns, kmsg_to_wall_ns,
-                                    read_boot_id, record_usec)
+from firstfault.agent.clock import (
+    BootWall,
+    PrintkClock,
+    is_sync_marker,
+    kmsg_error_ns,
+    kmsg_to_wall_ns,
+    read_boot_id,
+    record_usec,
+)
 from firstfault.agent.hostpaths import HostPaths
-from firstfault.wire import COLUMNS, KIND_KERNEL_GAP, KIND_KERNEL_LINE, MAX_FIELDS, SOURCE_KMSG
-
 from firstfault.agent.sources.base import Draft, Emit, Source, SourceError, StateFile, StopEvent, clip, register
+from firstfault.wire import COLUMNS, KIND_KERNEL_GAP, KIND_KERNEL_LINE, MAX_FIELDS, SOURCE_KMSG
 
 log = logging.getLogger(__name__)
 

@@ -63,9 +63,8 @@ import time
 from typing import NamedTuple
 
 from firstfault.agent.inotify import IN_CLOSE_WRITE, IN_MOVED_TO, Inotify
-from firstfault.wire import KIND_AGENT_STATUS, KIND_JOB_MARK, MAX_NAME_BYTES, MAX_TEXT_BYTES, SOURCE_AGENT, SOURCE_MARKS
-
 from firstfault.agent.sources.base import Draft, Emit, Source, SourceError, printable, register, stop_slice
+from firstfault.wire import KIND_AGENT_STATUS, KIND_JOB_MARK, MAX_NAME_BYTES, MAX_TEXT_BYTES, SOURCE_AGENT, SOURCE_MARKS
 
 log = logging.getLogger(__name__)
 

@@ -54,9 +54,8 @@ import time
 from dataclasses import dataclass, field
 
 from firstfault.agent.hostpaths import HostPaths
-from firstfault.wire import KIND_GPU_ECC, KIND_GPU_MEMORY, KIND_GPU_XID, SOURCE_NVML
-
 from firstfault.agent.sources.base import Draft, Emit, Source, SourceError, clip, emit_many, register
+from firstfault.wire import KIND_GPU_ECC, KIND_GPU_MEMORY, KIND_GPU_XID, SOURCE_NVML
 
 log = logging.getLogger(__name__)
 

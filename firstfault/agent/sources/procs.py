@@ -73,10 +73,9 @@ import psutil
 
 from firstfault.agent.clock import boot_wall
 from firstfault.agent.kubepods import parse_pod_cgroup
-from firstfault.wire import KIND_PROC_EXIT, KIND_PROC_START, SOURCE_PROCS
-
 from firstfault.agent.sources.base import Draft, PollingSource, StopEvent, printable, read_text, register, stop_slice
 from firstfault.agent.sources.cgroup import parse_proc_cgroup
+from firstfault.wire import KIND_PROC_EXIT, KIND_PROC_START, SOURCE_PROCS
 
 log = logging.getLogger(__name__)
 

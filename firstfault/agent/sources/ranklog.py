@@ -100,18 +100,36 @@ import re
 import threading
 from collections.abc import Callable
 
+from firstfault.agent.columns import ColumnsBuilder, as_text
 from firstfault.agent.follow import FollowLoop, compile_glob
-from firstfault.common.crilog import CriJoiner, parse_pod_log_path, pod_log_globs
-from firstfault.common.layouts import TORCHRUN, TORCHRUN_FILES, layout_globs, parse_log_path
-from firstfault.agent.tail import (ERROR, LOST, MIN_LINE_BYTES, STATE_RESET, TRUNCATED, Event, LineBatch,
-                        Position, StateError, Tailer, committed_at_ns, cut_line)
+from firstfault.agent.sources.base import Emit, SinkFull, Source, emit_columns, emit_many, printable, register
+from firstfault.agent.tail import (
+    ERROR,
+    LOST,
+    MIN_LINE_BYTES,
+    STATE_RESET,
+    TRUNCATED,
+    Event,
+    LineBatch,
+    Position,
+    StateError,
+    Tailer,
+    committed_at_ns,
+    cut_line,
+)
 from firstfault.analysis.stacks import DUMP_MARK, DumpGrouping, starts_dump
 from firstfault.analysis.traceback import END, HELD, Grammar, may_open, opening, split_prefix, visible
-from firstfault.wire import (COLUMNS, KIND_RANK_LINE, KIND_RANK_STACKS, KIND_RANK_TRACEBACK, MAX_MESSAGE_BYTES,
-                        MAX_NAME_BYTES, SOURCE_RANKLOG)
-
-from firstfault.agent.columns import ColumnsBuilder, as_text
-from firstfault.agent.sources.base import Emit, SinkFull, Source, emit_columns, emit_many, printable, register
+from firstfault.common.crilog import CriJoiner, parse_pod_log_path, pod_log_globs
+from firstfault.common.layouts import TORCHRUN, TORCHRUN_FILES, layout_globs, parse_log_path
+from firstfault.wire import (
+    COLUMNS,
+    KIND_RANK_LINE,
+    KIND_RANK_STACKS,
+    KIND_RANK_TRACEBACK,
+    MAX_MESSAGE_BYTES,
+    MAX_NAME_BYTES,
+    SOURCE_RANKLOG,
+)
 
 log = logging.getLogger(__name__)
 

@@ -55,9 +55,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from firstfault.wire import KIND_AGENT_STATUS, KIND_RANK_STACKS, MAX_MESSAGE_BYTES, SOURCE_AGENT, SOURCE_STACKS
-
 from firstfault.agent.sources.base import Draft, Emit, Source, clip, printable, register
+from firstfault.wire import KIND_AGENT_STATUS, KIND_RANK_STACKS, MAX_MESSAGE_BYTES, SOURCE_AGENT, SOURCE_STACKS
 
 log = logging.getLogger(__name__)
 

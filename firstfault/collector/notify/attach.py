@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from firstfault.analysis.catalog import Catalog
-
 from firstfault.collector import query
 from firstfault.collector.config import CollectorConfig
 from firstfault.collector.notify.notifier import Notifier

@@ -36,9 +36,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from firstfault.wire import KIND_JOB_MARK, KIND_PROC_EXIT
-
 from firstfault.collector.store.shared import FAIL_KINDS, is_failure
+from firstfault.wire import KIND_JOB_MARK, KIND_PROC_EXIT
 
 WATCH_KINDS = FAIL_KINDS | {KIND_JOB_MARK}
 

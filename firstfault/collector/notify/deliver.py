@@ -29,13 +29,12 @@ import time
 
 import aiohttp
 
-from firstfault.reports.escape import terminal
-
 from firstfault.collector.notify import formats
 from firstfault.collector.notify.config import NotifyConfig, Target
 from firstfault.collector.notify.metrics import NotifyMetrics
 from firstfault.collector.notify.notice import matches
 from firstfault.collector.notify.queue import Delivery, NoticeQueue
+from firstfault.reports.escape import terminal
 
 log = logging.getLogger(__name__)
 

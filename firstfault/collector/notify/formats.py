@@ -23,9 +23,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from firstfault.reports.escape import json_text, terminal
-
 from firstfault.collector.notify.notice import SCHEMA, headline
+from firstfault.reports.escape import json_text, terminal
 
 SIGNATURE_HEADER = "X-Firstfault-Signature"
 TIMESTAMP_HEADER = "X-Firstfault-Timestamp"

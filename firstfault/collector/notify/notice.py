@@ -17,9 +17,8 @@ import re
 from collections import Counter
 from typing import Any
 
-from firstfault.common.redact import Redactor
-
 from firstfault.collector.notify.config import CONFIDENCE, Filter
+from firstfault.common.redact import Redactor
 
 SCHEMA = "firstfault.notice/1"
 _FIRST_KEYS = ("rank", "node", "pid", "occurred_at", "observed_at", "signature", "category", "phase",

@@ -24,15 +24,14 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 
 from firstfault.analysis.report import iso
-from firstfault.common.redact import Redactor
-from firstfault.reports.escape import terminal
-
 from firstfault.collector.notify import decide, notice
 from firstfault.collector.notify.config import NotifyConfig
 from firstfault.collector.notify.decide import JobWatch
 from firstfault.collector.notify.deliver import Deliverer
 from firstfault.collector.notify.metrics import NotifyMetrics
 from firstfault.collector.notify.queue import NoticeQueue
+from firstfault.common.redact import Redactor
+from firstfault.reports.escape import terminal
 
 log = logging.getLogger(__name__)
 

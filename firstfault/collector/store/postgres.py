@@ -56,14 +56,13 @@ from typing import Any
 
 import msgpack
 
-from firstfault.wire import Record
-
 from firstfault.collector.store import display
 from firstfault.collector.store.base import JobInfo, Marker, NodeClock, StoreError
 from firstfault.collector.store.blocks import COLUMNS
 from firstfault.collector.store.postgres_read import _T_MAX, _T_MIN, ROW_BYTES, PostgresReads
 from firstfault.collector.store.postgres_schema import escape, migrate, needs_escape, unescape
 from firstfault.collector.store.shared import failed_jobs, job_status
+from firstfault.wire import Record
 
 log = logging.getLogger(__name__)
 

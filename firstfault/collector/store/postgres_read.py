@@ -24,11 +24,10 @@ from typing import Any
 
 import msgpack
 
-from firstfault.wire import Record
-
 from firstfault.collector.store.base import Selection, check_prune, check_selection, prune_to_size
 from firstfault.collector.store.postgres_schema import escape, unescape
 from firstfault.collector.store.shared import JOB_MARGIN_NS, merge
+from firstfault.wire import Record
 
 PAGE = 5000  # rows a read query fetches
 PRUNE_CHUNK = 50_000  # rows deleted per transaction (a job's row is locked meanwhile)

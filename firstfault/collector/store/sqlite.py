@@ -100,15 +100,14 @@ from operator import attrgetter, lt
 from pathlib import Path
 from typing import Any
 
-from firstfault.wire import Record
-
 from firstfault.collector.store.base import JobInfo, Marker, NodeClock, StoreError
 from firstfault.collector.store.blocks import COLUMNS, block_seqs, make_blocks, times
+from firstfault.collector.store.shared import failed_jobs, job_status
 from firstfault.collector.store.sqlite_marks import Marking
 from firstfault.collector.store.sqlite_prune import Pruning
-from firstfault.collector.store.shared import failed_jobs, job_status
 from firstfault.collector.store.sqlite_read import Reading
 from firstfault.collector.store.sqlite_schema import INSERT_BLOCK, INSERT_MARKS, MIGRATIONS, block_row
+from firstfault.wire import Record
 
 __all__ = ["COLUMNS", "MIGRATIONS", "SqliteStore"]
 

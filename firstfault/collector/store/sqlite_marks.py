@@ -12,8 +12,19 @@ current marker and read any other block whole.
 
 from __future__ import annotations
 
-from firstfault.collector.store.blocks import (FIELDS, KIND, MESSAGE, OCCURRED, PID, RANK, SOURCE, Block,
-                                               data_seqs, times, unpack)
+from firstfault.collector.store.blocks import (
+    FIELDS,
+    KIND,
+    MESSAGE,
+    OCCURRED,
+    PID,
+    RANK,
+    SOURCE,
+    Block,
+    data_seqs,
+    times,
+    unpack,
+)
 from firstfault.collector.store.sqlite_schema import INSERT_MARKS
 
 MARK_STEP_RECORDS = 20_000  # records mark_pending marks per call (~10-30 ms of the store thread)

@@ -19,14 +19,24 @@ from typing import Any
 
 import msgpack
 
-from firstfault.wire import Record
-
 from firstfault.collector.store.base import Selection, check_selection
-from firstfault.collector.store.shared import JOB_MARGIN_NS, merge
 from firstfault.collector.store.blocks import (
-    BOOT_ID, FIELDS, KIND, LOCAL_RANK, MESSAGE, MONO, OBSERVED, OCCURRED, PID, RANK,
-    SEVERITY, SOURCE, unpack,
+    BOOT_ID,
+    FIELDS,
+    KIND,
+    LOCAL_RANK,
+    MESSAGE,
+    MONO,
+    OBSERVED,
+    OCCURRED,
+    PID,
+    RANK,
+    SEVERITY,
+    SOURCE,
+    unpack,
 )
+from firstfault.collector.store.shared import JOB_MARGIN_NS, merge
+from firstfault.wire import Record
 
 T_MIN, T_MAX = -(2**63), 2**63 - 1
 _BLOCK_META = ("SELECT b.bid, b.sid, b.t_lo, b.t_hi, b.ranks, m.mid FROM blocks AS b {} "

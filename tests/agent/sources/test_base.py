@@ -13,11 +13,22 @@ import time
 import pytest
 
 from firstfault.agent import clock
-from firstfault.agent.hostpaths import HostPaths
-from firstfault.agent.sources import (Draft, PollingSource, Source, SourceError, SourceRunner,
-                           UnknownSourceError, get, names, register)
 from firstfault.agent.follow import FollowLoop
-from firstfault.agent.sources import cgroup, kmsg, marks
+from firstfault.agent.hostpaths import HostPaths
+from firstfault.agent.sources import (
+    Draft,
+    PollingSource,
+    Source,
+    SourceError,
+    SourceRunner,
+    UnknownSourceError,
+    cgroup,
+    get,
+    kmsg,
+    marks,
+    names,
+    register,
+)
 from firstfault.agent.sources.base import REGISTRY, StopEvent, clip
 from firstfault.agent.sources.cgroup import CgroupSource
 from firstfault.agent.sources.kmsg import KmsgSource

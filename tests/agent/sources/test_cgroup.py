@@ -15,8 +15,7 @@ import pytest
 
 from firstfault.agent.hostpaths import HostPaths
 from firstfault.agent.sources.cgroup import CgroupSource, parse_keyed, parse_proc_cgroup, parse_value
-
-from tests.agent.sources.conftest import DATA, V1_MEMORY, remove_cgroup, IS_ROOT, needs_v1_memory
+from tests.agent.sources.conftest import DATA, IS_ROOT, V1_MEMORY, needs_v1_memory, remove_cgroup
 
 CG = DATA / "cgroup"
 PROC = DATA / "proc"

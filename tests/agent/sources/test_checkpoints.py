@@ -12,8 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from firstfault.agent.sources.checkpoints import (CheckpointsSource, dirs_from_cmdline, dirs_from_save_lines,
-                                                  fit_message)
+from firstfault.agent.sources.checkpoints import CheckpointsSource, dirs_from_cmdline, dirs_from_save_lines, fit_message
 from firstfault.agent.sources.procs import Identity
 from firstfault.analysis.checkpoint import checkpoint_from_disk
 from firstfault.analysis.diskwire import SCHEMA, disk_from_wire

@@ -15,7 +15,6 @@ from firstfault.agent.sources.flightrec import FlightrecSource, dump_prefix
 from firstfault.agent.sources.procs import Identity
 from firstfault.analysis.frdump import from_message
 from firstfault.wire import KIND_RANK_FLIGHT_RECORDER
-
 from tests.agent.sources.conftest import DATA, IS_ROOT
 
 REAL = DATA / "flight_recorder" / "sleep-2"

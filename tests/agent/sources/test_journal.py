@@ -17,7 +17,6 @@ from firstfault.agent.clock import BootWall, boot_wall, read_boot_id
 from firstfault.agent.hostpaths import HostPaths
 from firstfault.agent.sources.journal import JournalSource
 from firstfault.agent.sources.kmsg import KmsgStream
-
 from tests.agent.sources.conftest import DATA, Sink
 from tests.agent.sources.test_kmsg import kmsg_records
 

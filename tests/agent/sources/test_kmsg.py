@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from firstfault.agent.clock import BootWall, read_boot_id
 from firstfault.agent.sources.kmsg import KmsgFormatError, KmsgSource, KmsgStream, parse_kmsg_record
-
 from tests.agent.sources.conftest import DATA, needs_kmsg
 
 KERNEL = DATA / "kernel"

@@ -8,10 +8,9 @@ import os
 
 import pytest
 
-from firstfault.agent.sources.marks import (MAX_MARK_BYTES, MarkError, MarksSource, marks_dir, parse_mark,
-                                 write_mark)
-from firstfault.wire import KIND_AGENT_STATUS, KIND_JOB_MARK
+from firstfault.agent.sources.marks import MAX_MARK_BYTES, MarkError, MarksSource, marks_dir, parse_mark, write_mark
 from firstfault.cli import main as cli_main
+from firstfault.wire import KIND_AGENT_STATUS, KIND_JOB_MARK
 
 GOOD = {"version": 1, "event": "start", "job": "4242", "step": None, "nodes": "gpu-[01-04,07]",
         "at_ns": 1_796_212_800_123_456_789}

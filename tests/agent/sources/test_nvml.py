@@ -13,7 +13,6 @@ import pytest
 
 from firstfault.agent.hostpaths import HostPaths
 from firstfault.agent.sources.nvml import Nvml, NvmlError, NvmlSource
-
 from tests.agent.sources import fake_pynvml as fp
 from tests.agent.sources.conftest import Sink
 

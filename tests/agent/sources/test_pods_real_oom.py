@@ -20,7 +20,6 @@ import pytest
 from firstfault.agent.clock import boot_wall
 from firstfault.agent.sources.kmsg import KmsgStream
 from firstfault.agent.sources.pods import PodsSource
-
 from tests.agent.sources.conftest import V1_MEMORY, needs_v1_memory, remove_cgroup
 from tests.agent.sources.test_cgroup import ALLOCATE
 

@@ -20,10 +20,8 @@ from firstfault.agent.hostpaths import HostPaths
 from firstfault.agent.sources import procs
 from firstfault.agent.sources.cgroup import CgroupSource
 from firstfault.agent.sources.kmsg import KmsgSource
-from firstfault.agent.sources.procs import (ProcsSource, exit_fields, parse_environ, parse_stat,
-                                 rank_identity)
-
-from tests.agent.sources.conftest import DATA, V1_MEMORY, remove_cgroup, Sink, needs_v1_memory
+from firstfault.agent.sources.procs import ProcsSource, exit_fields, parse_environ, parse_stat, rank_identity
+from tests.agent.sources.conftest import DATA, V1_MEMORY, Sink, needs_v1_memory, remove_cgroup
 
 PROC = DATA / "proc"
 TORCHRUN = json.loads((PROC / "torchrun" / "roles.json").read_text())

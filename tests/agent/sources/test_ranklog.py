@@ -26,9 +26,8 @@ from firstfault.agent.spool import COLUMNS, Spool
 from firstfault.agent.tail import Tailer, to_text
 from firstfault.wire import KIND_RANK_LINE, KIND_RANK_TRACEBACK, Batch, Record
 from firstfault.wiredecode import decode_batch
-
-from tests.agent.tailmodel import Clock, Model, write
 from tests.agent.sources.conftest import DATA
+from tests.agent.tailmodel import Clock, Model, write
 
 REAL, FORMATS = DATA / "real", DATA / "formats"
 
@@ -518,6 +517,7 @@ def test_a_full_disk_holds_the_lines_in_their_files_and_loses_none(tmp_path, run
     """The spool's disk (and the state dir's) full for a while: reading waits, the rows are
     offered again, no gap is written and the source is never restarted; every line once."""
     import errno
+
     from firstfault.agent import spool as spool_mod
     from firstfault.agent import tailstate
     from firstfault.agent.sink import SpoolSink

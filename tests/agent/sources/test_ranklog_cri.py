@@ -9,7 +9,6 @@ from pathlib import Path
 from firstfault.agent.sources.ranklog import RankLines, RanklogSource
 from firstfault.agent.tail import Tailer
 from firstfault.wire import KIND_RANK_LINE, KIND_RANK_TRACEBACK
-
 from tests.agent.sources.test_ranklog import Rows, committed
 from tests.agent.tailmodel import Clock
 from tests.common.criwriter import append, records, rotate

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,6 @@ from firstfault.agent.sources.procs import Identity
 from firstfault.agent.sources.stacks import StacksSource, find_py_spy
 from firstfault.analysis.records import events_from_records
 from firstfault.wire import KIND_RANK_STACKS
-
 from tests.agent.sources.conftest import DATA, IS_ROOT
 
 pytestmark = pytest.mark.skipif(not (find_py_spy() and IS_ROOT),

@@ -10,7 +10,6 @@ import logging
 import sys
 import time
 
-
 from firstfault.collector.notify.config import Filter, NotifyConfig, Target
 from firstfault.collector.notify.deliver import Deliverer
 from firstfault.collector.notify.metrics import NotifyMetrics
@@ -233,7 +232,6 @@ def test_a_hanging_command_is_killed_with_its_children_at_its_timeout(tmp_path, 
 
 
 def _alive(pid: int) -> bool:
-    import os
 
     try:
         with open(f"/proc/{pid}/stat") as f:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-
 import pytest
-
-from tests.collector.server.ingest_helpers import FakeStore, LoopThread, Running
 
 from firstfault.collector.config import ClockConfig, LimitsConfig
 from firstfault.collector.server import IngestServer
+from tests.collector.server.ingest_helpers import FakeStore, LoopThread, Running
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from firstfault import wire
+from firstfault.collector.server import IngestServer
 from firstfault.wire import Ack, Batch, Error, Hello, Ping, Pong, Record, Welcome, encode_message
 from firstfault.wiredecode import FrameDecoder
-from firstfault.collector.server import IngestServer
 
 
 class FakeStore:

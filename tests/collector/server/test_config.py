@@ -9,7 +9,12 @@ import pytest
 
 from firstfault.collector import config
 from firstfault.collector.config import (
-    Address, CollectorConfig, ConfigError, HelpRequested, load_config, parse_args,
+    Address,
+    CollectorConfig,
+    ConfigError,
+    HelpRequested,
+    load_config,
+    parse_args,
 )
 
 

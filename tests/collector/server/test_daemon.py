@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.collector.server.ingest_helpers import Agent, ClosedByServer, CollectorProcess, FakeStore, make_records
 
 from firstfault.collector import daemon
 from firstfault.collector.config import parse_args
+from tests.collector.server.ingest_helpers import Agent, ClosedByServer, CollectorProcess, FakeStore, make_records
 
 ROOT = Path(__file__).resolve().parents[3]
 def Collector(db: Path) -> CollectorProcess:  # noqa: N802

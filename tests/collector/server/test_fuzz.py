@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.collector.server.ingest_helpers import FakeStore, LoopThread, Running
 
-from firstfault.wire import Ack, Error, Ping, Pong, Welcome, WireError
-from firstfault.wiredecode import FrameDecoder
 from firstfault.collector.config import ClockConfig, LimitsConfig
 from firstfault.collector.server import IngestServer
+from firstfault.wire import Ack, Error, Ping, Pong, Welcome, WireError
+from firstfault.wiredecode import FrameDecoder
+from tests.collector.server.ingest_helpers import FakeStore, LoopThread, Running
 
 WIRE = Path(__file__).resolve().parents[2] / "data" / "wire"
 GOLDEN = {p.stem: p.read_bytes() for p in sorted(WIRE.glob("*.bin"))}

@@ -12,13 +12,13 @@ import time
 
 import msgpack
 import pytest
-from tests.collector.server.ingest_helpers import ClosedByServer, FakeStore, make_pki, make_records
 
 from firstfault import wire, wiredecode
-from firstfault.wire import Batch, Hello, Ping, Pong
 from firstfault.collector.config import ClockConfig, LimitsConfig, TLSConfig
 from firstfault.collector.metrics import Metrics
 from firstfault.collector.server import make_ssl_context
+from firstfault.wire import Batch, Hello, Ping, Pong
+from tests.collector.server.ingest_helpers import ClosedByServer, FakeStore, make_pki, make_records
 
 
 def frame(obj) -> bytes:

@@ -6,11 +6,8 @@ import threading
 
 import msgpack
 
-
-from tests.collector.server.ingest_helpers import make_records
-
 from firstfault.collector.config import ClockConfig
-
+from tests.collector.server.ingest_helpers import make_records
 
 
 def test_agents_into_sqlite(serve, tmp_path):

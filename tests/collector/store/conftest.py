@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from firstfault.wire import Record
 from firstfault.collector.store.sqlite import SqliteStore
+from firstfault.wire import Record
 
 BACKENDS = ("sqlite", "postgres")
 

@@ -10,14 +10,13 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed (pip install -e '.[postgres]')")
 
-from firstfault.collector.store import open_store
-from firstfault.collector.store import postgres_schema as schema
-from firstfault.collector.store.base import Selection, StoreError
-from firstfault.collector.store.postgres import PostgresStore
-from firstfault.collector.store.postgres_read import ROW_BYTES
-from firstfault.wire import COLUMNS
-
-from tests.collector.store.conftest import T0, make_record, rows
+from firstfault.collector.store import open_store  # noqa: E402 (after the importorskip)
+from firstfault.collector.store import postgres_schema as schema  # noqa: E402 (after the importorskip)
+from firstfault.collector.store.base import Selection, StoreError  # noqa: E402 (after the importorskip)
+from firstfault.collector.store.postgres import PostgresStore  # noqa: E402 (after the importorskip)
+from firstfault.collector.store.postgres_read import ROW_BYTES  # noqa: E402 (after the importorskip)
+from firstfault.wire import COLUMNS  # noqa: E402 (after the importorskip)
+from tests.collector.store.conftest import T0, make_record, rows  # noqa: E402 (after the importorskip)
 
 S = 10**9
 

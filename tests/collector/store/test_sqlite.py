@@ -9,7 +9,6 @@ import pytest
 from firstfault import wire
 from firstfault.collector.store.base import NodeClock, Selection, StoreError
 from firstfault.collector.store.sqlite import SqliteStore
-
 from tests.collector.store.conftest import rows
 
 T0 = 1_796_206_319_782_000_000

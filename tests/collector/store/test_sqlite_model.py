@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from firstfault.wire import Record
 from firstfault.collector.store.base import Selection
 from firstfault.collector.store.shared import JOB_MARGIN_NS
+from firstfault.wire import Record
 from tests.collector.frames import insert_frames
 
 T0 = 1_796_206_319_782_000_000

@@ -8,8 +8,7 @@ import pytest
 from firstfault.collector.store import sqlite as sq
 from firstfault.collector.store.base import Selection, StoreError
 from firstfault.collector.store.sqlite import SqliteStore
-
-from tests.collector.store.conftest import S, T0
+from tests.collector.store.conftest import T0, S
 
 
 def pragma(path, name):
