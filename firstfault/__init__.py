@@ -13,4 +13,4 @@ enforces them):
 - ``firstfault.cli``: the one entry point, the only module that knows every command.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -46,7 +46,7 @@ RUN_BY = {
         "tests.deploy.test_kubernetes::test_the_readmes_token_command_makes_a_token_the_daemons_take",
     # need a container engine and a cluster (none here); tests/deploy/test_kubernetes.py validates
     # what they build and apply
-    ("README.md", "docker build -f deploy/kubernetes/Dockerfile -t firstfault:0.1.0 ."): None,
+    ("README.md", "docker build -f deploy/kubernetes/Dockerfile -t firstfault:0.2.0 ."): None,
     ("README.md", "kubectl apply -k deploy/kubernetes"): None,
     **{("README.md", c): f"{DEPLOY}::test_the_operators_commands_on_stock_debian" for c in (
         "deploy/install.sh collector --start",
