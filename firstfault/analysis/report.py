@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from firstfault.analysis import timeline
+from firstfault.analysis.bands import MARKED_PHASES
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.checkpoint import DiskCheckpoint, checkpoint_report
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
@@ -27,7 +28,7 @@ from firstfault.analysis.hang import Inference, ranges, stopped_first
 from firstfault.analysis.hostlist import HostlistError, expand_hostlist
 from firstfault.analysis.lanes import LaneWatcher, timeline_report
 from firstfault.analysis.memlines import NEEDLES as MEMORY_NEEDLES
-from firstfault.analysis.memory import MARKED_PHASES, MemoryWatcher, memory_report
+from firstfault.analysis.memory import MemoryWatcher, memory_report
 from firstfault.analysis.model import Event, Frame
 from firstfault.analysis.phase import phase_from_frames, phase_hint
 from firstfault.analysis.scan import Needles

@@ -35,7 +35,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone, tzinfo
 
 from firstfault.analysis import traceback as tb
@@ -104,6 +104,7 @@ def discover(paths: list[str], *, node: str | None = None, kernel: list[str] | N
         if arg == "-":
             out.append(Source("-", nd))
         elif os.path.isdir(arg):
+            found = []
             for dirpath, dirnames, filenames in os.walk(arg):
                 dirnames[:] = sorted(d for d in dirnames if not _SKIP_DIRS.match(d)
                                      and not _is_checkpoint_dir(os.path.join(dirpath, d)))
@@ -112,7 +113,8 @@ def discover(paths: list[str], *, node: str | None = None, kernel: list[str] | N
                         continue
                     if os.path.realpath(os.path.join(dirpath, name)) in explicit:
                         continue
-                    out.append(_source(os.path.join(dirpath, name), nd))
+                    found.append(_source(os.path.join(dirpath, name), nd))
+            out += found if nd is not None else _per_node_folders(arg, found)
         else:
             out.append(_source(arg, nd))
     for k in kernel or []:
@@ -121,6 +123,19 @@ def discover(paths: list[str], *, node: str | None = None, kernel: list[str] | N
             nd, k = k.split("=", 1)
         out.append(Source(k, nd, kind="kernel"))
     return out
+
+
+def _per_node_folders(top: str, found: list[Source]) -> list[Source]:
+    """One folder per node: where two or more folders right under ``top`` each hold a torchrun
+    worker layout (local ranks, which repeat on every node), each folder's name is the node of
+    the files under it (as ``NODE=PATH`` would say). Otherwise ``found`` as it is."""
+    def folder(path: str) -> str:
+        return os.path.relpath(path, top).split(os.sep, 1)[0]
+
+    workers = {folder(src.path) for src in found if src.local_rank is not None and os.sep in os.path.relpath(src.path, top)}
+    if len(workers) < 2:
+        return found
+    return [replace(src, node=folder(src.path)) if folder(src.path) in workers else src for src in found]
 
 
 def _source(path: str, node: str | None) -> Source:

@@ -143,6 +143,20 @@ def test_per_node_folders_give_every_rank_its_node(capsys):
     assert (ff["rank"], ff["node"]) == (2, "node1") and ff["evidence"][0]["origin"].endswith("error.json")
 
 
+def test_per_node_folders_are_nodes_when_the_parent_folder_is_given(tmp_path, capsys):
+    """The same two folders under one parent given as it is (no NODE=): local ranks repeat on
+    every node, so each folder that holds a torchrun worker layout is a node; rank 2 is found
+    on node-b, not taken for local rank 0 of one node."""
+    import shutil
+    src = REAL / "torchrun-2node-exception-rank2-of-4"
+    for folder, node in (("node0", "node-a"), ("node1", "node-b")):
+        shutil.copytree(src / folder, tmp_path / node)
+    assert main(["analyze", str(tmp_path), "--format", "json", "--tz", "UTC"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert {r: v["node"] for r, v in rep["ranks"].items()} == {"0": "node-a", "1": "node-a", "2": "node-b", "3": "node-b"}
+    assert (rep["first_failure"]["rank"], rep["first_failure"]["node"]) == (2, "node-b")
+
+
 def test_a_job_killed_from_outside_names_the_rank_whose_stack_was_elsewhere(capsys):
     rep = analyze(REAL / "torchrun-sigterm-hang-rank1-of-3", capsys)
     ff = rep["first_failure"]
