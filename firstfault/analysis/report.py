@@ -50,6 +50,7 @@ from firstfault.analysis.verdict import (
 
 SCHEMA = "firstfault.report/1"
 TEXT_MAX = 2000
+MAX_EVIDENCE = 5  # lines of evidence an inferred failure shows
 UNTIMED = ("no timestamped line comes near it: when it happened is unknown (only the order of lines "
            "within each log is known)")
 
@@ -151,7 +152,8 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
         first_f = with_mentioned_category(_with_exit_rank(_with_rank(groups[0].findings), facts.exits), findings)
         failure_ns = first_f.ev.occurred_ns
     elif any(ff.role == "cascade" for ff in errors) or dumps:
-        casc = sorted(firsts.values(), key=lambda ff: ff.ev.occurred_ns or 0) or outside
+        casc = (sorted(firsts.values(), key=lambda ff: ff.ev.occurred_ns or 0) or outside
+                or [ff for ff in errors if ff.role == "cascade"][:MAX_EVIDENCE])  # cascades no rank said
         failure_ns = min((c.ev.occurred_ns for c in casc if c.ev.occurred_ns is not None), default=None)
 
     clean = {r for r, ex in facts.exits.items() if ex.get("code") == 0}
@@ -372,8 +374,10 @@ def _inferred(inf: Inference, casc: list[Finding], facts: Facts, saving: int | N
     where = "" if last is None else f" after step {facts.steps.get(rank)}" if facts.steps.get(rank) is not None else ""
     dump_phase = dump and phase_from_frames(dump.frames)
     waited = next((h for c in casc if (h := phase_hint(c.ev.text, (), sharded))), None)  # the collective they waited in
+    hinted = {c.match.signature.phases[0] for c in casc if len(c.match.signature.phases) == 1}
+    said = (hinted.pop(), "the phase the survivors' errors belong to") if len(hinted) == 1 else None
     phase = ((dump_phase, "stack dump") if dump_phase else ("checkpoint-save", "checkpoint save under way")
-             if saving is not None else waited or ("unknown", "no evidence"))
+             if saving is not None else waited or said or ("unknown", "no evidence"))
     if outside:
         sig = outside[0].match.groups.get("death_signal") or "a signal"
         killed = f"The job was stopped from outside (its launcher received {sig}: a cancel, a time limit, an operator)"
@@ -409,7 +413,7 @@ def _inferred(inf: Inference, casc: list[Finding], facts: Facts, saving: int | N
                             else "the rank that stopped")
                          + (" were" if rank is None and len(inf.suspects) > 1 else " was") + " doing instead of the collective."),
         "reference": None,
-        "evidence": [_evidence(c) for c in casc[:5]],
+        "evidence": [_evidence(c) for c in casc[:MAX_EVIDENCE]],
         "ranks_sharing": [rank] if rank is not None else [],
         "suspects": inf.suspects,
         "confidence": inf.confidence,

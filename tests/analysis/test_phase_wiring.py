@@ -41,3 +41,12 @@ def test_the_same_failure_with_frames_on_the_same_rank_gives_the_phase():
             "[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered\n")
     ff = _first(text)
     assert ff["rank"] == 2 and (ff["phase"], ff["phase_from"]) == ("backward", "frames")
+
+
+def test_survivors_errors_without_a_rank_are_a_cascade_not_no_failure():
+    """Only a survivor's line, no rank prefix (an old torch, a paste): the failure the log shows is a
+    cascade, in the phase its signature belongs to (the unique id exchange is set-up)."""
+    text = ("RuntimeError: [2] is setting up NCCL communicator and retreiving ncclUniqueId from [0] via c10d "
+            "key-value store by key '0', but store->get('0') got error: Socket Timeout\n")
+    ff = _first(text)
+    assert ff is not None and ff["signature"] == "hang.stopped_first" and ff["category"] == "cascade"

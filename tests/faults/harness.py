@@ -428,6 +428,7 @@ class Counts:
     duplicated_in_gaps: int = 0
     gaps: Counter = field(default_factory=Counter)  # (kind, reason) -> records
     gap_lines_declared: int = 0  # lines the spool's gaps say they lost
+    gap_lines_overclaimed: int = 0  # lines a spool gap names as lost that were stored (or never written)
     examples: list[str] = field(default_factory=list)
 
     @property
@@ -631,8 +632,8 @@ class Rig:
             if rank in resets:
                 c.duplicated_in_gaps += n_dup
             explained = 0
+            budget = spool_origins.get(str(self.writers.paths[rank]), 0)
             if n_lost:
-                budget = spool_origins.get(str(self.writers.paths[rank]), 0)
                 for w in written:
                     if lost.get(w.text, 0) <= 0:
                         continue
@@ -645,6 +646,7 @@ class Rig:
                     elif len(c.examples) < 10:
                         c.examples.append(f"lost: {w.text} (ino {w.ino} offset {w.offset})")
             c.lost_in_gaps += explained
+            c.gap_lines_overclaimed += budget  # what the spool's gaps named for this log and no lost line used
             for text in list(dup)[:3]:
                 if len(c.examples) < 10 and rank not in resets:
                     c.examples.append(f"duplicated x{dup[text] + 1}: {text}")
@@ -674,6 +676,7 @@ def summary(rig: Rig, c: Counts) -> dict:
             "duplicated": c.duplicated, "duplicated_outside_gaps": c.duplicated_outside,
             "gap_records": {f"{k}/{r}": n for (k, r), n in sorted(c.gaps.items(), key=str)},
             "gap_lines_declared": c.gap_lines_declared,
+            "gap_lines_overclaimed": c.gap_lines_overclaimed,
             "drain_s": None if rig.drain_s is None else round(rig.drain_s, 2),
             "agent_starts": rig.agent.starts, "collector_starts": rig.collector.starts,
             "examples": c.examples}

@@ -41,4 +41,5 @@ def test_every_line_survives_the_faults(tmp_path):
     assert counts.written > 30_000 and rig.drain_s is not None
     assert counts.lost_outside == 0, counts.examples
     assert counts.duplicated_outside == 0, counts.examples
+    assert counts.gap_lines_overclaimed == 0  # each line a spool gap names as lost is one that was (issue 23)
     assert counts.stored == counts.written - counts.lost + counts.duplicated
