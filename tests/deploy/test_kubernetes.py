@@ -117,5 +117,7 @@ def test_the_readmes_token_command_makes_a_token_the_daemons_take(tmp_path):
     token = tmp_path / "deploy" / "kubernetes" / "token"
     col = load_collector_config(K8S / "collector.toml", {(None, "token_file"): str(token)})
     assert len(col.token) == 44  # 32 random bytes in base64
-    ignored = subprocess.run(["git", "check-ignore", "-q", str(K8S / "token")], cwd=ROOT, timeout=30)
-    assert ignored.returncode == 0  # the real path is never committed
+    # the real path is never committed: .gitignore names it (read, not asked of git: a copy of the
+    # tree, as the container and fresh-venv tests make, is no repository)
+    ignores = {ln.strip() for ln in (K8S / ".gitignore").read_text().splitlines()}
+    assert "token" in ignores or "/token" in ignores
