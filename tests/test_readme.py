@@ -55,7 +55,7 @@ RUN_BY = {
         "systemctl restart firstfault-agent",
         "firstfault jobs",
         "firstfault report 4242",
-        "firstfault timeline 4242 --node gpu-07 --since 2026-12-02T10:00:00Z --grep Xid",
+        "firstfault timeline 4242 --node gpu-07 --since 2026-12-02T10:00:00Z --grep Xid --node-context",
         "firstfault report 4242 --bundle 4242.tar.gz",
     )},
 }

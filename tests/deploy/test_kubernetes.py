@@ -101,6 +101,7 @@ def test_the_tomls_in_the_config_maps_load_and_build_the_agents_sources(tmp_path
     agent = load_agent_config(K8S / "agent.toml", {(None, "token_file"): str(token),
                                                    (None, "state_dir"): str(tmp_path / "state")})
     assert agent.collectors[0].host == "firstfault-collector.firstfault.svc"
+    (tmp_path / "kmsg").write_bytes(b"")  # the manifest mounts /dev/kmsg; a container running this test may lack it
     built = {s.name: s for s in build_sources(agent, HostPaths(dev=str(tmp_path)), create_dirs=True)[0]}
     assert built["ranklog"].patterns() == ["/var/log/pods/*_*_*/*/*.log"]
     assert built["pods"].cgroup_root == "/host/sys/fs/cgroup"

@@ -194,7 +194,8 @@ def test_the_operators_commands_on_stock_debian(box, tmp_path):
         f.write(xid + "\n")
     box.run("firstfault mark end --job 4242")
 
-    timeline_cmd = command(README, "firstfault timeline 4242")
+    # the Xid names no process of the job (pid 999999): node context, in the job's lifetime on its node
+    timeline_cmd = command(README, "firstfault timeline 4242 --node gpu-07")
     box.wait_for("the Xid line in job 4242's timeline",
                  lambda: xid in _in_tree(box, timeline_cmd, timeout=60).stdout, timeout=90)
     # a traceback leaves the agent once a second has passed with no line to add to it

@@ -65,7 +65,8 @@ def write_kmsg(text: str) -> None:
 
 
 def timeline(c: Container, job: str, grep: str) -> list[dict]:
-    r = c.run(f"{FF} timeline {shlex.quote(job)} --grep {shlex.quote(grep)} --format jsonl", check=False)
+    # --node-context: a kernel line in a marked job that names none of its processes is the node's
+    r = c.run(f"{FF} timeline {shlex.quote(job)} --grep {shlex.quote(grep)} --node-context --format jsonl", check=False)
     return [json.loads(line) for line in r.stdout.splitlines() if line.strip()] if r.returncode == 0 else []
 
 
