@@ -8,15 +8,11 @@ addresses, sequence numbers); none is copied from a user's log.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
-import sys
-
 import pytest
 
 from firstfault.analysis.catalog import load_catalog
-from firstfault.cli import main
+from tests.offline.scoring import Case
+from tests.offline.scoring import analyze as analyze_case
 
 CATALOG = load_catalog()
 
@@ -257,16 +253,7 @@ def test_a_rendezvous_store_lost_while_running_is_a_cascade_and_at_start_a_root(
 # ---------------------------------------------------------------------------
 
 def _analyze(text: str) -> dict:
-    out = io.StringIO()
-    old = sys.stdin
-    sys.stdin = io.TextIOWrapper(io.BytesIO(text.encode()))
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            rc = main(["analyze", "-", "--format", "json", "--tz", "UTC"])
-    finally:
-        sys.stdin = old
-    assert rc == 0
-    return json.loads(out.getvalue())
+    return analyze_case(Case("paste", ["-"], {}, stdin=text.encode()))
 
 
 SOCKET_AT_INIT = """\

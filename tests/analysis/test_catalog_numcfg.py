@@ -6,15 +6,11 @@ Every line below is ours, filled in from a format string with made-up values."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
-import sys
-
 import pytest
 
 from firstfault.analysis.catalog import load_catalog
-from firstfault.cli import main
+from tests.offline.scoring import Case
+from tests.offline.scoring import analyze as analyze_case
 
 CATALOG = load_catalog()
 
@@ -209,15 +205,7 @@ def test_near_misses(line, forbidden):
 # ---------------------------------------------------------------------------
 
 def analyze(text: str) -> dict:
-    out, old = io.StringIO(), sys.stdin
-    sys.stdin = io.TextIOWrapper(io.BytesIO(text.encode()))
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            rc = main(["analyze", "-", "--format", "json", "--tz", "UTC"])
-    finally:
-        sys.stdin = old
-    assert rc == 0
-    return json.loads(out.getvalue())
+    return analyze_case(Case("paste", ["-"], {}, stdin=text.encode()))
 
 
 MEGATRON_NAN = """\
