@@ -447,15 +447,20 @@ class IngestServer:
         m = self.metrics
         m.records_received += n
         ack = encode_message(Ack(b.seqs[-1]))
+
+        def durable(result: tuple[int, float]) -> None:  # counted before the ack leaves: an agent that
+            new, seconds = result                          # has its ack sees the counts that include it
+            m.observe_store(seconds)
+            m.records_stored += new
+            m.records_duplicate += n - new
+            m.batches += 1
+            s.writer.write(ack)
+
         try:  # the ack is written the moment the commit is back (StoreQueue: on_durable)
-            new, seconds = await self.queue.store_batch(b, lambda: s.writer.write(ack))
+            await self.queue.store_batch(b, durable)
         except Exception as e:
             raise _Closing(ERR_INTERNAL, f"store failed: {type(e).__name__}: {e}",
                            level=logging.ERROR) from e
-        m.observe_store(seconds)
-        m.records_stored += new
-        m.records_duplicate += n - new
-        m.batches += 1
         s.last_seq = b.seqs[-1]
         self._give_back(s)  # stored: no longer in flight
         self._observe("stored", s.node, b.cols)

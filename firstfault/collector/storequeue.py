@@ -38,9 +38,9 @@ class StoreQueue:
         self._storing = False  # a group of batches (or a marking step) is on the thread
 
     async def store_batch(self, b: BatchColumns,
-                          on_durable: Callable[[], None] | None = None) -> tuple[int, float]:
+                          on_durable: Callable[[tuple[int, float]], None] | None = None) -> tuple[int, float]:
         """(records new, seconds of the store call it was part of) once durable.
-        ``on_durable()`` (the ack's write) is called as soon as the store thread's commit
+        ``on_durable(that result)`` (the counts, then the ack's write) is called as soon as the store thread's commit
         is back, in the loop's thread: before the next group goes to the store thread and
         before this coroutine resumes (the ack is not queued behind slower work)."""
         fut = asyncio.get_running_loop().create_future()
@@ -76,7 +76,7 @@ class StoreQueue:
                 continue
             if on_durable is not None:
                 try:
-                    on_durable()
+                    on_durable(result)
                 except Exception as e:  # (a closed transport): the session finds out itself
                     log.debug("ack not written error=%s", e)
             fut.set_result(result)

@@ -38,9 +38,9 @@ def test_the_ack_is_written_before_the_next_group_goes_to_the_store_thread():
 
     async def main() -> None:
         q = StoreQueue(store, ThreadPoolExecutor(1))
-        first = asyncio.create_task(q.store_batch(_batch("a", 1), lambda: log.append(("ack", "a"))))
+        first = asyncio.create_task(q.store_batch(_batch("a", 1), lambda r: log.append(("ack", "a"))))
         await asyncio.sleep(0.05)  # a is on the store thread; b waits for it
-        second = asyncio.create_task(q.store_batch(_batch("b", 1), lambda: log.append(("ack", "b"))))
+        second = asyncio.create_task(q.store_batch(_batch("b", 1), lambda r: log.append(("ack", "b"))))
         await asyncio.sleep(0.05)
         store.hold["a"].set()
         assert (await first)[0] == 1
@@ -59,7 +59,7 @@ def test_a_failed_store_writes_no_ack():
     async def main() -> None:
         q = StoreQueue(store, ThreadPoolExecutor(1))
         with pytest.raises(OSError):
-            await q.store_batch(_batch("a", 1), lambda: log.append(("ack", "a")))
+            await q.store_batch(_batch("a", 1), lambda r: log.append(("ack", "a")))
         q.writer.shutdown()
 
     asyncio.run(main())
