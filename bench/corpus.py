@@ -21,8 +21,6 @@ Cases without a text are listed, not scored.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import sys
@@ -30,7 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from firstfault.cli import main as cli_main
+from tests.offline import scoring
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,17 +93,7 @@ class Tally:
 
 def analyze(text: bytes) -> dict:
     """The JSON report of one pasted text, from `firstfault analyze -` run in this process."""
-    out = io.StringIO()
-    old = sys.stdin
-    sys.stdin = io.TextIOWrapper(io.BytesIO(text))
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            rc = cli_main(["analyze", "-", "--format", "json", "--tz", "UTC"])
-    finally:
-        sys.stdin = old
-    if rc != 0:
-        raise RuntimeError(f"analyze exited {rc}")
-    return json.loads(out.getvalue())
+    return scoring.analyze(scoring.Case("paste", ["-"], {}, stdin=text))
 
 
 def judge(row: dict, rep: dict) -> tuple[dict, dict]:

@@ -29,15 +29,22 @@ from pathlib import Path
 MAX_TOKEN_BYTES = 256  # wire.MAX_NAME_BYTES: a hello's token field
 
 
-def read_tokens(path: Path | None, problems: list[str]) -> tuple[str, ...] | None:
-    """The tokens in ``path`` (None when no file is given); a problem is appended for a
-    file that cannot be read, holds none, or holds something that is not a token."""
+def _read(path: Path | None, key: str, problems: list[str]) -> str | None:
+    """The text of the file ``key`` names (None: no file given, or a problem appended)."""
     if path is None:
         return None
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        problems.append(f"token_file: cannot read {path}: {getattr(e, 'strerror', None) or e}")
+        problems.append(f"{key}: cannot read {path}: {getattr(e, 'strerror', None) or e}")
+        return None
+
+
+def read_tokens(path: Path | None, problems: list[str]) -> tuple[str, ...] | None:
+    """The tokens in ``path`` (None when no file is given); a problem is appended for a
+    file that cannot be read, holds none, or holds something that is not a token."""
+    text = _read(path, "token_file", problems)
+    if text is None:
         return None
     tokens = tuple(ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#"))
     if not tokens:
@@ -66,12 +73,8 @@ def accepts(tokens: Sequence[str], given: str) -> bool:
 def read_node_tokens(path: Path | None, problems: list[str]) -> dict[str, tuple[str, ...]] | None:
     """{node: its tokens} from a node token file (None when no file is given); a problem is
     appended for a file that cannot be read, holds no line, or a line that is not ``NODE TOKEN``."""
-    if path is None:
-        return None
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        problems.append(f"node_tokens_file: cannot read {path}: {getattr(e, 'strerror', None) or e}")
+    text = _read(path, "node_tokens_file", problems)
+    if text is None:
         return None
     out: dict[str, list[str]] = {}
     for n, line in enumerate(text.splitlines(), 1):
