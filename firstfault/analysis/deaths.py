@@ -10,6 +10,13 @@ of the rank's own already reports the same exit (a launcher's summary). The verd
 rules then apply as to a launcher's ``exitcode: -N``: a SIGABRT after or with a
 collective timeout is a cascade (PyTorch's watchdog abort), a SIGKILL is judged against
 the kernel's log (verdict.judge_signals).
+
+A death that comes after the job had already failed is how a rank ended, not why the job
+did: after an error of the rank's own (a collective timeout it raised), or after another
+rank of the job had already exited with a failure (the launcher then tears the rest down:
+torchrun, the DeepSpeed launcher, ``srun --kill-on-bad-exit`` and mpirun signal the
+survivors, and a rank in a collective's teardown often dies by SIGSEGV or SIGABRT). Such a
+death is a cascade finding: shown, never the first failure while a root stands.
 """
 
 from __future__ import annotations
@@ -43,13 +50,41 @@ SIGNATURE = Signature(
     examples=())
 
 
-def _finding(ev: Event) -> Finding:
+def _finding(ev: Event, after: str | None) -> Finding:
+    """The death as a root finding, or as a cascade when ``after`` names what failed before it."""
     ex = ev.fields["exit"]
     groups = {"pid": str(ev.pid), "signal": ex["signal"], "exitcode": str(ex["code"]), "meaning": MEANING[ex["signal"]]}
     death = replace(ev, text=f"pid {ev.pid} exited: signal {-ex['code']} ({ex['signal']})", fields={})
-    return Finding(death, Match(SIGNATURE, groups, SIGNATURE.category, SIGNATURE.role,
-                                render(SIGNATURE.summary, groups)),
-                   links=["the agent saw the rank process end by this signal"])
+    summary = render(SIGNATURE.summary, groups)
+    links = ["the agent saw the rank process end by this signal"]
+    if after:
+        summary = f"A worker (pid {ev.pid}) died from {ex['signal']} after {after}: how it ended, not why the job did."
+        links.append(f"it died after {after}")
+    return Finding(death, Match(SIGNATURE, groups, SIGNATURE.category, "cascade" if after else SIGNATURE.role,
+                                summary), links=links)
+
+
+def _failed_before(ev: Event, findings: list[Finding], procs: list[Event]) -> str | None:
+    """What had already failed in the job when ``ev`` (a rank's death) came: an error of the
+    rank's own, or another rank's failing exit. None when the death came first."""
+    at = ev.occurred_ns
+    if at is None:
+        return None
+    own = [f for f in findings if f.ev.rank == ev.rank and f.role in ("root", "cascade")
+           and f.ev.occurred_ns is not None and f.ev.occurred_ns < at]
+    if own:
+        return "an error of its own"
+    peers = [p for p in procs if p.fields.get("proc") == "exit" and p.rank is not None and p.rank != ev.rank
+             and (p.fields.get("exit") or {}).get("code") not in (None, 0)
+             and p.occurred_ns is not None and p.occurred_ns + p.uncertainty_ns < at]
+    if peers:
+        first = min(peers, key=lambda p: p.occurred_ns)
+        return f"rank {first.rank} had already exited ({_exit_words(first.fields['exit'])})"
+    return None
+
+
+def _exit_words(ex: dict) -> str:
+    return ex["signal"] if ex.get("signal") else f"code {ex['code']}"
 
 
 def _oom_kill_of(ev: Event, findings: list[Finding]) -> Finding | None:
@@ -70,6 +105,7 @@ def signal_deaths(procs: Iterable[Event], findings: list[Finding]) -> list[Findi
     that rank reports the same exit. Call it once identity is linked (facts.identify): a SIGKILL
     that a kernel OOM kill of no rank yet explains gives that kill the rank instead."""
     said = {(f.ev.rank, (exit_of(f) or {}).get("code")) for f in findings if f.ev.rank is not None}
+    procs = list(procs)
     out = []
     for ev in procs:
         ex = ev.fields.get("exit") or {}
@@ -79,7 +115,7 @@ def signal_deaths(procs: Iterable[Event], findings: list[Finding]) -> list[Findi
             continue
         oom = _oom_kill_of(ev, findings) if ex["signal"] == "SIGKILL" else None
         if oom is None:
-            out.append(_finding(ev))
+            out.append(_finding(ev, _failed_before(ev, findings, procs)))
         elif oom.ev.rank is None:
             oom.ev.rank = ev.rank
             oom.links.append(f"rank {ev.rank} (pid {ev.pid}) died by SIGKILL on {ev.node} just after, as the agent saw")

@@ -55,3 +55,45 @@ def test_an_abort_after_a_collective_timeout_is_a_cascade():
     assert (ff["rank"], ff["signature"], ff["inferred"]) == (1, "hang.stopped_first", True)
     fe = rep["ranks"]["1"]["first_error"]
     assert (fe["signature"], fe["role"]) == ("agent.rank_signal", "cascade")
+
+
+def _three_ranks() -> list[Record]:
+    """Rank 0 fails with an error of its own and exits 1; ranks 1 and 2 die by SIGSEGV as the
+    launcher tears the job down."""
+    recs = [rec(i + 1, "proc.start", "procs", rank=r, pid=100 + r, fields={"world_size": "3"}, at=T0)
+            for i, r in enumerate(range(3))]
+    recs += [
+        rec(10, "rank.traceback", "ranklog", RESET.replace("RuntimeError: [../third_party/gloo/gloo/transport/tcp/"
+                                                           "pair.cc:537] Read error [127.0.0.1]:7889: Connection "
+                                                           "reset by peer", "ValueError: bad batch shape (3, 7)"),
+            rank=0, at=T0 + 2 * S),
+        rec(11, "proc.exit", "procs", rank=0, pid=100, fields={"code": 1, "signal": None}, at=T0 + 3 * S),
+        rec(12, "proc.exit", "procs", rank=1, pid=101, fields={"code": -11, "signal": "SIGSEGV"}, at=T0 + 4 * S),
+    ]
+    recs.append(rec(14, "proc.exit", "procs", rank=2, pid=102, fields={"code": -11, "signal": "SIGSEGV"},
+                    at=T0 + 5 * S))
+    return recs
+
+
+def test_a_death_after_a_peer_exited_with_a_failure_is_the_teardown():
+    rep = _report(_three_ranks())
+    ff = rep["first_failure"]
+    assert (ff["rank"], ff["category"]) == (0, "user-code")
+    fe = rep["ranks"]["1"]["first_error"]
+    assert (fe["signature"], fe["role"]) == ("agent.rank_signal", "cascade")
+    assert rep["ranks"]["1"]["exit"] == {"code": -11, "signal": "SIGSEGV"}
+    assert [g["signature"] for g in rep["distinct_failures"]] == ["python.exception"]
+
+
+
+def test_a_death_after_the_ranks_own_error_is_how_it_ended():
+    # rank 1 raised (a collective timeout) and then died by SIGSEGV; no peer had exited yet
+    recs = [rec(1, "proc.start", "procs", rank=r, pid=100 + r, fields={"world_size": "2"}, at=T0) for r in (0, 1)]
+    recs += [rec(3, "rank.traceback", "ranklog", TIMEOUT, rank=1, at=T0 + 2 * S),
+             rec(4, "proc.exit", "procs", rank=1, pid=101, fields={"code": -11, "signal": "SIGSEGV"}, at=T0 + 3 * S)]
+    rep = _report(recs)
+    assert not any(g["signature"] == "agent.rank_signal" for g in rep["distinct_failures"])
+    assert rep["first_failure"]["signature"] != "agent.rank_signal"
+    # the same death with no error before it is the failure
+    rep = _report([r for r in recs if r.kind != "rank.traceback"])
+    assert (rep["first_failure"]["signature"], rep["first_failure"]["rank"]) == ("agent.rank_signal", 1)
