@@ -24,8 +24,8 @@ The frame that raised it is the innermost frame that is none of these (``respons
 - the standard library (``lib/python3.X/``, ``<frozen ...>``): whoever called ``json.loads`` or
   ``os.environ[...]`` is responsible (``os.environ``'s KeyError: an environment variable not set,
   config, whoever reads it);
-- a lookup method (``__getattr__``, ``__getitem__``) for AttributeError/KeyError: the code that
-  asked for the name chose it (``torch.nn.Module.__getattr__`` raises for every missing attribute);
+- a library's lookup method (``__getattr__``, ``__getitem__``) for AttributeError/KeyError: the code
+  that asked for the name chose it (``torch.nn.Module.__getattr__`` raises for every missing attribute);
 - a re-raise: torch's ``ExceptionWrapper.reraise`` (DataLoader workers) and ``torch.multiprocessing``'s
   spawn print the original traceback in the message: its frames are used instead.
 An exception from a torch op's Python layer (``torch/nn/functional.py``, ``torch/_tensor.py``, layer
@@ -215,13 +215,13 @@ def _reprinted_exception(message: str) -> tuple[str | None, str]:
 
 def responsible(frames: Sequence[Frame], exc_type: str | None = None) -> Frame | None:
     """The frame whose code raised it: the innermost that is not the standard library, nor (for
-    AttributeError/KeyError) a lookup method; None without frames."""
+    AttributeError/KeyError) a lookup method of a library or framework; None without frames."""
     short = (exc_type or "").rsplit(".", 1)[-1]
     for f in reversed(frames):
         if owner_of(f.file).kind == "stdlib":
             continue
-        if short in ("AttributeError", "KeyError") and f.func in LOOKUPS:
-            continue
+        if short in ("AttributeError", "KeyError") and f.func in LOOKUPS and owner_of(f.file).kind != "user":
+            continue  # a library's lookup reports the name its caller asked for (a user's own is the user's code)
         return f
     return None
 
