@@ -131,6 +131,14 @@ LOOKUPS = frozenset({"__getattr__", "__getattribute__", "__getitem__", "__missin
 # assert WITH a message is validation too, of arguments (DeepSpeed config.py _batch_assertion,
 # Megatron arguments.py) or of the call order (Megatron parallel_state "... group is not
 # initialized"): its words decide (signatures/99-fallback.toml category_rule), not its owner.
+# What to do first, by the category inferred (user-code keeps the fallback's own).
+ACTIONS = {
+    "framework": ("It failed inside {owner}'s own code, not yours: compare the installed versions of {owner} and the "
+                  "packages it works with (pip list) with the versions it supports, and search its issues for the message."),
+    "config": ("Check the argument, setting, environment variable or package the message names against {owner}'s "
+               "documentation and the job's environment."),
+    "unknown": "This process reports another process's failure: read that process's own error in its log.",
+}
 _BUGS = ("AttributeError", "KeyError", "IndexError", "TypeError", "NotImplementedError", "NameError",
          "UnboundLocalError", "ZeroDivisionError", "RecursionError", "StopIteration")
 EXCEPTIONS: dict[str, dict[str, str]] = {
@@ -345,7 +353,12 @@ def owned(f: F) -> F:
     got = category(exc, message, f.ev.frames)
     if got is None or got.category == f.match.category:
         return f
-    return replace(f, match=replace(f.match, category=got.category), links=[*f.links, got.why])
+    match = replace(f.match, category=got.category)
+    action = ACTIONS.get(got.category)
+    if action:  # the fallback's own first action reads the user's code: not where this points
+        who = got.owner.name if got.owner is not None and got.owner.name else "the library"
+        match = replace(match, signature=replace(sig, first_action=action.replace("{owner}", who)))
+    return replace(f, match=match, links=[*f.links, got.why])
 
 
 __all__ = ["EXCEPTIONS", "FRAMEWORKS", "Inference", "Owner", "category", "owned", "owner_of", "reprinted_frames",

@@ -229,6 +229,7 @@ def test_paste_attribute_error_inside_deepspeed_is_framework():
     assert (ff["rank"], ff["category"], ff["phase"]) == (1, "framework", "optimizer-step")
     assert ff["confidence"] in ("low", "medium")
     assert "inferred from whose code raised it" in ff["evidence"][0].get("linked_by", "")
+    assert "deepspeed's own code" in ff["first_action"] and "your own code" not in ff["first_action"]
 
 
 def test_paste_key_error_in_the_users_collate_is_user_code():
