@@ -247,6 +247,15 @@ def _imports_only(frames: Sequence[Frame]) -> bool:
     return len(own) >= 2 and own[-1].func == "<module>" and own[-2].func == "<module>"
 
 
+def _said(message: str, exc_type: str | None) -> str:
+    """The message without the exception line's own ``Type:`` (a traceback's message starts with it)."""
+    text = (message or "").strip()
+    for t in filter(None, (exc_type, (exc_type or "").rsplit(".", 1)[-1])):
+        if text == t or text.startswith(t + ":"):
+            return text[len(t):].lstrip(":").strip()
+    return text
+
+
 def _where(f: Frame, o: Owner) -> str:
     who = f"{o.name}'s own code" if o.kind == "framework" else "your own code"
     return f"{who} ({_norm(f.file).rsplit('/', 3)[-1] if o.kind == 'user' else _tail(f.file)}:{f.line}, in {f.func})"
@@ -295,7 +304,7 @@ def category(exc_type: str | None, message: str, frames: Sequence[Frame]) -> Inf
         return Inference("framework", f, o, f"inferred from whose code raised it: the traceback's innermost frame is in {_where(f, o)} "
                          "and its exception line is missing; find that line to confirm")
     rule = EXCEPTIONS.get(short)
-    if rule is None or (short == "AssertionError" and message.strip() and o.kind == "framework"):
+    if rule is None or (short == "AssertionError" and _said(message, exc_type) and o.kind == "framework"):
         return None
     cat = rule[o.kind]
     if o.kind == "user":

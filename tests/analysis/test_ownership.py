@@ -99,6 +99,8 @@ def test_an_assert_with_a_message_is_left_to_its_words_a_bare_one_is_framework()
               fr("/workspace/Megatron-LM/megatron/core/parallel_state.py", 1010, "get_pipeline_model_parallel_group")]
     assert category("AssertionError", "pipeline_model parallel group is not initialized", frames) is None
     assert category("AssertionError", "", frames).category == "framework"
+    assert category("AssertionError", "AssertionError", frames).category == "framework"  # a traceback's message line
+    assert category("AssertionError", "AssertionError: ", frames).category == "framework"
 
 
 def test_a_missing_attribute_blames_whoever_asked_for_it():
@@ -288,6 +290,67 @@ def test_paste_cut_traceback_in_the_users_file_stays_unknown():
 """
     ff = _paste(log)
     assert ff["category"] == "unknown"
+
+
+def test_paste_bare_assert_inside_deepspeed_is_framework():
+    log = f"""[rank0]: Traceback (most recent call last):
+[rank0]:   File "/work/sft/train.py", line 180, in main
+[rank0]:     loss = engine(batch)
+[rank0]:   File "{SP}/deepspeed/runtime/zero/partitioned_param_coordinator.py", line 300, in fetch_sub_module
+[rank0]:     assert param.ds_status == ZeroParamStatus.AVAILABLE
+[rank0]: AssertionError
+"""
+    ff = _paste(log)
+    assert (ff["rank"], ff["category"], ff["phase"]) == (0, "framework", "param-gather")
+
+
+def test_paste_assert_with_a_message_inside_megatron_keeps_the_default():
+    log = """[rank0]: Traceback (most recent call last):
+[rank0]:   File "/workspace/Megatron-LM/megatron/training/initialize.py", line 360, in _set_random_seed
+[rank0]:     seed = seed + (100 * mpu.get_pipeline_model_parallel_rank())
+[rank0]:   File "/workspace/Megatron-LM/megatron/core/parallel_state.py", line 1010, in get_pipeline_model_parallel_group
+[rank0]:     assert _PIPELINE_MODEL_PARALLEL_GROUP is not None, "pipeline_model parallel group is not initialized"
+[rank0]: AssertionError: pipeline_model parallel group is not initialized
+"""
+    ff = _paste(log)
+    assert ff["category"] == "user-code"
+
+
+def test_paste_ray_task_error_is_judged_by_the_remote_frames():
+    log = f"""Traceback (most recent call last):
+  File "/work/rl/main_ppo.py", line 60, in main
+    trainer.fit()
+  File "{SP}/verl/trainer/ppo/ray_trainer.py", line 900, in fit
+    out = self.actor_rollout_wg.update_actor(batch)
+  File "{SP}/ray/_private/worker.py", line 2755, in get
+    values, debugger_breakpoint = worker.get_objects(object_refs, timeout=timeout)
+  File "{SP}/ray/_private/worker.py", line 906, in get_objects
+    raise value.as_instanceof_cause()
+ray.exceptions.RayTaskError(KeyError): ray::WorkerDict.actor_rollout_update_actor() (pid=4242, ip=10.0.0.5)
+  File "{SP}/verl/workers/actor/dp_actor.py", line 300, in update_policy
+    old_log_prob = data["old_log_probs"]
+  File "{SP}/verl/protocol.py", line 250, in __getitem__
+    return self.batch[item]
+KeyError: 'old_log_probs'
+"""
+    ff = _paste(log)
+    assert ff["category"] == "framework" and "verl" in ff["first_action"]
+
+
+def test_paste_launcher_reporting_a_child_is_not_the_users_code():
+    log = f"""Traceback (most recent call last):
+  File "/opt/conda/lib/python3.8/runpy.py", line 194, in _run_module_as_main
+    return _run_code(code, main_globals, None,
+  File "{SP}/torch/distributed/launch.py", line 340, in <module>
+    main()
+  File "{SP}/torch/distributed/launch.py", line 326, in main
+    sigkill_handler(signal.SIGTERM, None)  # not coming back
+  File "{SP}/torch/distributed/launch.py", line 301, in sigkill_handler
+    raise subprocess.CalledProcessError(returncode=last_return_code, cmd=cmd)
+subprocess.CalledProcessError: Command '['/opt/conda/bin/python', '-u', 'train.py', '--local_rank=1']' returned non-zero exit status 1.
+"""
+    ff = _paste(log)
+    assert ff is None or ff["category"] != "user-code"
 
 
 def test_paste_words_beat_the_owner():
