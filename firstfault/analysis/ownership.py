@@ -123,8 +123,10 @@ LOOKUPS = frozenset({"__getattr__", "__getattribute__", "__getitem__", "__missin
 # torch raises RuntimeError from C++ for OOM, CUDA and NCCL errors, wherever Python called it.
 # Checked against the frameworks' code: the Python-level errors below, raised by a framework's own
 # logic, are its defects or a version it was not written for (DeepSpeed engine.py __getattr__,
-# stage_1_and_2.py state_dict indexing, transformers CONFIG_MAPPING KeyError on a model type the
-# installed release lacks, NotImplementedError of an unsupported combination); a bare assert (no
+# stage_1_and_2.py state_dict indexing, NotImplementedError of an unsupported combination, a
+# KeyError of a model type an older transformers' CONFIG_MAPPING lacks (since 4.3x it is re-raised as
+# "ValueError: The checkpoint you are trying to load has model type ... but Transformers does not
+# recognize this architecture": config, the environment's version, as below)); a bare assert (no
 # message) is an internal invariant. A ValueError from a framework is its validation of a value it
 # was given (transformers training_args.py __post_init__, accelerate accelerator.py, torch DDP
 # __init__, torch rendezvous.py "environment variable RANK expected, but not set"): config. An
