@@ -186,6 +186,8 @@ def owner_of(path: str) -> Owner:
         return Owner("stdlib", "")
     site = list(_SITE.finditer(p))
     parts = p[site[-1].end():].split("/") if site else p.split("/")
+    if site and len(parts) > 1 and parts[0].endswith(".egg"):  # an egg: site-packages/deepspeed-0.9.0-py3.10.egg/deepspeed/
+        parts = parts[1:]
     dirs = parts[:-1]  # the file's folders, outermost first
     if site:
         top = dirs[0] if dirs else parts[0].removesuffix(".py")

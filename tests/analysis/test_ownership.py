@@ -36,7 +36,9 @@ USER_TRAIN = fr("/work/sft/train.py", 180, "main")
     ("/home/me/proj/third_party/apex/apex/transformer/tensor_parallel/layers.py", "framework", "apex"),  # vendored in a repo
     (f"{SP}/transformer_engine/pytorch/module/linear.py", "framework", "transformer_engine"),
     ("C:\\Users\\me\\miniconda3\\Lib\\site-packages\\peft\\peft_model.py", "framework", "peft"),
+    (f"{SP}/deepspeed-0.9.5-py3.10.egg/deepspeed/runtime/engine.py", "framework", "deepspeed"),
     (f"{SP}/numpy/core/fromnumeric.py", "library", "numpy"),
+    (f"{SP}/six.py", "library", "six"),
     ("/opt/conda/envs/train/lib/python3.10/json/decoder.py", "stdlib", ""),
     ("<frozen importlib._bootstrap>", "stdlib", ""),
     # not a framework's: the user's own files, however they are named
