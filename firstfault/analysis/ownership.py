@@ -107,9 +107,10 @@ OP_LAYER = ("torch/nn/functional.py", "torch/functional.py", "torch/_tensor.py",
 # legacy launcher torch/distributed/launch.py (its <module> runs torchrun's main),
 # DeepSpeed's and accelerate's launchers (deepspeed/launcher/, accelerate/commands/launch.py raising
 # subprocess.CalledProcessError), Ray's ray.get (ray/_private/worker.py, RayTaskError/ActorDiedError),
-# torch's ExceptionWrapper.reraise (torch/_utils.py) when the original traceback is not in the message.
+# torch's ExceptionWrapper.reraise (torch/_utils.py) when the original traceback is not in the message
+# (only that function of the file: "path::function").
 REPORTERS = ("torch/distributed/run.py", "torch/distributed/launch.py", "torch/distributed/launcher/", "torch/distributed/elastic/",
-             "torch/multiprocessing/spawn.py", "torch/_utils.py", "deepspeed/launcher/",
+             "torch/multiprocessing/spawn.py", "torch/_utils.py::reraise", "deepspeed/launcher/",
              "accelerate/commands/", "ray/_private/worker.py", "ray/_private/client_mode_hook.py",
              "ray/_private/auto_init_hook.py")
 
@@ -202,6 +203,12 @@ def owner_of(path: str) -> Owner:
 def _in(path: str, places: Sequence[str]) -> bool:
     p = _norm(path)
     return any(x in p for x in places)
+
+
+def _reports(f: Frame) -> bool:
+    """A frame of REPORTERS (``path`` or ``path::function``)."""
+    p = _norm(f.file)
+    return any(x in p if "::" not in x else (x.split("::")[0] in p and f.func == x.split("::")[1]) for x in REPORTERS)
 
 
 def reprinted_frames(message: str) -> tuple[Frame, ...]:
@@ -297,7 +304,7 @@ def category(exc_type: str | None, message: str, frames: Sequence[Frame]) -> Inf
     if f is None:
         return None
     o = owner_of(f.file)
-    if _in(f.file, REPORTERS) and o.kind == "framework":
+    if _reports(f) and o.kind == "framework":
         return Inference("unknown", f, o, f"raised where {o.name} reports another process's failure ({_tail(f.file)}, "
                          "in " f"{f.func}): the cause is in that process's own log")
     if o.kind not in ("user", "framework") or (o.kind == "framework" and _in(f.file, OP_LAYER)):

@@ -174,6 +174,12 @@ def test_a_reraise_without_its_original_and_a_launcher_say_unknown():
                 fr(f"{SP}/torch/distributed/run.py", 794, "main"),
                 fr(f"{SP}/torch/distributed/launcher/api.py", 263, "launch_agent")]
     assert category(None, "", torchrun).category == "unknown"
+    reraise = [USER_MAIN, fr(f"{SP}/torch/utils/data/dataloader.py", 1371, "_process_data"),
+               fr(f"{SP}/torch/_utils.py", 694, "reraise")]
+    assert category("KeyError", "Caught KeyError in DataLoader worker process 0.", reraise).category == "unknown"
+    unpickle = [USER_MAIN, fr(f"{SP}/torch/serialization.py", 1025, "load"), fr(f"{SP}/torch/_utils.py", 200, "_rebuild_tensor_v2")]
+    got = category("TypeError", "boom", unpickle)  # torch/_utils.py's other functions report nobody's failure
+    assert got is not None and got.category != "unknown"
 
 
 def test_import_errors():
