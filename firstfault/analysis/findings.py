@@ -20,6 +20,7 @@ from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
 from firstfault.analysis.context import Context
 from firstfault.analysis.model import KIND_FLIGHT_RECORDER, KIND_RECORD, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
+from firstfault.analysis.ownership import owned
 from firstfault.analysis.timeline import NodeClock
 from firstfault.analysis.verdict import Finding, fingerprint
 
@@ -84,7 +85,7 @@ def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str
             if m is None and sub is ev and ev.fields.get("message"):
                 m = catalog.match(ev.fields["message"])  # exception groups indent their final line
             if m is not None:
-                dropped += _keep(Finding(sub, m), latest, kept, counts, clocks)
+                dropped += _keep(owned(Finding(sub, m)), latest, kept, counts, clocks)
     findings = list(kept.values()) + list(latest.values())
     placed = timeline.build([f.ev for f in findings], clocks)
     order = {id(ev): i for i, ev in enumerate(placed)}

@@ -1,0 +1,373 @@
+"""Whose code raised it (firstfault/analysis/ownership.py): the owner of a frame's file, and the
+category of a Python exception no signature knows from its type and that owner. Frames written
+here from the frameworks' real files and functions (paths and line numbers made up)."""
+
+from __future__ import annotations
+
+import pytest
+
+from firstfault.analysis.model import Frame
+from firstfault.analysis.ownership import category, owner_of, reprinted_frames, responsible
+from tests.offline.scoring import Case, analyze
+
+SP = "/opt/conda/envs/train/lib/python3.10/site-packages"
+DP = "/usr/local/lib/python3.12/dist-packages"
+
+
+def fr(path: str, line: int, func: str) -> Frame:
+    return Frame(path, line, func)
+
+
+USER_MAIN = fr("/work/sft/train.py", 212, "<module>")
+USER_TRAIN = fr("/work/sft/train.py", 180, "main")
+
+
+@pytest.mark.parametrize("path, kind, name", [
+    (f"{SP}/deepspeed/runtime/zero/stage3.py", "framework", "deepspeed"),
+    (f"{DP}/transformers/trainer.py", "framework", "transformers"),
+    ("/usr/lib/python3/dist-packages/accelerate/accelerator.py", "framework", "accelerate"),
+    ("/workspace/Megatron-LM/megatron/core/pipeline_parallel/schedules.py", "framework", "megatron"),  # a source checkout
+    (f"{DP}/nemo/lightning/pytorch/strategies/megatron_strategy.py", "framework", "nemo"),
+    (f"{SP}/pytorch_lightning/trainer/trainer.py", "framework", "lightning"),
+    (f"{SP}/lightning/pytorch/loops/fit_loop.py", "framework", "lightning"),
+    (f"{SP}/torch/distributed/fsdp/_runtime_utils.py", "framework", "torch"),
+    (f"{SP}/ray/_private/worker.py", "framework", "ray"),
+    (f"{SP}/verl/third_party/vllm/llm.py", "framework", "verl"),  # a vendored copy belongs to the package that ships it
+    ("/home/me/proj/third_party/apex/apex/transformer/tensor_parallel/layers.py", "framework", "apex"),  # vendored in a repo
+    (f"{SP}/transformer_engine/pytorch/module/linear.py", "framework", "transformer_engine"),
+    ("C:\\Users\\me\\miniconda3\\Lib\\site-packages\\peft\\peft_model.py", "framework", "peft"),
+    (f"{SP}/deepspeed-0.9.5-py3.10.egg/deepspeed/runtime/engine.py", "framework", "deepspeed"),
+    (f"{SP}/numpy/core/fromnumeric.py", "library", "numpy"),
+    (f"{SP}/six.py", "library", "six"),
+    ("/opt/conda/envs/train/lib/python3.10/json/decoder.py", "stdlib", ""),
+    ("<frozen importlib._bootstrap>", "stdlib", ""),
+    # not a framework's: the user's own files, however they are named
+    ("/work/sft/train.py", "user", ""),
+    ("/home/me/deepspeed.py", "user", ""),  # a script named like the package (it even shadows it)
+    ("/home/me/train_megatron.py", "user", ""),
+    ("/home/me/my_transformers/model.py", "user", ""),
+    ("train.py", "user", ""),
+])
+def test_owner_of_a_frame_path(path, kind, name):
+    o = owner_of(path)
+    assert (o.kind, o.name) == (kind, name)
+
+
+def test_a_framework_bug_type_raised_in_the_framework_is_framework():
+    frames = [USER_MAIN, USER_TRAIN,
+              fr(f"{SP}/deepspeed/runtime/engine.py", 3120, "save_checkpoint"),
+              fr(f"{SP}/deepspeed/runtime/engine.py", 3410, "_save_zero_checkpoint"),
+              fr(f"{SP}/deepspeed/runtime/zero/stage_1_and_2.py", 2071, "state_dict"),
+              fr(f"{SP}/deepspeed/runtime/zero/stage_1_and_2.py", 2031, "_get_base_optimizer_state")]
+    got = category("IndexError", "list index out of range", frames)
+    assert got.category == "framework" and got.owner.name == "deepspeed"
+    assert "inferred from whose code raised it" in got.why and "stage_1_and_2.py:2031" in got.why
+    for t in ("AttributeError", "KeyError", "TypeError", "NotImplementedError", "UnboundLocalError"):
+        assert category(t, "x", frames).category == "framework", t
+
+
+def test_the_same_types_raised_in_the_users_file_are_user_code():
+    frames = [USER_MAIN, USER_TRAIN,
+              fr(f"{SP}/torch/utils/data/dataloader.py", 631, "__next__"),
+              fr(f"{SP}/torch/utils/data/dataloader.py", 675, "_next_data"),
+              fr(f"{SP}/torch/utils/data/_utils/fetch.py", 54, "fetch"),
+              fr("/work/sft/data.py", 41, "collate")]  # a framework calls the user's code: the user's frame is innermost
+    for t in ("KeyError", "TypeError", "IndexError", "AttributeError", "AssertionError", "ValueError"):
+        assert category(t, "'input_ids'", frames).category == "user-code", t
+
+
+def test_a_framework_frame_above_a_user_frame_blames_the_user():
+    frames = [fr(f"{SP}/lightning/pytorch/trainer/trainer.py", 538, "fit"),
+              fr(f"{SP}/lightning/pytorch/loops/optimization/automatic.py", 318, "_training_step"),
+              fr(f"{SP}/lightning/pytorch/strategies/strategy.py", 390, "training_step"),
+              fr("/home/me/litmodel.py", 77, "training_step")]
+    assert category("KeyError", "'labels'", frames).category == "user-code"
+
+
+def test_a_value_a_framework_refuses_is_config():
+    frames = [USER_MAIN, USER_TRAIN,
+              fr(f"{SP}/transformers/hf_argparser.py", 339, "parse_args_into_dataclasses"),
+              fr("<string>", 135, "__init__"),
+              fr(f"{SP}/transformers/training_args.py", 1520, "__post_init__")]
+    got = category("ValueError", "--load_best_model_at_end requires the save and eval strategy to match", frames)
+    assert got.category == "config" and got.owner.name == "transformers"
+
+
+def test_an_assert_with_a_message_is_left_to_its_words_a_bare_one_is_framework():
+    frames = [fr("/workspace/Megatron-LM/pretrain_gpt.py", 250, "<module>"),
+              fr("/workspace/Megatron-LM/megatron/training/initialize.py", 70, "initialize_megatron"),
+              fr("/workspace/Megatron-LM/megatron/training/initialize.py", 360, "_set_random_seed"),
+              fr("/workspace/Megatron-LM/megatron/core/parallel_state.py", 1210, "get_pipeline_model_parallel_rank"),
+              fr("/workspace/Megatron-LM/megatron/core/parallel_state.py", 1010, "get_pipeline_model_parallel_group")]
+    assert category("AssertionError", "pipeline_model parallel group is not initialized", frames) is None
+    assert category("AssertionError", "", frames).category == "framework"
+    assert category("AssertionError", "AssertionError", frames).category == "framework"  # a traceback's message line
+    assert category("AssertionError", "AssertionError: ", frames).category == "framework"
+
+
+def test_a_missing_attribute_blames_whoever_asked_for_it():
+    getattr_frame = fr(f"{SP}/torch/nn/modules/module.py", 1695, "__getattr__")
+    by_user = [USER_MAIN, USER_TRAIN, getattr_frame]
+    assert responsible(by_user, "AttributeError") == USER_TRAIN
+    assert category("AttributeError", "'GPT2LMHeadModel' object has no attribute 'module'", by_user).category == "user-code"
+    by_framework = [USER_MAIN, fr(f"{SP}/transformers/trainer.py", 1580, "train"),
+                    fr(f"{SP}/accelerate/accelerator.py", 1290, "prepare_model"), getattr_frame]
+    assert category("AttributeError", "'Llama' object has no attribute 'hf_device_map'", by_framework).category == "framework"
+
+
+def test_an_ops_input_check_blames_nobody():
+    frames = [USER_MAIN, USER_TRAIN,
+              fr(f"{SP}/transformers/models/llama/modeling_llama.py", 900, "forward"),
+              fr(f"{SP}/torch/nn/modules/module.py", 1501, "_call_impl"),
+              fr(f"{SP}/torch/nn/modules/sparse.py", 162, "forward"),
+              fr(f"{SP}/torch/nn/functional.py", 2210, "embedding")]
+    assert category("IndexError", "index out of range in self", frames) is None
+
+
+def test_a_runtime_error_is_not_decided_by_owner():
+    frames = [USER_MAIN, fr(f"{SP}/deepspeed/runtime/zero/stage3.py", 2100, "step")]
+    assert category("RuntimeError", "something went wrong", frames) is None
+    assert category("torch.OutOfMemoryError", "CUDA out of memory.", frames) is None
+
+
+def test_a_library_that_is_no_framework_decides_nothing():
+    frames = [USER_MAIN, fr(f"{SP}/pandas/core/frame.py", 3761, "__getitem__"),
+              fr(f"{SP}/pandas/core/indexes/base.py", 3655, "get_loc")]
+    assert category("KeyError", "'text'", frames) is None
+
+
+def test_an_unset_environment_variable_is_config():
+    frames = [USER_MAIN, USER_TRAIN, fr("/opt/conda/envs/train/lib/python3.10/os.py", 680, "__getitem__")]
+    got = category("KeyError", "'LOCAL_RANK'", frames)
+    assert got.category == "config" and "environment variable" in got.why
+
+
+def test_a_reraised_exception_is_judged_by_its_original_frames():
+    message = ("Caught KeyError in DataLoader worker process 0.\n"
+               "Original Traceback (most recent call last):\n"
+               f'  File "{SP}/torch/utils/data/_utils/worker.py", line 308, in _worker_loop\n'
+               "    data = fetcher.fetch(index)\n"
+               f'  File "{SP}/torch/utils/data/_utils/fetch.py", line 51, in fetch\n'
+               "    data = [self.dataset[idx] for idx in possibly_batched_index]\n"
+               '  File "/work/sft/data.py", line 30, in __getitem__\n'
+               '    return self.rows[i]["prompt"]\n'
+               "KeyError: 'prompt'")
+    main_frames = [USER_MAIN, USER_TRAIN, fr(f"{SP}/torch/utils/data/dataloader.py", 1371, "_process_data"),
+                   fr(f"{SP}/torch/_utils.py", 694, "reraise")]
+    assert [f.func for f in reprinted_frames(message)] == ["_worker_loop", "fetch", "__getitem__"]
+    # the user's own __getitem__ raised it: the user's code (only a library's lookup is skipped past)
+    got = category("KeyError", message, main_frames)
+    assert got.category == "user-code" and "data.py:30" in got.why
+
+
+def test_a_reraise_without_its_original_and_a_launcher_say_unknown():
+    spawn = [fr("/work/ddp/main.py", 90, "<module>"),
+             fr(f"{SP}/torch/multiprocessing/spawn.py", 240, "spawn"),
+             fr(f"{SP}/torch/multiprocessing/spawn.py", 197, "start_processes"),
+             fr(f"{SP}/torch/multiprocessing/spawn.py", 140, "join")]
+    got = category("Exception", "process 1 terminated with signal SIGKILL", spawn)
+    assert got is None or got.category == "unknown"
+    got = category("TypeError", "boom", spawn)
+    assert got.category == "unknown" and "reports another process's failure" in got.why
+    torchrun = [fr("/opt/conda/bin/torchrun", 8, "<module>"),
+                fr(f"{SP}/torch/distributed/elastic/multiprocessing/errors/__init__.py", 346, "wrapper"),
+                fr(f"{SP}/torch/distributed/run.py", 794, "main"),
+                fr(f"{SP}/torch/distributed/launcher/api.py", 263, "launch_agent")]
+    assert category(None, "", torchrun).category == "unknown"
+    reraise = [USER_MAIN, fr(f"{SP}/torch/utils/data/dataloader.py", 1371, "_process_data"),
+               fr(f"{SP}/torch/_utils.py", 694, "reraise")]
+    assert category("KeyError", "Caught KeyError in DataLoader worker process 0.", reraise).category == "unknown"
+    unpickle = [USER_MAIN, fr(f"{SP}/torch/serialization.py", 1025, "load"), fr(f"{SP}/torch/_utils.py", 200, "_rebuild_tensor_v2")]
+    got = category("TypeError", "boom", unpickle)  # torch/_utils.py's other functions report nobody's failure
+    assert got is not None and got.category != "unknown"
+
+
+def test_import_errors():
+    user_imports = [fr("/work/sft/train.py", 7, "<module>")]
+    assert category("ModuleNotFoundError", "No module named 'flash_attn'", user_imports).category == "config"
+    assert category("ImportError", "cannot import name 'LlamaFlashAttention2' from "
+                    "'transformers.models.llama.modeling_llama'", user_imports).category == "config"
+    framework_imports = [fr("/work/sft/train.py", 3, "<module>"),
+                         fr(f"{SP}/peft/__init__.py", 22, "<module>"),
+                         fr(f"{SP}/peft/tuners/lora/model.py", 26, "<module>")]
+    got = category("ImportError", "cannot import name 'Conv1D' from 'transformers.pytorch_utils'", framework_imports)
+    assert got.category == "framework" and got.owner.name == "peft"
+    got = category("ModuleNotFoundError", "No module named 'torch._six'",
+                   [USER_MAIN, fr(f"{SP}/deepspeed/runtime/utils.py", 19, "<module>")])
+    assert got.category == "framework"
+    assert category("ModuleNotFoundError", "No module named 'sentencepiece'",
+                    [USER_MAIN, fr(f"{SP}/transformers/models/llama/tokenization_llama.py", 25, "<module>")]
+                    ).category == "config"  # a package absent: the environment
+
+
+def test_a_cut_traceback_is_judged_by_a_framework_frame_only():
+    into_framework = [USER_MAIN, USER_TRAIN, fr(f"{SP}/transformers/trainer.py", 2240, "train"),
+                      fr(f"{SP}/transformers/trainer.py", 2548, "_inner_training_loop")]
+    got = category(None, "", into_framework)
+    assert got.category == "framework" and "exception line is missing" in got.why
+    assert category(None, "", [USER_MAIN, USER_TRAIN]) is None  # the paste may stop above the raising frame
+    imports = [fr("/work/chat/train_sft.py", 7, "<module>"), fr(f"{SP}/coati/dataset/__init__.py", 1, "<module>"),
+               fr(f"{SP}/coati/dataset/prompt_dataset.py", 8, "<module>")]
+    assert category(None, "", imports).category == "config"
+    assert category(None, "", []) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole pasted logs, through `firstfault analyze -`.
+
+def _paste(text: str) -> dict:
+    rep = analyze(Case("paste", ["-"], {}, stdin=text.encode()))
+    return rep["first_failure"]
+
+
+def test_paste_attribute_error_inside_deepspeed_is_framework():
+    log = f"""[2026-11-02 10:00:01,112] [INFO] [engine.py:1400:_configure_zero_optimizer] Creating ZeRO stage 3 optimizer
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "/work/sft/train.py", line 212, in <module>
+[rank1]:     main()
+[rank1]:   File "/work/sft/train.py", line 180, in main
+[rank1]:     engine.step()
+[rank1]:   File "{SP}/deepspeed/runtime/engine.py", line 2213, in step
+[rank1]:     self._take_model_step(lr_kwargs)
+[rank1]:   File "{SP}/deepspeed/runtime/zero/stage3.py", line 2101, in step
+[rank1]:     self._post_step(timer_names)
+[rank1]:   File "{SP}/deepspeed/runtime/zero/stage3.py", line 2030, in _post_step
+[rank1]:     self.persistent_parameters[0].all_gather(self.persistent_parameters)
+[rank1]: AttributeError: 'NoneType' object has no attribute 'all_gather'
+"""
+    ff = _paste(log)
+    assert (ff["rank"], ff["category"], ff["phase"]) == (1, "framework", "optimizer-step")
+    assert ff["confidence"] in ("low", "medium")
+    assert "inferred from whose code raised it" in ff["evidence"][0].get("linked_by", "")
+    assert "deepspeed's own code" in ff["first_action"] and "your own code" not in ff["first_action"]
+
+
+def test_paste_key_error_in_the_users_collate_is_user_code():
+    log = """[rank0]: Traceback (most recent call last):
+[rank0]:   File "/work/sft/train.py", line 212, in <module>
+[rank0]:     main()
+[rank0]:   File "/work/sft/train.py", line 150, in main
+[rank0]:     batch = collate(samples)
+[rank0]:   File "/work/sft/train.py", line 41, in collate
+[rank0]:     ids = [s["input_ids"] for s in samples]
+[rank0]: KeyError: 'input_ids'
+"""
+    ff = _paste(log)
+    assert (ff["rank"], ff["category"]) == (0, "user-code")
+    assert ff["confidence"] != "high"
+
+
+def test_paste_value_error_from_training_args_is_config():
+    log = f"""Traceback (most recent call last):
+  File "/work/sft/train.py", line 30, in <module>
+    args = parser.parse_args_into_dataclasses()
+  File "{SP}/transformers/hf_argparser.py", line 339, in parse_args_into_dataclasses
+    obj = dtype(**inputs)
+  File "<string>", line 135, in __init__
+  File "{SP}/transformers/training_args.py", line 1520, in __post_init__
+    raise ValueError(
+ValueError: --load_best_model_at_end requires the save and eval strategy to match, but found
+- Evaluation strategy: IntervalStrategy.NO
+- Save strategy: IntervalStrategy.STEPS
+"""
+    ff = _paste(log)
+    assert ff["category"] == "config" and ff["phase"] == "init" and ff["confidence"] != "high"
+
+
+def test_paste_cut_traceback_inside_megatron_is_framework_at_low():
+    log = """[rank3]: Traceback (most recent call last):
+[rank3]:   File "/workspace/Megatron-LM/pretrain_gpt.py", line 270, in <module>
+[rank3]:     pretrain(
+[rank3]:   File "/workspace/Megatron-LM/megatron/training/training.py", line 360, in pretrain
+[rank3]:     iteration, num_floating_point_operations_so_far = train(
+[rank3]:   File "/workspace/Megatron-LM/megatron/training/training.py", line 1290, in train
+[rank3]:     train_step(forward_step_func,
+[rank3]:   File "/workspace/Megatron-LM/megatron/training/training.py", line 720, in train_step
+[rank3]:     losses_reduced = forward_backward_func(
+"""
+    ff = _paste(log)
+    assert (ff["rank"], ff["category"], ff["confidence"]) == (3, "framework", "low")
+
+
+def test_paste_cut_traceback_in_the_users_file_stays_unknown():
+    log = """Traceback (most recent call last):
+  File "/work/sft/train.py", line 212, in <module>
+    main()
+  File "/work/sft/train.py", line 150, in main
+    loss = step(batch)
+"""
+    ff = _paste(log)
+    assert ff["category"] == "unknown"
+
+
+def test_paste_bare_assert_inside_deepspeed_is_framework():
+    log = f"""[rank0]: Traceback (most recent call last):
+[rank0]:   File "/work/sft/train.py", line 180, in main
+[rank0]:     loss = engine(batch)
+[rank0]:   File "{SP}/deepspeed/runtime/zero/partitioned_param_coordinator.py", line 300, in fetch_sub_module
+[rank0]:     assert param.ds_status == ZeroParamStatus.AVAILABLE
+[rank0]: AssertionError
+"""
+    ff = _paste(log)
+    assert (ff["rank"], ff["category"], ff["phase"]) == (0, "framework", "param-gather")
+
+
+def test_paste_assert_with_a_message_inside_megatron_keeps_the_default():
+    log = """[rank0]: Traceback (most recent call last):
+[rank0]:   File "/workspace/Megatron-LM/megatron/training/initialize.py", line 360, in _set_random_seed
+[rank0]:     seed = seed + (100 * mpu.get_pipeline_model_parallel_rank())
+[rank0]:   File "/workspace/Megatron-LM/megatron/core/parallel_state.py", line 1010, in get_pipeline_model_parallel_group
+[rank0]:     assert _PIPELINE_MODEL_PARALLEL_GROUP is not None, "pipeline_model parallel group is not initialized"
+[rank0]: AssertionError: pipeline_model parallel group is not initialized
+"""
+    ff = _paste(log)
+    assert ff["category"] == "user-code"
+
+
+def test_paste_ray_task_error_is_judged_by_the_remote_frames():
+    log = f"""Traceback (most recent call last):
+  File "/work/rl/main_ppo.py", line 60, in main
+    trainer.fit()
+  File "{SP}/verl/trainer/ppo/ray_trainer.py", line 900, in fit
+    out = self.actor_rollout_wg.update_actor(batch)
+  File "{SP}/ray/_private/worker.py", line 2755, in get
+    values, debugger_breakpoint = worker.get_objects(object_refs, timeout=timeout)
+  File "{SP}/ray/_private/worker.py", line 906, in get_objects
+    raise value.as_instanceof_cause()
+ray.exceptions.RayTaskError(KeyError): ray::WorkerDict.actor_rollout_update_actor() (pid=4242, ip=10.0.0.5)
+  File "{SP}/verl/workers/actor/dp_actor.py", line 300, in update_policy
+    old_log_prob = data["old_log_probs"]
+  File "{SP}/verl/protocol.py", line 250, in __getitem__
+    return self.batch[item]
+KeyError: 'old_log_probs'
+"""
+    ff = _paste(log)
+    assert ff["category"] == "framework" and "verl" in ff["first_action"]
+
+
+def test_paste_launcher_reporting_a_child_is_not_the_users_code():
+    log = f"""Traceback (most recent call last):
+  File "/opt/conda/lib/python3.8/runpy.py", line 194, in _run_module_as_main
+    return _run_code(code, main_globals, None,
+  File "{SP}/torch/distributed/launch.py", line 340, in <module>
+    main()
+  File "{SP}/torch/distributed/launch.py", line 326, in main
+    sigkill_handler(signal.SIGTERM, None)  # not coming back
+  File "{SP}/torch/distributed/launch.py", line 301, in sigkill_handler
+    raise subprocess.CalledProcessError(returncode=last_return_code, cmd=cmd)
+subprocess.CalledProcessError: Command '['/opt/conda/bin/python', '-u', 'train.py', '--local_rank=1']' returned non-zero exit status 1.
+"""
+    ff = _paste(log)
+    assert ff is None or ff["category"] != "user-code"
+
+
+def test_paste_words_beat_the_owner():
+    log = f"""[rank0]: Traceback (most recent call last):
+[rank0]:   File "/work/sft/train.py", line 180, in main
+[rank0]:     engine.backward(loss)
+[rank0]:   File "{SP}/deepspeed/runtime/engine.py", line 2020, in backward
+[rank0]:     self.optimizer.backward(loss)
+[rank0]: AssertionError: grad norm is not finite
+"""
+    ff = _paste(log)
+    assert ff["category"] == "numerics"

@@ -1,0 +1,115 @@
+"""Phase from the frames of each framework of issue 21 (point 4): HF Trainer, FSDP/FSDP2,
+Megatron-Core, Lightning, NeMo, torchtitan, ColossalAI, verl/OpenRLHF. Stacks written here from
+the frameworks' real files and functions (outermost first; line numbers made up)."""
+
+from __future__ import annotations
+
+import pytest
+
+from firstfault.analysis.model import Frame
+from firstfault.analysis.phase import phase_from_frames
+
+SP = "/env/lib/python3.11/site-packages"
+MLM = "/workspace/Megatron-LM"
+
+
+def stack(*specs: tuple[str, str]) -> list[Frame]:
+    return [Frame(p if p.startswith("/") else f"{SP}/{p}", 10 + i, fn) for i, (p, fn) in enumerate(specs)]
+
+
+CASES = {
+    "hf trainer backward through accelerate and deepspeed": (stack(
+        ("/w/train.py", "main"), ("transformers/trainer.py", "train"), ("transformers/trainer.py", "_inner_training_loop"),
+        ("transformers/trainer.py", "training_step"), ("accelerate/accelerator.py", "backward"),
+        ("deepspeed/runtime/engine.py", "backward")), "backward"),
+    "hf trainer compute_loss": (stack(
+        ("transformers/trainer.py", "_inner_training_loop"), ("transformers/trainer.py", "training_step"),
+        ("transformers/trainer.py", "compute_loss"), ("torch/nn/modules/module.py", "_call_impl"),
+        ("transformers/models/llama/modeling_llama.py", "forward")), "forward"),
+    "hf trainer evaluation loop": (stack(
+        ("transformers/trainer.py", "_inner_training_loop"), ("transformers/trainer.py", "_maybe_log_save_evaluate"),
+        ("transformers/trainer.py", "_evaluate"), ("transformers/trainer.py", "evaluate"),
+        ("transformers/trainer.py", "evaluation_loop")), "forward"),
+    "hf eval's data loader is data": (stack(
+        ("transformers/trainer.py", "evaluation_loop"), ("accelerate/data_loader.py", "__iter__")), "data"),
+    "hf save inside _maybe_log_save_evaluate is the save": (stack(
+        ("transformers/trainer.py", "_maybe_log_save_evaluate"), ("transformers/trainer.py", "_save_checkpoint"),
+        ("transformers/trainer.py", "evaluate")), "checkpoint-save"),
+    "fsdp2 unshard": (stack(
+        ("/w/t.py", "main"), ("torch/nn/modules/module.py", "_call_impl"),
+        ("torch/distributed/fsdp/_fully_shard/_fsdp_state.py", "_pre_forward"),
+        ("torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py", "pre_forward"),
+        ("torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py", "unshard"),
+        ("torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py", "foreach_all_gather")), "param-gather"),
+    "fsdp post-backward reduce": (stack(
+        ("torch/_tensor.py", "backward"), ("torch/autograd/__init__.py", "backward"),
+        ("torch/distributed/fsdp/_runtime_utils.py", "_post_backward_hook"),
+        ("torch/distributed/fsdp/_runtime_utils.py", "_reduce_grad")), "backward"),
+    "fsdp load_state_dict": (stack(
+        ("/w/t.py", "main"), ("torch/nn/modules/module.py", "load_state_dict"),
+        ("torch/distributed/fsdp/_state_dict_utils.py", "_pre_load_state_dict_hook"),
+        ("torch/distributed/fsdp/_state_dict_utils.py", "_full_pre_load_state_dict_hook"),
+        ("torch/distributed/fsdp/_runtime_utils.py", "_unshard")), "checkpoint-load"),
+    "megatron forward_step": (stack(
+        (f"{MLM}/megatron/training/training.py", "train_step"),
+        (f"{MLM}/megatron/core/pipeline_parallel/schedules.py", "forward_backward_no_pipelining"),
+        (f"{MLM}/megatron/core/pipeline_parallel/schedules.py", "forward_step"),
+        (f"{MLM}/pretrain_gpt.py", "forward_step")), "forward"),
+    "megatron p2p activations": (stack(
+        (f"{MLM}/megatron/training/training.py", "train_step"),
+        (f"{MLM}/megatron/core/pipeline_parallel/schedules.py", "forward_backward_pipelining_without_interleaving"),
+        (f"{MLM}/megatron/core/pipeline_parallel/p2p_communication.py", "recv_forward"),
+        (f"{MLM}/megatron/core/pipeline_parallel/p2p_communication.py", "_communicate")), "forward"),
+    "megatron p2p gradients": (stack(
+        (f"{MLM}/megatron/core/pipeline_parallel/schedules.py", "forward_backward_pipelining_without_interleaving"),
+        (f"{MLM}/megatron/core/pipeline_parallel/p2p_communication.py", "send_backward"),
+        (f"{MLM}/megatron/core/pipeline_parallel/p2p_communication.py", "_communicate")), "backward"),
+    "megatron distributed optimizer": (stack(
+        (f"{MLM}/megatron/training/training.py", "train_step"),
+        (f"{MLM}/megatron/core/optimizer/optimizer.py", "step"),
+        (f"{MLM}/megatron/core/optimizer/distrib_optimizer.py", "step_with_ready_grads")), "optimizer-step"),
+    "megatron finalize_model_grads": (stack(
+        (f"{MLM}/megatron/core/pipeline_parallel/schedules.py", "forward_backward_no_pipelining"),
+        (f"{MLM}/megatron/core/distributed/finalize_model_grads.py", "finalize_model_grads"),
+        (f"{MLM}/megatron/core/distributed/distributed_data_parallel.py", "finish_grad_sync")), "backward"),
+    "lightning closure runs the user's training_step": (stack(
+        ("lightning/pytorch/loops/optimization/automatic.py", "_optimizer_step"),
+        ("lightning/pytorch/core/module.py", "optimizer_step"), ("lightning/pytorch/core/optimizer.py", "step"),
+        ("torch/optim/optimizer.py", "wrapper"), ("lightning/pytorch/loops/optimization/automatic.py", "closure"),
+        ("lightning/pytorch/loops/optimization/automatic.py", "_training_step"),
+        ("lightning/pytorch/strategies/strategy.py", "training_step"), ("/w/model.py", "training_step")), "forward"),
+    "nemo wrapped_forward_step": (stack(
+        ("nemo/lightning/megatron_parallel.py", "forward"),
+        ("megatron/core/pipeline_parallel/schedules.py", "forward_backward_no_pipelining"),
+        ("megatron/core/pipeline_parallel/schedules.py", "forward_step"),
+        ("nemo/lightning/megatron_parallel.py", "wrapped_forward_step")), "forward"),
+    "torchtitan optimizer": (stack(
+        ("torchtitan/train.py", "train_step"), ("torchtitan/components/optimizer.py", "step")), "optimizer-step"),
+    "colossalai pipeline send_forward": (stack(
+        ("colossalai/pipeline/schedule/one_f_one_b.py", "run_forward_backward"),
+        ("colossalai/pipeline/schedule/one_f_one_b.py", "send_forward"),
+        ("colossalai/pipeline/p2p.py", "send_forward")), "forward"),
+    "verl optimizer step": (stack(
+        ("verl/workers/fsdp_workers.py", "update_actor"), ("verl/workers/actor/dp_actor.py", "update_policy"),
+        ("verl/workers/actor/dp_actor.py", "_optimizer_step")), "optimizer-step"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_framework_frames_name_the_phase(name):
+    frames, want = CASES[name]
+    assert phase_from_frames(frames) == want
+
+
+@pytest.mark.parametrize("frames", [
+    # an FSDP state dict gathered for the rollout engine (verl's sharding manager) is no save
+    stack(("verl/workers/sharding_manager/fsdp_vllm.py", "__enter__"), ("torch/nn/modules/module.py", "state_dict"),
+          ("torch/distributed/fsdp/_state_dict_utils.py", "_full_post_state_dict_hook")),
+    # one call of both directions says neither
+    stack((f"{MLM}/megatron/core/pipeline_parallel/p2p_communication.py", "send_forward_recv_backward"),
+          (f"{MLM}/megatron/core/pipeline_parallel/p2p_communication.py", "_communicate")),
+    # the user's own evaluate is not the Trainer's
+    stack(("/w/train.py", "main"), ("/w/train.py", "evaluate")),
+])
+def test_not_examples_name_no_phase(frames):
+    assert phase_from_frames(frames) is None
