@@ -1,13 +1,4 @@
-"""Per-rank facts the verdict and the checkpoint rules read: identity, progress, exits, saves. Pure.
-
-Identity (``identify``), in place on the Findings: launcher lines, NCCL lines and
-error.json teach ranks, pids and local ranks (verdict.link_identity); torchrun's
-failure summary names the rank of the exit below it and, where no folder said, its
-host; on one node a local rank (``[default1]:``, a torchrun worker folder) is the
-global rank; in a torchrun worker folder (``attempt_<k>/<local rank>/``) the rank that
-the worker's own lines carry (``[rank2]:``) is the rank of the folder's other files
-(its error.json); a node given for a folder (``NODE=PATH``) is the node of every rank
-whose lines it holds, whichever file its first error came from.
+"""Per-rank facts the verdict and the checkpoint rules read: progress, exits, saves. Pure.
 
 Facts (``collect``): each rank's latest progress and step, its exit, the checkpoint
 save marks, and each rank's last sign of life outside a checkpoint save (progress, or
@@ -22,13 +13,12 @@ from dataclasses import dataclass, field
 
 from firstfault.analysis import timeline
 from firstfault.analysis.checkpoint import SaveMark
+from firstfault.analysis.findings import Finding, exit_of
 from firstfault.analysis.hang import Work, launcher_act
-from firstfault.analysis.model import KIND_TRACEBACK, Event
+from firstfault.analysis.model import Event
 from firstfault.analysis.phase import phase_from_frames
-from firstfault.analysis.verdict import Finding, exit_of, link_identity, link_kernel
 
 SAVE_MARKS = {"save-start": "start", "save-file": "file", "save-done": "done"}  # trait -> checkpoint.SaveMark kind
-WORKER_FILES = ("stdout.log", "stderr.log", "error.json")
 STEP_PHASES = frozenset({"forward", "backward", "param-gather", "optimizer-step", "data"})
 
 
@@ -41,106 +31,6 @@ class Facts:
     alive: dict[int, int] = field(default_factory=dict)  # rank -> last sign of life outside a save (ns, at least)
     in_save: dict[int, int] = field(default_factory=dict)  # rank -> last seen inside a save (ns)
     reached: dict[int, int] = field(default_factory=dict)  # rank -> a step it was in (its errors' frames show it)
-
-
-def identify(findings: list[Finding], rank_nodes: dict[int, str | None],
-             procs: Iterable[Event] = ()) -> tuple[dict[int, int], bool]:
-    """Ranks and nodes for findings that lack them (in place); (the pid -> rank map from the
-    findings and the agents' process records, whether the job ran on one node)."""
-    nodes = {n for n in rank_nodes.values() if n} | {f.ev.node for f in findings if f.ev.node}
-    # local ranks name global ranks only on one node: not when a global rank exceeds every local rank seen
-    ranks_seen = {f.ev.rank for f in findings if f.ev.rank is not None} | set(rank_nodes)
-    locals_seen = {f.ev.local_rank for f in findings if f.ev.local_rank is not None}
-    locals_seen |= {int(v) for f in findings if (v := f.match.groups.get("local_rank")) and v.isdigit()}
-    single = len(nodes) <= 1 and not (ranks_seen and locals_seen and max(ranks_seen) > max(locals_seen))
-    _failure_summary(findings)
-    _announced_ranks(findings)
-    pids = link_identity(findings, single_node=single)
-    for f in findings:
-        if single and f.ev.rank is None and f.ev.local_rank is not None and f.ev.source != "kernel":
-            f.ev.rank = f.ev.local_rank
-            f.ev.fields["rank_from"] = "local rank on a single node"
-    _worker_folders(findings)
-    started: dict[str | None, int] = {}
-    for ev in procs:
-        if ev.pid and ev.rank is not None:
-            pids.setdefault(ev.pid, ev.rank)
-        if ev.fields.get("proc") == "start" and ev.occurred_ns is not None:
-            started[ev.node] = min(started.get(ev.node, ev.occurred_ns), ev.occurred_ns)
-    for f in findings:  # the folder's node first: a launcher's "host" field can only fill a gap
-        if f.ev.rank is not None and f.ev.source != "kernel" \
-                and not (f.has("failure-table-rank") or f.has("failure-table-host")):
-            if f.ev.node:
-                rank_nodes[f.ev.rank] = rank_nodes.get(f.ev.rank) or f.ev.node
-            else:
-                rank_nodes.setdefault(f.ev.rank, None)
-    _failure_hosts(findings, rank_nodes)
-    for f in findings:
-        if f.ev.rank is not None and f.ev.node is None and f.ev.source != "kernel":
-            f.ev.node = rank_nodes.get(f.ev.rank)
-    link_kernel(findings, pids, rank_nodes, started)
-    return pids, single
-
-
-def _folder(stream: str) -> str | None:
-    """The torchrun worker folder (``.../attempt_<k>/<local rank>``) a stream's file is in, else None."""
-    path = stream.split("#", 1)[0].replace("\\", "/")
-    folder, _, name = path.rpartition("/")
-    if name not in WORKER_FILES or not folder.rpartition("/")[2].isdigit():
-        return None
-    return folder
-
-
-def _worker_folders(findings: list[Finding]) -> None:
-    """A torchrun worker folder is one rank's: the rank its own lines carry names its other files'."""
-    ranks: dict[str, set[int]] = {}
-    for f in findings:
-        folder = _folder(f.ev.stream)
-        if folder and f.ev.rank is not None:
-            ranks.setdefault(folder, set()).add(f.ev.rank)
-    for f in findings:
-        folder = _folder(f.ev.stream)
-        if f.ev.rank is None and folder and len(ranks.get(folder, ())) == 1:
-            f.ev.rank = next(iter(ranks[folder]))
-            f.ev.fields["rank_from"] = "the rank its torchrun worker folder's lines carry"
-
-
-def _failure_summary(findings: list[Finding]) -> None:
-    """torchrun's failure summary, line by line: "host : H", "rank : N (local_rank: M)",
-    "exitcode : X (pid: P)". The rank line names the rank of the exit below it."""
-    at = {(f.ev.stream, f.ev.seq): f for f in findings if f.has("failure-table-rank")}
-    for f in findings:
-        above = at.get((f.ev.stream, f.ev.seq - 1))
-        if above is not None and f.ev.rank is None:
-            f.ev.rank = int(above.match.groups["rank"])
-            f.ev.fields["rank_from"] = "launcher summary (torchrun's failure table)"
-
-
-def _announced_ranks(findings: list[Finding]) -> None:
-    """A line that names the rank of the stream's next traceback (catalog ``names_rank_of``):
-    mp.spawn's "-- Process N terminated with the following error:" above the child's traceback."""
-    told: dict[str, tuple[int, int]] = {}  # stream -> (seq of the line, rank it named)
-    for f in sorted(findings, key=lambda f: (f.ev.stream, f.ev.seq)):
-        rank = f.match.groups.get("rank")
-        if f.match.signature.names_rank_of == "next-traceback" and rank is not None and rank.isdigit():
-            told[f.ev.stream] = (f.ev.seq, int(rank))
-        elif f.ev.kind == KIND_TRACEBACK and f.ev.stream in told and f.ev.seq > told[f.ev.stream][0]:
-            if f.ev.rank is None:
-                f.ev.rank = told[f.ev.stream][1]
-                f.ev.fields["rank_from"] = "launcher line above the traceback"
-                f.links.append(f"the launcher named rank {f.ev.rank} for the traceback below its line")
-            del told[f.ev.stream]
-
-
-def _failure_hosts(findings: list[Finding], rank_nodes: dict[int, str | None]) -> None:
-    """The summary's host line names the node of the rank below it, where nothing else did."""
-    at = {(f.ev.stream, f.ev.seq): f for f in findings if f.has("failure-table-host")}
-    for f in findings:
-        host = at.get((f.ev.stream, f.ev.seq - 1))
-        if f.has("failure-table-rank") and host is not None:
-            rank = int(f.match.groups["rank"])
-            if not rank_nodes.get(rank):
-                rank_nodes[rank] = host.ev.node or host.match.groups["host"]
 
 
 def rank_dumps(dumps: Iterable[Event], pids: Mapping[int, int], single: bool,

@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from firstfault.analysis.findings import Finding
 from firstfault.analysis.memlines import NEEDLES as MEMORY_NEEDLES
 from firstfault.analysis.model import KIND_RECORD, KIND_STACK, KIND_STREAM, Event
 from firstfault.analysis.seen import Bounded, Seen
 from firstfault.analysis.timeline import NodeClock
-from firstfault.analysis.verdict import Finding
 
 PLAIN_PER_LANE = 24
 PROGRESS_PER_LANE = 64

@@ -18,14 +18,15 @@ from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.checkpoint import DiskCheckpoint, checkpoint_report
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
 from firstfault.analysis.deaths import merged, signal_deaths
-from firstfault.analysis.exits import agent_exits, best_exits
-from firstfault.analysis.facts import Facts, collect, identify, nccl_work, rank_dumps, saving_since
-from firstfault.analysis.findings import MAX_KEPT, read_findings
+from firstfault.analysis.exits import best_exits
+from firstfault.analysis.facts import Facts, collect, nccl_work, rank_dumps, saving_since
+from firstfault.analysis.findings import MAX_KEPT, Finding, read_findings
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.flight_recorder import analyze as analyze_flight
 from firstfault.analysis.frames import failing_frame
 from firstfault.analysis.hang import Inference, ranges, stopped_first
 from firstfault.analysis.hostlist import HostlistError, expand_hostlist
+from firstfault.analysis.identify import identify
 from firstfault.analysis.lanes import LaneWatcher, timeline_report
 from firstfault.analysis.memlines import NEEDLES as MEMORY_NEEDLES
 from firstfault.analysis.memory import MemoryWatcher, memory_report
@@ -37,7 +38,6 @@ from firstfault.analysis.timeline import NodeClock
 from firstfault.analysis.verdict import (
     BLAME,
     HANG_ID,
-    Finding,
     confidence,
     distinct_failures,
     exit_failure,
@@ -119,16 +119,13 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     mem = MemoryWatcher()
     lanes = LaneWatcher() if inp.timeline else None
     read = read_findings(watch(events, *filter(None, (mem, lanes))), catalog, inp.clocks)
-    findings = read.findings
-    rank_nodes = dict(inp.rank_nodes)
-    pids, single = identify(findings, rank_nodes, read.procs)
-    findings = merged(findings, signal_deaths(read.procs, findings))  # analysis/deaths.py
-    facts = collect(findings, rank_nodes, pids, rank_dumps(read.dumps, pids, single))
-    seen_exits = agent_exits(read.procs, pids)  # the agents' own exit records first (analysis/exits.py)
-    facts.exits = best_exits(facts.exits, seen_exits)
-    for r, (_, node) in seen_exits.items():
-        rank_nodes.setdefault(r, node)
-    judge_signals(findings, read.kernel_span, rank_nodes)
+    ident = identify(read.findings, inp.rank_nodes, read.procs)
+    pids, single = ident.pids, ident.single_node
+    findings = merged(ident.findings, signal_deaths(read.procs, ident.findings))  # analysis/deaths.py
+    facts = collect(findings, ident.rank_nodes, pids, rank_dumps(read.dumps, pids, single))
+    facts.exits = best_exits(facts.exits, ident.exits)  # the agents' own exit records first (analysis/exits.py)
+    rank_nodes = ident.nodes
+    findings = judge_signals(findings, read.kernel_span, rank_nodes)
     progress = facts.progress
 
     errors = [f for f in findings if f.role in ("root", "cascade")]

@@ -57,7 +57,7 @@ class Seen:
         copy = Event(text="", source=self.source, node=self.node, occurred_ns=self.occurred_ns,
                      observed_ns=self.observed_ns, clock=self.clock, uncertainty_ns=self.uncertainty_ns,
                      fields={k: self.fields[k] for k in ("after_ns", "before_ns") if k in self.fields})
-        timeline.place(copy, clocks)
+        copy = timeline.place(copy, clocks)
         return copy.occurred_ns, copy.uncertainty_ns, copy.clock
 
 

@@ -17,7 +17,7 @@ uncertainty" of each other when their intervals overlap.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from firstfault.analysis.model import Event
 
@@ -35,27 +35,24 @@ class NodeClock:
 
 
 def place(ev: Event, clocks: Mapping[str, NodeClock] | None = None) -> Event:
-    """Give ev an occurred time, clock and uncertainty where it has none (in place)."""
-    if ev.occurred_ns is None:
+    """``ev`` with an occurred time, clock and uncertainty where it had none, and its node's clock
+    correction applied: a new Event (``ev`` itself is never changed)."""
+    at, unc, clock = ev.occurred_ns, ev.uncertainty_ns, ev.clock
+    if at is None:
         lo = ev.fields.get("after_ns")
         hi = ev.fields.get("before_ns")
         if lo is not None and hi is not None and 0 <= hi - lo <= MAX_BRACKET_NS:
-            ev.occurred_ns = (lo + hi) // 2
-            ev.uncertainty_ns = (hi - lo) // 2
-            ev.clock = "line"
+            at, unc, clock = (lo + hi) // 2, (hi - lo) // 2, "line"
         elif lo is not None:
-            ev.occurred_ns = lo
-            ev.uncertainty_ns = max(ev.uncertainty_ns, 1_000_000_000)
-            ev.clock = "line"
+            at, unc, clock = lo, max(unc, 1_000_000_000), "line"
         elif hi is not None:
-            ev.occurred_ns = hi
-            ev.uncertainty_ns = max(ev.uncertainty_ns, 1_000_000_000)
-            ev.clock = "line"
-    if clocks and ev.node in clocks and ev.occurred_ns is not None:
+            at, unc, clock = hi, max(unc, 1_000_000_000), "line"
+    if clocks and ev.node in clocks and at is not None:
         c = clocks[ev.node]
-        ev.occurred_ns += c.offset_ns
-        ev.uncertainty_ns += c.uncertainty_ns
-    return ev
+        at, unc = at + c.offset_ns, unc + c.uncertainty_ns
+    if (at, unc, clock) == (ev.occurred_ns, ev.uncertainty_ns, ev.clock):
+        return ev
+    return replace(ev, occurred_ns=at, uncertainty_ns=unc, clock=clock)
 
 
 def order_key(ev: Event) -> tuple:

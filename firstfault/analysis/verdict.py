@@ -1,13 +1,11 @@
 """The first distinct failure: per-rank firsts, fingerprints, cascades, hangs.
 
 Input: Findings (an Event on the timeline with the catalog signature it
-matched). Rules, in order:
+matched), their identity given (identify.py). Nothing here edits a Finding: a rule
+that learns more of one returns a new one. Rules, in order:
 
-1. Identity: a finding whose match names a pid, rank or local rank (launcher
-   lines, NCCL lines, error.json) teaches the pid -> rank map; a kernel finding
-   (OOM kill, Xid) whose pid is in the map is that rank's. A kernel OOM kill no
-   pid links is tied to the one rank that died by SIGKILL on that node, if
-   exactly one did (said so in the evidence, confidence medium).
+(Identity, which rank a finding is, comes before: identify.py.)
+
 2. Each rank's first error is its earliest root finding, else its earliest
    cascade. A cascade (collective timeout, peer closed or reset, launcher
    SIGTERM) never wins while any root exists.
@@ -26,14 +24,11 @@ matched). Rules, in order:
 
 from __future__ import annotations
 
-import re
-import signal as _signal
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from firstfault.analysis.catalog import Match
-from firstfault.analysis.model import Event
+from firstfault.analysis.findings import Finding, exit_of, fingerprint
 from firstfault.analysis.phase import phase_from_frames, phase_hint
 
 BLAME = {
@@ -48,147 +43,6 @@ BLAME = {
     "storage": "infrastructure",
 }
 HANG_ID = "hang.stopped_first"
-
-
-@dataclass(slots=True)
-class Finding:
-    ev: Event
-    match: Match
-    links: list[str] = field(default_factory=list)  # how identity was linked, for the evidence
-    cap: str | None = None  # the most confidence the evidence allows (judge_signals), None: no cap
-
-    @property
-    def sig(self) -> str:
-        return self.match.signature.id
-
-    def has(self, trait: str) -> bool:
-        """Whether its signature carries ``trait`` (catalog.TRAITS)."""
-        return trait in self.match.signature.traits
-
-    @property
-    def role(self) -> str:
-        return self.match.role
-
-    @property
-    def category(self) -> str:
-        return self.match.category
-
-
-def _int(v) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def exit_of(f: Finding) -> dict | None:
-    """The exit a finding reports ({"code", "signal"}), if it reports one."""
-    g = f.match.groups
-    code = _int(g.get("exitcode"))
-    sig = g.get("signal")
-    if code is None and not sig:
-        return None
-    if not sig and code is not None and code < 0:
-        try:
-            sig = _signal.Signals(-code).name
-        except ValueError:
-            sig = None
-    if sig and not sig.startswith("SIG") and sig.isdigit():
-        try:
-            sig = _signal.Signals(int(sig)).name
-        except ValueError:
-            pass
-    return {"code": code, "signal": sig}
-
-
-def link_identity(findings: list[Finding], single_node: bool) -> dict[int, int]:
-    """Fill ranks from match groups; return the pid -> rank map learnt."""
-    pids: dict[int, int] = {}
-    for f in findings:
-        g = f.match.groups
-        ev = f.ev
-        if ev.rank is None:
-            r = _int(g.get("rank"))
-            if r is None and single_node:
-                r = _int(g.get("local_rank"))
-            if r is not None:
-                ev.rank = r
-                ev.fields["rank_from"] = "message" if f.role == "root" else "launcher or summary line"
-        if ev.local_rank is None and _int(g.get("local_rank")) is not None:
-            ev.local_rank = _int(g.get("local_rank"))
-        pid = _int(g.get("pid")) or ev.pid
-        if pid and ev.source != "kernel":
-            ev.pid = pid
-            if ev.rank is not None:
-                pids.setdefault(pid, ev.rank)
-    for f in findings:  # lines that name only a pid ("Signal 9 (SIGKILL) received by PID 4242")
-        if f.ev.rank is None and f.ev.source != "kernel" and f.ev.pid in pids:
-            f.ev.rank = pids[f.ev.pid]
-            f.ev.fields["rank_from"] = f"pid {f.ev.pid}"
-    return pids
-
-
-def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Mapping[int, str],
-                started: Mapping[str | None, int] | None = None) -> None:
-    """Tie kernel findings to ranks by pid, else an OOM kill to the one SIGKILLed rank.
-
-    ``started``: per node, when the job's first process there started (the agents'
-    process records). A kernel line naming a pid that is none of the job's ranks (an
-    OOM kill, an Xid), from before that, was another job's (back-to-back jobs share a
-    node's kernel log): it becomes context, never the job's failure. One that names
-    no pid (a GPU fallen off the bus) may still be why the job failed: it stays. So is one
-    naming a pid that is none of the ranks' when the launcher named every rank's pid."""
-    killed: dict[str | None, set[int]] = defaultdict(set)
-    for f in findings:
-        ex = exit_of(f)
-        if ex and ex["signal"] == "SIGKILL" and f.ev.rank is not None and f.ev.source != "kernel":
-            killed[rank_nodes.get(f.ev.rank)].add(f.ev.rank)
-    for f in findings:
-        ev = f.ev
-        if ev.source != "kernel" or ev.rank is not None or f.role == "context":
-            continue
-        pid = _int(f.match.groups.get("pid"))
-        if pid is not None:
-            ev.pid = pid
-        pid = ev.pid  # NVML's Xid names no pid in its text: the GPU's one process
-        first = (started or {}).get(ev.node)
-        if (pid is not None and pid not in pids and first is not None
-                and ev.occurred_ns is not None and ev.occurred_ns + ev.uncertainty_ns < first):
-            f.match = replace(f.match, role="context")
-            f.links.append(f"pid {pid} is no rank of this job, and this came before its processes "
-                           f"started on {ev.node}: another job's")
-            continue
-        if pid is not None and pid not in pids and rank_nodes and set(rank_nodes) <= set(pids.values()):
-            f.match = replace(f.match, role="context")  # every rank's pid is known, and this is none of them
-            f.links.append(f"pid {pid} is none of the job's ranks (the launcher named every rank's pid): "
-                           "another process's")
-            continue
-        if pid in pids:
-            ev.rank = pids[pid]
-            ev.fields["rank_from"] = f"pid {pid}"
-            f.links.append(f"pid {pid} is rank {ev.rank}")
-        elif f.category == "host-memory":
-            cands = killed.get(ev.node) or (killed.get(None) if ev.node is None else None)
-            if not cands and len(killed) == 1:
-                cands = next(iter(killed.values()))
-            if cands and len(cands) == 1:
-                ev.rank = next(iter(cands))
-                ev.fields["rank_from"] = "the only rank that died by SIGKILL on the node"
-                f.links.append(f"rank {ev.rank} is the only rank that died by SIGKILL on this node")
-        if ev.rank is not None and ev.node is None:
-            ev.node = rank_nodes.get(ev.rank)
-
-
-_NUM = re.compile(r"0x[0-9a-fA-F]+|\d+")
-
-
-def fingerprint(f: Finding) -> str:
-    """Signature plus the message with numbers blanked: ranks sharing it failed alike."""
-    msg = f.ev.fields.get("message") or f.ev.text
-    first = msg.strip().splitlines()[-1] if f.ev.kind == "traceback" and msg.strip() else msg
-    if not f.has("generic"):
-        first = ""
-    return f"{f.sig}|{_NUM.sub('#', first)[:200]}"
 
 
 def rank_firsts(findings: Iterable[Finding]) -> dict[int, Finding]:
@@ -335,39 +189,40 @@ def _aborted(f: Finding) -> bool:
 
 
 def judge_signals(findings: list[Finding], kernel_span: Mapping[str | None, tuple[int, int]],
-                  rank_nodes: Mapping[int, str | None]) -> None:
-    """What a rank's death by signal says, in place (rule 4 of the module)."""
+                  rank_nodes: Mapping[int, str | None]) -> list[Finding]:
+    """``findings`` with what a rank's death by signal says (rule 4 of the module): new Findings
+    where a signal changes a category, a role or a cap."""
     oom_ranks = {f.ev.rank for f in findings if f.has("oom-kill") and f.ev.rank is not None}
     timeouts = [f for f in findings if f.has("collective-timeout") or (f.role == "cascade" and f.sig.startswith("nccl."))]
-    for f in findings:
-        if f.role != "root" or f.ev.source == "kernel":
-            continue
-        ex = exit_of(f)
-        if ex and ex["signal"] == "SIGKILL" and f.ev.rank not in oom_ranks:
-            node = f.ev.node or rank_nodes.get(f.ev.rank)
-            span = kernel_span.get(node) or (kernel_span.get(None) if node is None or len(kernel_span) == 1 else None)
-            at = f.ev.occurred_ns
-            where = f" of {node}" if node else ""
-            if span and at is not None and span[0] <= at <= span[1] + 60 * 1_000_000_000:
-                f.match = replace(f.match, category="unknown", summary=(
-                    f"A worker (pid {f.match.groups.get('pid', '?')}) was killed with SIGKILL; the kernel log{where} "
-                    "covers that time and shows no OOM kill, so something else sent it (the scheduler, an "
-                    "operator, a health check, the process itself)."))
-                f.cap = "medium"
-                f.links.append(f"the kernel log{where} covers the kill and holds no OOM kill")
-            else:
-                f.match = replace(f.match, category="host-memory")
-                f.cap = "low"
-                f.links.append(f"no kernel log{where} covers the kill: the kernel OOM killer is the usual sender "
-                               f"of SIGKILL; confirm with {DMESG} on that node")
-        elif _aborted(f):
-            mine = [t for t in timeouts if t.ev.rank == f.ev.rank and f.ev.rank is not None]
-            before = [t for t in timeouts if t.ev.occurred_ns is not None and f.ev.occurred_ns is not None
-                      and t.ev.occurred_ns <= f.ev.occurred_ns + f.ev.uncertainty_ns + t.ev.uncertainty_ns]
-            if mine or before:
-                t = (mine or before)[0]
-                f.match = replace(f.match, role="cascade", category="cascade")
-                f.links.append(f"SIGABRT after a collective timeout ({t.sig} on rank {t.ev.rank}): how PyTorch "
-                               "takes a rank down once a collective failed, not a cause")
-            else:  # an abort alone says little of why (a process can abort at teardown, FACTS.md)
-                f.cap = "medium"
+    return [_judged(f, oom_ranks, timeouts, kernel_span, rank_nodes)
+            if f.role == "root" and f.ev.source != "kernel" else f for f in findings]
+
+
+def _judged(f: Finding, oom_ranks: set, timeouts: list[Finding], kernel_span: Mapping[str | None, tuple[int, int]],
+            rank_nodes: Mapping[int, str | None]) -> Finding:
+    ex = exit_of(f)
+    if ex and ex["signal"] == "SIGKILL" and f.ev.rank not in oom_ranks:
+        node = f.ev.node or rank_nodes.get(f.ev.rank)
+        span = kernel_span.get(node) or (kernel_span.get(None) if node is None or len(kernel_span) == 1 else None)
+        at = f.ev.occurred_ns
+        where = f" of {node}" if node else ""
+        if span and at is not None and span[0] <= at <= span[1] + 60 * 1_000_000_000:
+            return replace(f, match=replace(f.match, category="unknown", summary=(
+                f"A worker (pid {f.match.groups.get('pid', '?')}) was killed with SIGKILL; the kernel log{where} "
+                "covers that time and shows no OOM kill, so something else sent it (the scheduler, an "
+                "operator, a health check, the process itself).")), cap="medium",
+                links=[*f.links, f"the kernel log{where} covers the kill and holds no OOM kill"])
+        return replace(f, match=replace(f.match, category="host-memory"), cap="low",
+                       links=[*f.links, f"no kernel log{where} covers the kill: the kernel OOM killer is the usual "
+                                        f"sender of SIGKILL; confirm with {DMESG} on that node"])
+    if _aborted(f):
+        mine = [t for t in timeouts if t.ev.rank == f.ev.rank and f.ev.rank is not None]
+        before = [t for t in timeouts if t.ev.occurred_ns is not None and f.ev.occurred_ns is not None
+                  and t.ev.occurred_ns <= f.ev.occurred_ns + f.ev.uncertainty_ns + t.ev.uncertainty_ns]
+        if mine or before:
+            t = (mine or before)[0]
+            return replace(f, match=replace(f.match, role="cascade", category="cascade"),
+                           links=[*f.links, f"SIGABRT after a collective timeout ({t.sig} on rank {t.ev.rank}): how "
+                                            "PyTorch takes a rank down once a collective failed, not a cause"])
+        return replace(f, cap="medium")  # an abort alone says little of why (a process can abort at teardown, FACTS.md)
+    return f

@@ -1,9 +1,10 @@
 """facts.py: identity from folders and prefixes, progress and signs of life, on small built Findings."""
 
 from firstfault.analysis.catalog import load_catalog
-from firstfault.analysis.facts import collect, identify, nccl_work, rank_dumps
+from firstfault.analysis.facts import collect, nccl_work, rank_dumps
+from firstfault.analysis.findings import Finding
+from firstfault.analysis.identify import identify
 from firstfault.analysis.model import KIND_STACK, Event, Frame
-from firstfault.analysis.verdict import Finding
 
 CAT = load_catalog()
 S = 1_000_000_000
@@ -22,19 +23,19 @@ def test_a_worker_folders_error_json_takes_the_rank_its_own_lines_carry():
     log = f("ValueError: boom", 2, stream=W.format(l=0, name="stderr.log"), node="node1")
     err = f("ValueError: boom", None, stream=W.format(l=0, name="error.json"), node="node1")
     other = f("ValueError: other", None, stream="launcher.log", node="node1")
-    nodes = {}
-    identify([log, err, other], nodes)
+    ident = identify([log, err, other], {})
+    (log, err, other), nodes = ident.findings, ident.rank_nodes
     assert err.ev.rank == 2 and other.ev.rank is None and nodes == {2: "node1"}
 
 
 def test_on_one_node_a_tee_prefix_names_the_rank_and_torchruns_host_only_fills_gaps():
     line = f("Fatal Python error: Aborted", None, local_rank=1, stream="launcher.log")
-    pids, single = identify([line], {})
+    ident = identify([line], {})
+    (line,), single = ident.findings, ident.single_node
     assert single and line.ev.rank == 1
     rank = f("  rank      : 0 (local_rank: 0)", stream="c", seq=5, node="node0")
     host = f("  host      : localhost", stream="c", seq=4, node="node0")
-    nodes = {}
-    identify([host, rank], nodes)
+    nodes = identify([host, rank], {}).rank_nodes
     assert nodes[0] == "node0"  # the folder's node, not torchrun's "localhost"
 
 
