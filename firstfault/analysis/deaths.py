@@ -9,7 +9,7 @@ finding (signature RANK_SIGNAL) naming the signal and what it means, unless a fi
 of the rank's own already reports the same exit (a launcher's summary). The verdict's
 rules then apply as to a launcher's ``exitcode: -N``: a SIGABRT after or with a
 collective timeout is a cascade (PyTorch's watchdog abort), a SIGKILL is judged against
-the kernel's log (verdict.judge_signals).
+the kernel's log (judge.judge_signals).
 
 A death that comes after the job had already failed is how a rank ended, not why the job
 did: after an error of the rank's own (a collective timeout it raised), or after another

@@ -37,7 +37,7 @@ class Finding:
     ev: Event
     match: Match
     links: list[str] = field(default_factory=list)  # how identity was linked, for the evidence; never appended to
-    cap: str | None = None  # the most confidence the evidence allows (verdict.judge_signals), None: no cap
+    cap: str | None = None  # the most confidence the evidence allows (judge.judge_signals), None: no cap
 
     @property
     def sig(self) -> str:

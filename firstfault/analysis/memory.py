@@ -273,7 +273,7 @@ def _decimate(points: list[tuple[int, int]], keep: set[int]) -> list[tuple[int, 
 
 
 def memory_report(w: MemoryWatcher, *, clocks: Mapping[str, NodeClock] | None, pids: Mapping[int, int],
-                  rank_nodes: Mapping[int, str | None], failure: dict | None, failure_ns: int | None,
+                  rank_nodes: Mapping[int, str | None], failed: bool, failure_ns: int | None,
                   failure_unc_ns: int, local_is_global: bool, saved: frozenset[str] = frozenset()) -> dict:
     """The report's ``memory`` object (REPORT.md)."""
     marks, samples = w.marks, w.samples
@@ -327,7 +327,7 @@ def memory_report(w: MemoryWatcher, *, clocks: Mapping[str, NodeClock] | None, p
                     "label": b.label} for b in (bands if len(bands) <= MAX_BANDS else
                                                 bands[:MAX_BANDS // 5] + bands[-(MAX_BANDS - MAX_BANDS // 5):])],
         "phases_from": band_stream,
-        "phase_at_failure": failure_phase(bands, failure_ns, failure_unc_ns) if failure else None,
+        "phase_at_failure": failure_phase(bands, failure_ns, failure_unc_ns) if failed else None,
         "ranks": ranks_out,
         "notes": notes,
         "missing": missing,

@@ -1,10 +1,10 @@
-"""facts.py: identity from folders and prefixes, progress and signs of life, on small built Findings."""
+"""rankstate.py (and identify.py): identity from folders and prefixes, progress and signs of life, on small built Findings."""
 
 from firstfault.analysis.catalog import load_catalog
-from firstfault.analysis.facts import collect, nccl_work, rank_dumps
 from firstfault.analysis.findings import Finding
 from firstfault.analysis.identify import identify
 from firstfault.analysis.model import KIND_STACK, Event, Frame
+from firstfault.analysis.rankstate import collect, nccl_work, stack_dumps
 
 CAT = load_catalog()
 S = 1_000_000_000
@@ -64,8 +64,8 @@ def test_an_error_in_a_training_step_after_a_ranks_step_n_line_shows_it_reached_
 def test_dumps_per_rank_and_nccl_work_status():
     a = Event(text="x", source="ranklog", kind=KIND_STACK, local_rank=1, occurred_ns=None)
     b = Event(text="x", source="ranklog", kind=KIND_STACK, local_rank=1, occurred_ns=T0)
-    assert rank_dumps([b, a], {}, single=True) == {1: b}  # the timed dump wins
-    assert rank_dumps([a], {}, single=False) == {}
+    assert stack_dumps([b, a], {}, single=True).latest == {1: b}  # the timed dump wins
+    assert stack_dumps([a], {}, single=False).latest == {}
     work = nccl_work([f("[rank3]:[E1203 09:20:13.223000 4003 ProcessGroupNCCL.cpp:2097] [PG 0 (default_pg) Rank 3] "
                         "Timeout at NCCL work: 880, last enqueued NCCL work: 880, last completed NCCL work: 879.", 3)])
     assert [(w.rank, w.pg, w.seq, w.enqueued, w.completed) for w in work] == [(3, "0", 880, 880, 879)]

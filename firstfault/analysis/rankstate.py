@@ -1,9 +1,14 @@
-"""Per-rank facts the verdict and the checkpoint rules read: progress, exits, saves. Pure.
+"""Each rank's state as the logs leave it: its first error, its stack dumps, progress, exits,
+checkpoint saves and signs of life. Pure.
 
-Facts (``collect``): each rank's latest progress and step, its exit, the checkpoint
-save marks, and each rank's last sign of life outside a checkpoint save (progress, or
-an error or stack dump whose frames are elsewhere), which tells whether the rank
-returned from a save.
+``rank_state`` is the stage (one typed output, RankState) between judging the findings and
+deciding the first failure; the verdict, the hang inference and the checkpoint rules read it.
+
+Facts (``collect``): each rank's latest progress and step, its exit (the agents' own exit
+records first, exits.best_exits), the checkpoint save marks, and each rank's last sign of life
+outside a checkpoint save (progress, or an error or stack dump whose frames are elsewhere),
+which tells whether the rank returned from a save. Stack dumps (``stack_dumps``, one pass):
+each rank's latest, and its stack at the hang.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ from dataclasses import dataclass, field
 
 from firstfault.analysis import timeline
 from firstfault.analysis.checkpoint import SaveMark
+from firstfault.analysis.exits import best_exits
 from firstfault.analysis.findings import Finding, exit_of
 from firstfault.analysis.hang import Work, launcher_act
+from firstfault.analysis.identify import Identity
 from firstfault.analysis.model import Event
 from firstfault.analysis.phase import phase_from_frames
 
@@ -22,7 +29,7 @@ SAVE_MARKS = {"save-start": "start", "save-file": "file", "save-done": "done"}  
 STEP_PHASES = frozenset({"forward", "backward", "param-gather", "optimizer-step", "data"})
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Facts:
     progress: dict[int, Event] = field(default_factory=dict)
     steps: dict[int, int] = field(default_factory=dict)
@@ -33,15 +40,21 @@ class Facts:
     reached: dict[int, int] = field(default_factory=dict)  # rank -> a step it was in (its errors' frames show it)
 
 
-def rank_dumps(dumps: Iterable[Event], pids: Mapping[int, int], single: bool,
-               firsts: Mapping[int, Finding] | None = None) -> dict[int, Event]:
-    """The latest stack dump of each rank (by its rank, pid, or on one node its local rank).
+@dataclass(frozen=True, slots=True)
+class StackDumps:
+    latest: dict[int, Event]  # each rank's latest stack dump
+    at_hang: dict[int, Event]  # each rank's stack at the hang
 
-    With ``firsts`` (each rank's first error): a rank's stack at the hang, its latest dump
-    from before its own first error where there is one (a dump taken after it, e.g. on a
-    peer's timeout line, catches the rank already raising or dying: it says where the rank
-    died, not where it waited), else its latest."""
-    out: dict[int, Event] = {}
+
+def stack_dumps(dumps: Iterable[Event], pids: Mapping[int, int], single: bool,
+                firsts: Mapping[int, Finding] | None = None) -> StackDumps:
+    """The stack dumps of each rank (by its rank, pid, or on one node its local rank), in one pass:
+    its latest, and its stack at the hang: its latest dump from before its own first error
+    (``firsts``) where there is one (a dump taken after it, e.g. on a peer's timeout line,
+    catches the rank already raising or dying: it says where the rank died, not where it
+    waited), else its latest."""
+    latest: dict[int, Event] = {}
+    at_hang: dict[int, Event] = {}
     late_of: dict[int, bool] = {}
     for d in sorted(dumps, key=lambda d: (d.occurred_ns is not None, timeline.order_key(d))):  # timed ones win
         r = d.rank if d.rank is not None else pids.get(d.pid or -1)
@@ -49,17 +62,52 @@ def rank_dumps(dumps: Iterable[Event], pids: Mapping[int, int], single: bool,
             r = d.local_rank
         if r is None:
             continue
+        latest[r] = d
         first = (firsts or {}).get(r)
         late = (first is not None and d.occurred_ns is not None and first.ev.occurred_ns is not None
                 and d.occurred_ns > first.ev.occurred_ns)
         if not late or late_of.get(r, True):
-            out[r], late_of[r] = d, late
-    return out
+            at_hang[r], late_of[r] = d, late
+    return StackDumps(latest, at_hang)
+
+
+@dataclass(frozen=True, slots=True)
+class RankState:
+    """The rank_state stage's output."""
+
+    errors: list[Finding]  # the root and cascade findings, in timeline order
+    firsts: dict[int, Finding]  # each rank's first error (verdict.rank_firsts)
+    dumps: StackDumps
+    facts: Facts
+
+
+def rank_state(findings: list[Finding], ident: Identity, dumps: Iterable[Event]) -> RankState:
+    """Each rank's first error, stack dumps and facts, from the judged findings (judge.judge)."""
+    errors = [f for f in findings if f.role in ("root", "cascade")]
+    firsts = rank_firsts(errors)
+    stacks = stack_dumps(dumps, ident.pids, ident.single_node, firsts)
+    return RankState(errors, firsts, stacks, collect(findings, ident.rank_nodes, ident.pids, stacks.latest, ident.exits))
+
+
+def rank_firsts(findings: Iterable[Finding]) -> dict[int, Finding]:
+    """Each rank's first error: earliest root, else earliest cascade (findings are in time order)."""
+    root: dict[int, Finding] = {}
+    cascade: dict[int, Finding] = {}
+    for f in findings:
+        r = f.ev.rank
+        if r is None:
+            continue
+        if f.role == "root":
+            root.setdefault(r, f)
+        elif f.role == "cascade":
+            cascade.setdefault(r, f)
+    return {r: root.get(r) or cascade[r] for r in set(root) | set(cascade)}
 
 
 def collect(findings: list[Finding], rank_nodes: Mapping[int, str | None], pids: Mapping[int, int],
-            dumps: Mapping[int, Event]) -> Facts:
-    """Progress, checkpoint saves, exits and signs of life of each rank."""
+            dumps: Mapping[int, Event], agent_exits: Mapping[int, tuple[dict, str | None]] | None = None) -> Facts:
+    """Progress, checkpoint saves, exits and signs of life of each rank; ``agent_exits``: the
+    exits the agents saw (identify.Identity.exits), which come first (exits.best_exits)."""
     facts = Facts()
     for f in findings:
         ev = f.ev
@@ -103,6 +151,10 @@ def collect(findings: list[Finding], rank_nodes: Mapping[int, str | None], pids:
         at = ev.occurred_ns - ev.uncertainty_ns if held is facts.alive else ev.occurred_ns
         held[r] = max(held.get(r, at), at)
     _steps_reached(findings, facts)
+    if agent_exits:
+        exits = best_exits(facts.exits, agent_exits)
+        facts.exits.clear()
+        facts.exits.update(exits)
     return facts
 
 
