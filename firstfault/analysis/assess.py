@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from firstfault.analysis.checkpoint import DiskCheckpoint, checkpoint_report
 from firstfault.analysis.memory import MemoryWatcher, memory_report
 from firstfault.analysis.rankstate import RankState, saving_since
-from firstfault.analysis.timeline import NodeClock
 from firstfault.analysis.verdict import Decision
 
 
@@ -31,8 +30,7 @@ class Assessment:
 
 
 def assess(dec: Decision, state: RankState, mem: MemoryWatcher, *, pids: Mapping[int, int],
-           rank_nodes: Mapping[int, str | None], clocks: Mapping[str, NodeClock] | None,
-           disk: DiskCheckpoint | None) -> Assessment:
+           rank_nodes: Mapping[int, str | None], disk: DiskCheckpoint | None) -> Assessment:
     """The checkpoint's safety and memory by phase, around the decided failure."""
     facts = state.facts
     clean = {r for r, ex in facts.exits.items() if ex.get("code") == 0}
@@ -41,7 +39,7 @@ def assess(dec: Decision, state: RankState, mem: MemoryWatcher, *, pids: Mapping
         clean_exit_ranks=clean, disk=disk, ranks_in_save=facts.in_save,
         ranks_steps={r: max(facts.steps.get(r, 0), facts.reached.get(r, 0)) for r in {*facts.steps, *facts.reached}})
     saved = frozenset(t["tag"] for t in ckpt["tags"] if t["verdict"] == "safe")
-    memory = memory_report(mem, clocks=clocks, pids=pids, rank_nodes=rank_nodes,
+    memory = memory_report(mem, pids=pids, rank_nodes=rank_nodes,
                            failed=dec.named is not None or dec.inference is not None, failure_ns=dec.failure_ns,
                            failure_unc_ns=dec.first.ev.uncertainty_ns if dec.first else 0,
                            local_is_global=len({n for n in rank_nodes.values() if n}) <= 1, saved=saved)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import signal as _signal
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from firstfault.analysis import timeline
@@ -22,7 +22,6 @@ from firstfault.analysis.catalog import Catalog, Match
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
 from firstfault.analysis.context import Context
 from firstfault.analysis.model import KIND_FLIGHT_RECORDER, KIND_RECORD, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
-from firstfault.analysis.timeline import NodeClock
 
 KERNEL_WINDOW_NS = 10 * 60 * 1_000_000_000  # kernel events this far outside the job's logs are not its
 XID_SAME_NS = 2_000_000_000  # the kernel's and NVML's report of one Xid lie this close (plus uncertainties)
@@ -117,8 +116,9 @@ class Read:
     flight: list[Event] = field(default_factory=list)  # Flight Recorder dumps (KIND_FLIGHT_RECORDER)
 
 
-def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str, NodeClock] | None = None) -> Read:
-    """One pass: match every Event, keep what the verdict needs, in timeline order.
+def read_findings(events: Iterable[Event], catalog: Catalog) -> Read:
+    """One pass over placed Events (timeline.placed): match every Event, keep what the verdict
+    needs, in timeline order.
 
     Memory stays bounded whatever the input size: only the latest progress line of
     each rank is kept, and of repeated findings only the first of each (stream,
@@ -148,7 +148,7 @@ def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str
             summaries.append(ev)
             continue
         if ev.kind == KIND_STACK:
-            dumps[(ev.stream, ev.rank, ev.local_rank, ev.pid)] = timeline.place(ev, clocks)
+            dumps[(ev.stream, ev.rank, ev.local_rank, ev.pid)] = ev
             continue
         if any(n in ev.text for n in CONTEXT_NEEDLES):
             ctx.feed(ev.text)
@@ -159,9 +159,8 @@ def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str
             if m is None and sub is ev and ev.fields.get("message"):
                 m = catalog.match(ev.fields["message"])  # exception groups indent their final line
             if m is not None:
-                dropped += _keep(Finding(sub, m), latest, kept, counts, clocks)
+                dropped += _keep(Finding(sub, m), latest, kept, counts)
     findings = list(kept.values()) + list(latest.values())
-    findings = [replace(f, ev=timeline.place(f.ev, clocks)) for f in findings]
     findings.sort(key=lambda f: timeline.order_key(f.ev))
     window = _window(summaries)
     if window:
@@ -217,17 +216,15 @@ def merge_xids(findings: list[Finding]) -> list[Finding]:
     return [paired.get(id(f), f) for f in findings if id(f) not in dropped]
 
 
-def _keep(f: Finding, latest: dict, kept: dict, counts: dict, clocks: Mapping[str, NodeClock] | None) -> int:
+def _keep(f: Finding, latest: dict, kept: dict, counts: dict) -> int:
     """Keep what the verdict needs of one finding, in bounded memory; 1 when it had to be dropped."""
+    ev = f.ev
     if f.has("progress"):
-        f = replace(f, ev=timeline.place(f.ev, clocks))
-        ev = f.ev
         key = (ev.stream, ev.rank)
         old = latest.get(key)
         if old is None or (ev.occurred_ns or 0) >= (old.ev.occurred_ns or 0):
             latest[key] = f
         return 0
-    ev = f.ev
     fp = fingerprint(f)
     counts[fp] += 1
     g = f.match.groups  # lines that name a pid, rank or tag each say something of their own

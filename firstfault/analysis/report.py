@@ -8,7 +8,7 @@ gaps) and optionally a checkpoint directory's inspection.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -29,8 +29,7 @@ from firstfault.analysis.memory import MemoryWatcher
 from firstfault.analysis.model import Event
 from firstfault.analysis.rankstate import Facts, RankState, rank_state
 from firstfault.analysis.scan import Needles
-from firstfault.analysis.seen import watch
-from firstfault.analysis.timeline import NodeClock
+from firstfault.analysis.timeline import NodeClock, placed
 from firstfault.analysis.verdict import BLAME, HANG_ID, MAX_EVIDENCE, Decision, confidence, decide
 
 SCHEMA = "firstfault.report/1"
@@ -98,23 +97,33 @@ def _evidence(f: Finding) -> dict:
     return out
 
 
+def watch(events: Iterable[Event], *watchers: Callable[[Event], None]) -> Iterator[Event]:
+    """Every Event, after each watcher (the memory and timeline views) has seen it: views that
+    want more than the findings keep watch the one pass over the Events."""
+    for ev in events:
+        for w in watchers:
+            w(ev)
+        yield ev
+
+
 def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | None = None) -> dict:
     """The report of ``events``: the analysis' row of stages, each one typed output the next reads."""
     inp = inputs or Inputs()
-    mem = MemoryWatcher()  # the memory and timeline views watch the one pass over the events
+    mem = MemoryWatcher(clocks=inp.clocks)  # the memory and timeline views watch the one pass
     lanes = LaneWatcher() if inp.timeline else None
-    read = read_findings(watch(events, *filter(None, (mem, lanes))), catalog, inp.clocks)  # place, classify
+    events = placed(events, inp.clocks)  # one clock, once
+    read = read_findings(watch(events, *filter(None, (mem, lanes))), catalog)  # catalog -> findings
     ident = identify(read.findings, inp.rank_nodes, read.procs)  # ranks, nodes, pids
     findings = judge(ident.findings, read.procs, read.kernel_span, ident.nodes)  # deaths, signals
     state = rank_state(findings, ident, read.dumps)  # firsts, stack dumps, progress, exits, saves
     dec = decide(findings, state, read, ident.nodes, inp.world_size)  # first failure, cascades, hang
     sharded = True if read.ctx.config.get("zero_stage") == 3 else None  # ZeRO-3: all-gathers gather parameters
-    ass = assess(dec, state, mem, pids=ident.pids, rank_nodes=ident.nodes, clocks=inp.clocks, disk=inp.disk)
+    ass = assess(dec, state, mem, pids=ident.pids, rank_nodes=ident.nodes, disk=inp.disk)
     phase = failure_phase(dec, state, findings, ass.saving, sharded, ass.memory["phase_at_failure"],
                           ass.memory["phases_from"])
     out = report(inp, read, findings, ident.nodes, state, dec, ass, phase)
     if lanes is not None:
-        out["timeline"] = timeline_report(lanes, findings, clocks=inp.clocks, rank_nodes=ident.nodes,
+        out["timeline"] = timeline_report(lanes, findings, rank_nodes=ident.nodes,
                                           firsts=state.firsts, first=dec.first, procs=read.procs,
                                           checkpoint=ass.checkpoint, pids=ident.pids)
     return out
