@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from itertools import accumulate
 
-from firstfault.analysis.model import Event
+from firstfault.analysis.events import Event
 
 MARKED_PHASES = ("forward", "backward", "optimizer-step", "param-gather")  # phases a log line opens and closes
 

@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from firstfault.analysis.catalog import Match, Signature, render
+from firstfault.analysis.events import Event
 from firstfault.analysis.findings import Finding, exit_of, linked
-from firstfault.analysis.model import Event
 
 RANK_SIGNAL = "agent.rank_signal"
 OOM_BEFORE_NS = 60 * 1_000_000_000

@@ -20,10 +20,10 @@ from collections import Counter
 from collections.abc import Iterable
 
 from firstfault.analysis.bands import MARKED_PHASES
+from firstfault.analysis.events import Event, Frame
 from firstfault.analysis.findings import Finding
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.hang import Inference
-from firstfault.analysis.model import Event, Frame
 from firstfault.analysis.phase import phase_from_frames, phase_hint
 from firstfault.analysis.rankstate import RankState
 from firstfault.analysis.verdict import Decision

@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from firstfault.analysis.deaths import link_oom_kills
+from firstfault.analysis.events import KIND_TRACEBACK, Event
 from firstfault.analysis.exits import agent_exits
 from firstfault.analysis.findings import Finding, _int, exit_of, linked
-from firstfault.analysis.model import KIND_TRACEBACK, Event
 
 WORKER_FILES = ("stdout.log", "stderr.log", "error.json")
 

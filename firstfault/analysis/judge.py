@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from firstfault.analysis.deaths import merged, signal_deaths
+from firstfault.analysis.events import Event
 from firstfault.analysis.findings import Finding, exit_of
-from firstfault.analysis.model import Event
 
 
 def judge(findings: list[Finding], procs: Iterable[Event], kernel_span: Mapping[str | None, tuple[int, int]],

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from firstfault.analysis.events import KIND_RECORD, KIND_STACK, KIND_STREAM, Event
 from firstfault.analysis.findings import Finding
 from firstfault.analysis.memlines import NEEDLES as MEMORY_NEEDLES
-from firstfault.analysis.model import KIND_RECORD, KIND_STACK, KIND_STREAM, Event
 from firstfault.analysis.sampling import Bounded
 
 PLAIN_PER_LANE = 24

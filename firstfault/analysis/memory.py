@@ -50,7 +50,7 @@ from statistics import median
 from firstfault.analysis import memlines
 from firstfault.analysis.bands import Band, Bands, Mark, failure_phase, phase_bands
 from firstfault.analysis.context import CONFIG_NEEDLE
-from firstfault.analysis.model import KIND_KERNEL, KIND_RECORD, KIND_STREAM, Event
+from firstfault.analysis.events import KIND_KERNEL, KIND_RECORD, KIND_STREAM, Event
 from firstfault.analysis.sampling import Bounded, Staircase
 from firstfault.analysis.timeline import NodeClock, own_ns, spread
 

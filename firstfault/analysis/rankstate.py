@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 from firstfault.analysis import timeline
 from firstfault.analysis.checkpoint import SaveMark
+from firstfault.analysis.events import Event
 from firstfault.analysis.exits import best_exits
 from firstfault.analysis.findings import Finding, exit_of
 from firstfault.analysis.hang import Work, launcher_act
 from firstfault.analysis.identify import Identity
-from firstfault.analysis.model import Event
 from firstfault.analysis.phase import phase_from_frames
 
 SAVE_MARKS = {"save-start": "start", "save-file": "file", "save-done": "done"}  # trait -> checkpoint.SaveMark kind

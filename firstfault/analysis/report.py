@@ -16,6 +16,7 @@ from firstfault.analysis.assess import Assessment, assess
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.checkpoint import DiskCheckpoint
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
+from firstfault.analysis.events import Event
 from firstfault.analysis.failure_phase import failure_phase
 from firstfault.analysis.findings import MAX_KEPT, Finding, Read, fingerprint, read_findings
 from firstfault.analysis.frames import failing_frame
@@ -26,7 +27,6 @@ from firstfault.analysis.judge import judge
 from firstfault.analysis.lanes import LaneWatcher, timeline_report
 from firstfault.analysis.memlines import NEEDLES as MEMORY_NEEDLES
 from firstfault.analysis.memory import MemoryWatcher
-from firstfault.analysis.model import Event
 from firstfault.analysis.rankstate import Facts, RankState, rank_state
 from firstfault.analysis.scan import Needles
 from firstfault.analysis.timeline import NodeClock, placed

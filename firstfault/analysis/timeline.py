@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
-from firstfault.analysis.model import KIND_LINE, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
+from firstfault.analysis.events import KIND_LINE, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
 
 # Beyond this, a stream's neighbouring timestamps say too little: treat the
 # event as if only the earlier one were known.

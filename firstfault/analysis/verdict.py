@@ -27,12 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from firstfault.analysis import timeline
+from firstfault.analysis.events import Event
 from firstfault.analysis.findings import Finding, Read, fingerprint
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.flight_recorder import analyze as analyze_flight
 from firstfault.analysis.hang import Inference, stopped_first
 from firstfault.analysis.judge import exit_failure, with_mentioned_category
-from firstfault.analysis.model import Event
 from firstfault.analysis.rankstate import RankState, nccl_work
 
 BLAME = {

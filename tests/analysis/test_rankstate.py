@@ -1,9 +1,9 @@
 """rankstate.py (and identify.py): identity from folders and prefixes, progress and signs of life, on small built Findings."""
 
 from firstfault.analysis.catalog import load_catalog
+from firstfault.analysis.events import KIND_STACK, Event, Frame
 from firstfault.analysis.findings import Finding
 from firstfault.analysis.identify import identify
-from firstfault.analysis.model import KIND_STACK, Event, Frame
 from firstfault.analysis.rankstate import collect, nccl_work, stack_dumps
 
 CAT = load_catalog()

@@ -16,12 +16,12 @@ import pytest
 from firstfault.analysis import timeline
 from firstfault.analysis.assess import Assessment, assess
 from firstfault.analysis.catalog import load_catalog
+from firstfault.analysis.events import KIND_LINE, KIND_STREAM, Event
 from firstfault.analysis.failure_phase import failure_phase
 from firstfault.analysis.findings import Finding, Read, read_findings
 from firstfault.analysis.identify import Identity, identify
 from firstfault.analysis.judge import judge
 from firstfault.analysis.memory import MemoryWatcher
-from firstfault.analysis.model import KIND_LINE, KIND_STREAM, Event
 from firstfault.analysis.rankstate import Facts, RankState, StackDumps, rank_state
 from firstfault.analysis.records import events_from_records
 from firstfault.analysis.report import Inputs, build_report, report, scan_needles, watch

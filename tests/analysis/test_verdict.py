@@ -3,11 +3,11 @@
 from dataclasses import replace
 
 from firstfault.analysis.catalog import load_catalog
+from firstfault.analysis.events import KIND_KERNEL, Event, Frame
 from firstfault.analysis.failure_phase import phase_of
 from firstfault.analysis.findings import Finding, exit_of, fingerprint
 from firstfault.analysis.identify import link_identity, link_kernel
 from firstfault.analysis.judge import judge_signals
-from firstfault.analysis.model import KIND_KERNEL, Event, Frame
 from firstfault.analysis.rankstate import rank_firsts
 from firstfault.analysis.verdict import confidence, distinct_failures
 
