@@ -121,8 +121,9 @@ class Bands:
         return hit.pop() if hit else None
 
 
-def failure_phase(bands: list[Band], t: int | None, unc: int) -> str | None:
-    """The phase at the failure: the bands over its time interval, when they agree; else, when the
+def marked_phase(bands: list[Band], t: int | None, unc: int) -> str | None:
+    """The phase DeepSpeed's marks put the failure in (a source of failure_phase.py, which decides):
+    the bands over its time interval, when they agree; else, when the
     marking rank stopped logging inside a phase DeepSpeed marks (it printed "Engine before step" and
     never "Engine after step") that began before the failure could have, that phase: ranks run in
     lockstep, so it waited there, in the collective of that phase, for the rank that failed."""

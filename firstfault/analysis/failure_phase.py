@@ -10,7 +10,7 @@ Every source the report may take a phase from is here, in the order they are tru
   under way; the collective the survivors waited in; the one phase their errors belong to; then
   the frames where the Flight Recorder saw that rank's last collective called;
 - last, for a failure a line names whose phase is still unknown: the phase DeepSpeed's own marks
-  (memory_breakdown) open around the failure's time (bands.failure_phase, read by the memory
+  (memory_breakdown) open around the failure's time (bands.marked_phase, read by the memory
   report).
 """
 

@@ -63,7 +63,7 @@ def linked(f: Finding, link: str | None = None, **ev: object) -> Finding:
     return replace(f, ev=replace(f.ev, **ev) if ev else f.ev, links=[*f.links, link] if link else f.links)
 
 
-def _int(v) -> int | None:
+def int_or_none(v) -> int | None:
     try:
         return int(v)
     except (TypeError, ValueError):
@@ -73,7 +73,7 @@ def _int(v) -> int | None:
 def exit_of(f: Finding) -> dict | None:
     """The exit a finding reports ({"code", "signal"}), if it reports one."""
     g = f.match.groups
-    code = _int(g.get("exitcode"))
+    code = int_or_none(g.get("exitcode"))
     sig = g.get("signal")
     if code is None and not sig:
         return None

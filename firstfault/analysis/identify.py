@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from firstfault.analysis.deaths import link_oom_kills
 from firstfault.analysis.events import KIND_TRACEBACK, Event
 from firstfault.analysis.exits import agent_exits
-from firstfault.analysis.findings import Finding, _int, exit_of, linked
+from firstfault.analysis.findings import Finding, exit_of, int_or_none, linked
 
 WORKER_FILES = ("stdout.log", "stderr.log", "error.json")
 
@@ -101,15 +101,15 @@ def link_identity(findings: list[Finding], single_node: bool) -> tuple[list[Find
         change: dict = {}
         rank = ev.rank
         if rank is None:
-            r = _int(g.get("rank"))
+            r = int_or_none(g.get("rank"))
             if r is None and single_node:
-                r = _int(g.get("local_rank"))
+                r = int_or_none(g.get("local_rank"))
             if r is not None:
                 rank = change["rank"] = r
                 change["rank_from"] = "message" if f.role == "root" else "launcher or summary line"
-        if ev.local_rank is None and _int(g.get("local_rank")) is not None:
-            change["local_rank"] = _int(g.get("local_rank"))
-        pid = _int(g.get("pid")) or ev.pid
+        if ev.local_rank is None and int_or_none(g.get("local_rank")) is not None:
+            change["local_rank"] = int_or_none(g.get("local_rank"))
+        pid = int_or_none(g.get("pid")) or ev.pid
         if pid and ev.source != "kernel":
             if pid != ev.pid:
                 change["pid"] = pid
@@ -144,7 +144,7 @@ def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Ma
 def _kernel_linked(f: Finding, pids: Mapping[int, int], rank_nodes: Mapping[int, str | None],
                    started: Mapping[str | None, int], killed: Mapping[str | None, set[int]]) -> Finding:
     ev = f.ev
-    pid = _int(f.match.groups.get("pid"))
+    pid = int_or_none(f.match.groups.get("pid"))
     if pid is not None and pid != ev.pid:
         f = linked(f, pid=pid)
         ev = f.ev

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 from statistics import median
 
 from firstfault.analysis import memlines
-from firstfault.analysis.bands import Band, Bands, Mark, failure_phase, phase_bands
+from firstfault.analysis.bands import Band, Bands, Mark, marked_phase, phase_bands
 from firstfault.analysis.context import CONFIG_NEEDLE
 from firstfault.analysis.events import KIND_KERNEL, KIND_RECORD, KIND_STREAM, Event
 from firstfault.analysis.sampling import Bounded, Staircase
@@ -334,7 +334,7 @@ def memory_report(w: MemoryWatcher, *, pids: Mapping[int, int],
                     "label": b.label} for b in (bands if len(bands) <= MAX_BANDS else
                                                 bands[:MAX_BANDS // 5] + bands[-(MAX_BANDS - MAX_BANDS // 5):])],
         "phases_from": band_stream,
-        "phase_at_failure": failure_phase(bands, failure_ns, failure_unc_ns) if failed else None,
+        "phase_at_failure": marked_phase(bands, failure_ns, failure_unc_ns) if failed else None,
         "ranks": ranks_out,
         "notes": notes,
         "missing": missing,
