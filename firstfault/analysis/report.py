@@ -4,6 +4,12 @@ The same function serves ``firstfault analyze`` (Events read from files) and
 the collector's ``report`` (Events rebuilt from stored records): give it the
 Events, the catalog, what is known about the inputs (ranks and nodes seen,
 gaps) and optionally a checkpoint directory's inspection.
+
+``build_report`` is the analysis as a row of stages (ARCHITECTURE.md draws it): place
+(timeline.py) -> classify (findings.py) -> identify (identify.py) -> judge (judge.py) -> rank
+state (rankstate.py) -> decide (verdict.py) -> assess (assess.py) -> phase (failure_phase.py)
+-> report (``report`` here: the dict). Each stage's output is one frozen dataclass the next
+reads; none changes what it was given.
 """
 
 from __future__ import annotations
