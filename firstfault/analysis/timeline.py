@@ -14,7 +14,8 @@ The scanner learns a line's upper bound only when a later stamp of its stream co
 yielded the line: so an untimed line, traceback or stack dump waits in ``placed``, with the
 rest of its stream behind it, until its bound is known or its stream ended (its summary,
 KIND_STREAM). Each stream's Events keep their order; streams may pass one another. What waits
-is bounded by the needle hits between two stamps of one stream.
+is the needle hits between two stamps of one stream, at most MAX_WAITING: past that, the
+first goes on placed by the stamp before it alone (1 s uncertainty), as a stream's last lines are.
 
 Ordering is by placed time, then stream order; two Events are "within clock uncertainty" of
 each other when their intervals overlap. ``spread`` spreads lines placed between the same two
@@ -32,6 +33,7 @@ from firstfault.analysis.events import KIND_LINE, KIND_STACK, KIND_STREAM, KIND_
 # Beyond this, a stream's neighbouring timestamps say too little: treat the
 # event as if only the earlier one were known.
 MAX_BRACKET_NS = 3600 * 1_000_000_000
+MAX_WAITING = 100_000  # Events of one stream waiting for their later bound (``placed``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +65,11 @@ def place(ev: Event, clocks: Mapping[str, NodeClock] | None = None) -> Event:
     return replace(ev, occurred_ns=at, uncertainty_ns=unc, clock=clock)
 
 
-def placed(events: Iterable[Event], clocks: Mapping[str, NodeClock] | None = None) -> Iterator[Event]:
+def placed(events: Iterable[Event], clocks: Mapping[str, NodeClock] | None = None,
+           max_waiting: int = MAX_WAITING) -> Iterator[Event]:
     """The place stage: every Event placed (``place``), each stream's in the order given; an
-    untimed line waits until its stream's next stamp bounds it or its stream ended."""
+    untimed line waits until its stream's next stamp bounds it or its stream ended (or
+    ``max_waiting`` of its stream wait)."""
     held: dict[str, deque[Event]] = {}  # per stream: Events waiting, the first of them unbounded
     for ev in events:
         q = held.get(ev.stream)
@@ -77,7 +81,10 @@ def placed(events: Iterable[Event], clocks: Mapping[str, NodeClock] | None = Non
                 yield place(q.popleft(), clocks)
             held.pop(ev.stream, None)
         elif q or _waits(ev):
-            held.setdefault(ev.stream, deque()).append(ev)
+            q = held.setdefault(ev.stream, deque())
+            q.append(ev)
+            if len(q) > max_waiting:
+                yield place(q.popleft(), clocks)
             continue
         yield place(ev, clocks)
     for q in held.values():

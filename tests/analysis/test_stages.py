@@ -158,3 +158,11 @@ def test_a_timed_line_does_not_pass_an_earlier_untimed_line_of_its_stream():
     second = Event(text="b", source="ranklog", stream="s", seq=2, occurred_ns=T0 + S)
     out = list(timeline.placed([first, second]))
     assert [e.text for e in out] == ["a", "b"] and out[0].occurred_ns == T0  # the input ended: only its earlier bound
+
+
+def test_what_waits_for_a_later_stamp_is_bounded():
+    lines = [Event(text=str(i), source="ranklog", stream="s", seq=i, fields={"after_ns": T0}) for i in range(5)]
+    out = timeline.placed(lines, max_waiting=2)
+    first = next(out)  # the third waiting line lets the first go on, placed by its earlier stamp alone
+    assert (first.text, first.occurred_ns, first.uncertainty_ns) == ("0", T0, S)
+    assert [e.text for e in out] == ["1", "2", "3", "4"]
