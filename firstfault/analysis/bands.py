@@ -18,14 +18,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from itertools import accumulate
 
-from firstfault.analysis.seen import Seen
+from firstfault.analysis.events import Event
 
 MARKED_PHASES = ("forward", "backward", "optimizer-step", "param-gather")  # phases a log line opens and closes
 
 
 @dataclass(slots=True)
 class Mark:
-    seen: Seen
+    ev: Event  # the placed Event that marks it (its text dropped)
     phase: str  # a phase name, "step" (a step ended), "init-end"
     what: str  # open | close | point
     label: str
@@ -54,7 +54,7 @@ def phase_bands(marks: list[tuple[int, int, Mark]], first_ns: int | None, end_ns
     for t, _, m in marks:
         by_stream[m.stream].append((t, m))
     stream, own = max(by_stream.items(), key=lambda kv: (sum(m.what != "point" for _, m in kv[1]), len(kv[1]),
-                                                         kv[1][0][1].seen.source == "ranklog"))
+                                                         kv[1][0][1].ev.source == "ranklog"))
     own.sort(key=lambda tm: tm[0])
     start = min(first_ns if first_ns is not None else own[0][0], own[0][0])
     end = max(end_ns if end_ns is not None else own[-1][0], own[-1][0])
@@ -121,8 +121,9 @@ class Bands:
         return hit.pop() if hit else None
 
 
-def failure_phase(bands: list[Band], t: int | None, unc: int) -> str | None:
-    """The phase at the failure: the bands over its time interval, when they agree; else, when the
+def marked_phase(bands: list[Band], t: int | None, unc: int) -> str | None:
+    """The phase DeepSpeed's marks put the failure in (a source of failure_phase.py, which decides):
+    the bands over its time interval, when they agree; else, when the
     marking rank stopped logging inside a phase DeepSpeed marks (it printed "Engine before step" and
     never "Engine after step") that began before the failure could have, that phase: ranks run in
     lockstep, so it waited there, in the collective of that phase, for the rank that failed."""

@@ -9,7 +9,7 @@ finding (signature RANK_SIGNAL) naming the signal and what it means, unless a fi
 of the rank's own already reports the same exit (a launcher's summary). The verdict's
 rules then apply as to a launcher's ``exitcode: -N``: a SIGABRT after or with a
 collective timeout is a cascade (PyTorch's watchdog abort), a SIGKILL is judged against
-the kernel's log (verdict.judge_signals).
+the kernel's log (judge.judge_signals).
 
 A death that comes after the job had already failed is how a rank ended, not why the job
 did: after an error of the rank's own (a collective timeout it raised), or after another
@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from firstfault.analysis.catalog import Match, Signature, render
-from firstfault.analysis.model import Event
-from firstfault.analysis.verdict import Finding, exit_of
+from firstfault.analysis.events import Event
+from firstfault.analysis.findings import Finding, exit_of, linked
 
 RANK_SIGNAL = "agent.rank_signal"
 OOM_BEFORE_NS = 60 * 1_000_000_000
@@ -100,10 +100,25 @@ def _oom_kill_of(ev: Event, findings: list[Finding]) -> Finding | None:
     return None
 
 
+def link_oom_kills(procs: Iterable[Event], findings: list[Finding]) -> list[Finding]:
+    """``findings`` where a kernel OOM kill of no rank yet explains a SIGKILL of a rank the agents
+    saw (``_oom_kill_of``): the kill is that rank's (part of the identify stage)."""
+    out = list(findings)
+    for ev in procs:
+        ex = ev.fields.get("exit") or {}
+        if ev.fields.get("proc") != "exit" or ex.get("signal") != "SIGKILL" or ev.rank is None:
+            continue
+        oom = _oom_kill_of(ev, out)
+        if oom is not None and oom.ev.rank is None:
+            out[next(i for i, f in enumerate(out) if f is oom)] = linked(oom, f"rank {ev.rank} (pid {ev.pid}) died by SIGKILL on {ev.node} just "
+                                              "after, as the agent saw", rank=ev.rank)
+    return out
+
+
 def signal_deaths(procs: Iterable[Event], findings: list[Finding]) -> list[Finding]:
     """Root findings for the rank exits by a signal of MEANING the agents saw, where no finding of
-    that rank reports the same exit. Call it once identity is linked (facts.identify): a SIGKILL
-    that a kernel OOM kill of no rank yet explains gives that kill the rank instead."""
+    that rank reports the same exit, and no kernel OOM kill of the rank explains a SIGKILL. Call it
+    once identity is linked (identify.identify, which gives such a kill the rank: link_oom_kills)."""
     said = {(f.ev.rank, (exit_of(f) or {}).get("code")) for f in findings if f.ev.rank is not None}
     procs = list(procs)
     out = []
@@ -113,12 +128,8 @@ def signal_deaths(procs: Iterable[Event], findings: list[Finding]) -> list[Findi
             continue
         if (ev.rank, ex.get("code")) in said:
             continue
-        oom = _oom_kill_of(ev, findings) if ex["signal"] == "SIGKILL" else None
-        if oom is None:
+        if ex["signal"] != "SIGKILL" or _oom_kill_of(ev, findings) is None:
             out.append(_finding(ev, _failed_before(ev, findings, procs)))
-        elif oom.ev.rank is None:
-            oom.ev.rank = ev.rank
-            oom.links.append(f"rank {ev.rank} (pid {ev.pid}) died by SIGKILL on {ev.node} just after, as the agent saw")
     return out
 
 

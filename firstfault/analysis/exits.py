@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from firstfault.analysis.model import Event
+from firstfault.analysis.events import Event
 
 
 def agent_exits(procs: Iterable[Event], pids: Mapping[int, int]) -> dict[int, tuple[dict, str | None]]:

@@ -11,25 +11,99 @@ log and NVML reported merged into one finding (``merge_xids``).
 
 from __future__ import annotations
 
+import re
+import signal as _signal
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 
 from firstfault.analysis import timeline
-from firstfault.analysis.catalog import Catalog
+from firstfault.analysis.catalog import Catalog, Match
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
 from firstfault.analysis.context import Context
-from firstfault.analysis.model import KIND_FLIGHT_RECORDER, KIND_RECORD, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
+from firstfault.analysis.events import KIND_FLIGHT_RECORDER, KIND_RECORD, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
 from firstfault.analysis.ownership import owned
-from firstfault.analysis.timeline import NodeClock
-from firstfault.analysis.verdict import Finding, fingerprint
 
 KERNEL_WINDOW_NS = 10 * 60 * 1_000_000_000  # kernel events this far outside the job's logs are not its
 XID_SAME_NS = 2_000_000_000  # the kernel's and NVML's report of one Xid lie this close (plus uncertainties)
 MAX_KEPT = 200_000  # distinct findings kept in memory
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """An Event with the catalog signature it matched. Immutable: a stage that learns more of it
+    (its rank, that it is a cascade) makes a new one (``dataclasses.replace``)."""
+
+    ev: Event
+    match: Match
+    links: list[str] = field(default_factory=list)  # how identity was linked, for the evidence; never appended to
+    cap: str | None = None  # the most confidence the evidence allows (judge.judge_signals), None: no cap
+
+    @property
+    def sig(self) -> str:
+        return self.match.signature.id
+
+    def has(self, trait: str) -> bool:
+        """Whether its signature carries ``trait`` (catalog.TRAITS)."""
+        return trait in self.match.signature.traits
+
+    @property
+    def role(self) -> str:
+        return self.match.role
+
+    @property
+    def category(self) -> str:
+        return self.match.category
+
+
+def linked(f: Finding, link: str | None = None, **ev: object) -> Finding:
+    """``f`` with its Event's ``ev`` changes (``rank_from`` goes into its fields) and one more link."""
+    rank_from = ev.pop("rank_from", None)
+    if rank_from is not None:
+        ev["fields"] = {**f.ev.fields, "rank_from": rank_from}
+    return replace(f, ev=replace(f.ev, **ev) if ev else f.ev, links=[*f.links, link] if link else f.links)
+
+
+def int_or_none(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def exit_of(f: Finding) -> dict | None:
+    """The exit a finding reports ({"code", "signal"}), if it reports one."""
+    g = f.match.groups
+    code = int_or_none(g.get("exitcode"))
+    sig = g.get("signal")
+    if code is None and not sig:
+        return None
+    if not sig and code is not None and code < 0:
+        try:
+            sig = _signal.Signals(-code).name
+        except ValueError:
+            sig = None
+    if sig and not sig.startswith("SIG") and sig.isdigit():
+        try:
+            sig = _signal.Signals(int(sig)).name
+        except ValueError:
+            pass
+    return {"code": code, "signal": sig}
+
+
+_NUM = re.compile(r"0x[0-9a-fA-F]+|\d+")
+
+
+def fingerprint(f: Finding) -> str:
+    """Signature plus the message with numbers blanked: ranks sharing it failed alike."""
+    msg = f.ev.fields.get("message") or f.ev.text
+    first = msg.strip().splitlines()[-1] if f.ev.kind == "traceback" and msg.strip() else msg
+    if not f.has("generic"):
+        first = ""
+    return f"{f.sig}|{_NUM.sub('#', first)[:200]}"
+
+
+@dataclass(frozen=True, slots=True)
 class Read:
     """What one pass over the Events kept, in bounded memory."""
 
@@ -43,8 +117,9 @@ class Read:
     flight: list[Event] = field(default_factory=list)  # Flight Recorder dumps (KIND_FLIGHT_RECORDER)
 
 
-def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str, NodeClock] | None = None) -> Read:
-    """One pass: match every Event, keep what the verdict needs, in timeline order.
+def read_findings(events: Iterable[Event], catalog: Catalog) -> Read:
+    """One pass over placed Events (timeline.placed): match every Event, keep what the verdict
+    needs, in timeline order.
 
     Memory stays bounded whatever the input size: only the latest progress line of
     each rank is kept, and of repeated findings only the first of each (stream,
@@ -74,7 +149,7 @@ def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str
             summaries.append(ev)
             continue
         if ev.kind == KIND_STACK:
-            dumps[(ev.stream, ev.rank, ev.local_rank, ev.pid)] = timeline.place(ev, clocks)
+            dumps[(ev.stream, ev.rank, ev.local_rank, ev.pid)] = ev
             continue
         if any(n in ev.text for n in CONTEXT_NEEDLES):
             ctx.feed(ev.text)
@@ -85,11 +160,9 @@ def read_findings(events: Iterable[Event], catalog: Catalog, clocks: Mapping[str
             if m is None and sub is ev and ev.fields.get("message"):
                 m = catalog.match(ev.fields["message"])  # exception groups indent their final line
             if m is not None:
-                dropped += _keep(owned(Finding(sub, m)), latest, kept, counts, clocks)
+                dropped += _keep(owned(Finding(sub, m)), latest, kept, counts)
     findings = list(kept.values()) + list(latest.values())
-    placed = timeline.build([f.ev for f in findings], clocks)
-    order = {id(ev): i for i, ev in enumerate(placed)}
-    findings.sort(key=lambda f: order[id(f.ev)])
+    findings.sort(key=lambda f: timeline.order_key(f.ev))
     window = _window(summaries)
     if window:
         findings = [f for f in findings if f.ev.source != "kernel" or f.ev.occurred_ns is None
@@ -118,7 +191,7 @@ def merge_xids(findings: list[Finding]) -> list[Finding]:
     from NVML's report, which is dropped. Each NVML Xid pairs with the nearest unpaired
     kernel line of the same node, GPU and code within XID_SAME_NS (plus both uncertainties)."""
     kernel = [f for f in findings if f.has("xid-kernel")]
-    paired: set[int] = set()
+    paired: dict[int, Finding] = {}  # id of a kernel finding -> it with NVML's report merged in
     dropped: set[int] = set()
     for f in findings:
         if not f.has("xid-nvml") or not kernel:
@@ -134,20 +207,20 @@ def merge_xids(findings: list[Finding]) -> list[Finding]:
         if best is None:
             continue
         k = best[1]
-        paired.add(id(k))
         dropped.add(id(f))
-        k.ev.fields.update({x: v for x in ("gpu", "uuid", "pci_bus_id", "pids") if (v := f.ev.fields.get(x)) is not None})
-        if k.ev.pid is None and k.match.groups.get("pid") is None:
-            k.ev.pid = f.ev.pid  # NVRM wrote pid='<unknown>': NVML's one process on that GPU
-        k.links.append(f"NVML reported the same Xid ({f.ev.text.removeprefix('NVML: ')})")
-    return [f for f in findings if id(f) not in dropped]
+        fields = {**k.ev.fields,
+                  **{x: v for x in ("gpu", "uuid", "pci_bus_id", "pids") if (v := f.ev.fields.get(x)) is not None}}
+        pid = f.ev.pid if k.ev.pid is None and k.match.groups.get("pid") is None else k.ev.pid  # NVRM wrote
+        # pid='<unknown>': NVML's one process on that GPU
+        paired[id(k)] = linked(k, f"NVML reported the same Xid ({f.ev.text.removeprefix('NVML: ')})",
+                               fields=fields, pid=pid)
+    return [paired.get(id(f), f) for f in findings if id(f) not in dropped]
 
 
-def _keep(f: Finding, latest: dict, kept: dict, counts: dict, clocks: Mapping[str, NodeClock] | None) -> int:
+def _keep(f: Finding, latest: dict, kept: dict, counts: dict) -> int:
     """Keep what the verdict needs of one finding, in bounded memory; 1 when it had to be dropped."""
     ev = f.ev
     if f.has("progress"):
-        timeline.place(ev, clocks)
         key = (ev.stream, ev.rank)
         old = latest.get(key)
         if old is None or (ev.occurred_ns or 0) >= (old.ev.occurred_ns or 0):
@@ -164,7 +237,7 @@ def _keep(f: Finding, latest: dict, kept: dict, counts: dict, clocks: Mapping[st
         if ev.source == "kernel" and old.ev.occurred_ns is None and ev.occurred_ns is not None:
             kept[key] = f  # the same message from a log whose times are known
         elif ev.frames and not old.ev.frames:  # the same failure told again with its traceback: its frames
-            old.ev.frames, old.ev.exc_type = ev.frames, old.ev.exc_type or ev.exc_type
+            kept[key] = replace(old, ev=replace(old.ev, frames=ev.frames, exc_type=old.ev.exc_type or ev.exc_type))
         return 0
     if len(kept) >= MAX_KEPT:
         return 1

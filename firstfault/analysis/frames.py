@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from firstfault.analysis.model import Frame
+from firstfault.analysis.events import Frame
 
 _FRAMEWORK = re.compile(
     r"(?:^|/)(?:site-packages|dist-packages|lib/python\d[\d.]*|lib64/python\d[\d.]*)/"

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from firstfault.analysis.model import Event, Frame
+from firstfault.analysis.events import Event, Frame
 from firstfault.analysis.stacks import in_collective
 from firstfault.analysis.timeline import overlap
 

@@ -51,7 +51,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 
-from firstfault.analysis.model import KIND_KERNEL, Event
+from firstfault.analysis.events import KIND_KERNEL, Event
 
 FORMATS = ("kmsg", "dmesg", "dmesg-T", "dmesg-iso", "journal-short", "journal-short-iso",
            "journal-json", "journal-export")

@@ -1,6 +1,6 @@
 """The timeline a person looks at: swimlanes per node and rank, bounded. Pure.
 
-``LaneWatcher`` watches the report's Events (seen.watch) and keeps, per lane, a
+``LaneWatcher`` watches the report's placed Events (report.watch) and keeps, per lane, a
 decimated sample of the plain lines and progress lines (a stride that doubles each
 time the lane's cap is reached, so what stays is spread evenly over the run);
 ``timeline_report`` adds every finding the verdict kept (each rank's first error,
@@ -17,13 +17,12 @@ kill of its pid, an Xid on its GPU) stays on its node's lane and names the rank 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from firstfault.analysis.events import KIND_RECORD, KIND_STACK, KIND_STREAM, Event
+from firstfault.analysis.findings import Finding
 from firstfault.analysis.memlines import NEEDLES as MEMORY_NEEDLES
-from firstfault.analysis.model import KIND_RECORD, KIND_STACK, KIND_STREAM, Event
-from firstfault.analysis.seen import Bounded, Seen
-from firstfault.analysis.timeline import NodeClock
-from firstfault.analysis.verdict import Finding
+from firstfault.analysis.sampling import Bounded
 
 PLAIN_PER_LANE = 24
 PROGRESS_PER_LANE = 64
@@ -42,13 +41,13 @@ class LaneWatcher:
     progress_cap: int = PROGRESS_PER_LANE
     plain: dict[tuple, Bounded] = field(default_factory=dict)  # (node, rank) -> an even sample of its lines
     progress: dict[tuple, Bounded] = field(default_factory=dict)
-    ooms: list[Seen] = field(default_factory=list)  # the agents' cgroup.oom records (few: one per OOM)
+    ooms: list[Event] = field(default_factory=list)  # the agents' cgroup.oom records (few: one per OOM)
     seen: int = 0
 
     def __call__(self, ev: Event) -> None:
         if ev.kind in (KIND_STREAM, KIND_STACK) or (ev.kind == KIND_RECORD and ev.fields.get("memory")):
             if ev.fields.get("memory") == "cgroup.oom" and len(self.ooms) < MAX_OOMS:
-                self.ooms.append(Seen.of(ev))
+                self.ooms.append(replace(ev, frames=()))
             return
         if ev.kind == KIND_RECORD and "proc" in ev.fields:
             return  # exits come from the report's procs
@@ -63,7 +62,7 @@ class LaneWatcher:
         s = box.get(key)
         if s is None:
             s = box[key] = Bounded(0, 0, cap)
-        s.add(Seen.of(ev))
+        s.add(replace(ev, frames=()))
 
 
 def _cut(text: str, n: int) -> str:
@@ -74,8 +73,7 @@ def _ms(ns: int | None) -> float | None:
     return None if ns is None else round(ns / 1e6, 3)
 
 
-def timeline_report(w: LaneWatcher, findings: Iterable[Finding], *, clocks: Mapping[str, NodeClock] | None,
-                    rank_nodes: Mapping[int, str | None], firsts: Mapping[int, Finding], first: Finding | None,
+def timeline_report(w: LaneWatcher, findings: Iterable[Finding], *, rank_nodes: Mapping[int, str | None], firsts: Mapping[int, Finding], first: Finding | None,
                     procs: Iterable[Event], checkpoint: dict, pids: Mapping[int, int]) -> dict:
     """The report's ``timeline`` object (REPORT.md): lanes, events as parallel arrays, spans."""
     lanes: dict[tuple, int] = {}  # (node, rank) -> index, set once all are known
@@ -120,24 +118,24 @@ def timeline_report(w: LaneWatcher, findings: Iterable[Finding], *, clocks: Mapp
             what = "exit " + " ".join(str(x) for x in (ex.get("code"), ex.get("signal")) if x is not None)
             add((ev.node, ev.rank), ev.occurred_ns, ev.uncertainty_ns, "exit", None, None,
                 f"process {ev.pid} {what} (agent)", ev.origin, None, ev.clock)
-    for seen in w.ooms:
-        f = seen.fields
-        t, unc, clock = seen.placed(clocks)
+    for oom in w.ooms:
+        f = oom.fields
+        t, unc, clock = oom.occurred_ns, oom.uncertainty_ns, oom.clock
         hit = [pids[int(p)] for p in str(f.get("pids") or "").split(",") if p.strip().isdigit() and int(p) in pids]
         what = ", ".join(f"{k} +{f[k]}" for k in ("delta_oom_kill", "delta_oom") if f.get(k)) or "OOM notified"
-        add((seen.node, None), t, unc, "cgroup-oom", None, None,
-            f"memory cgroup {f.get('cgroup')}: {what} (agent)\n{seen.text}".rstrip(), seen.origin,
+        add((oom.node, None), t, unc, "cgroup-oom", None, None,
+            f"memory cgroup {f.get('cgroup')}: {what} (agent)\n{oom.text}".rstrip(), oom.origin,
             hit[0] if len(hit) == 1 else None, clock)
     progress_ns: list[int] = []
     for box, kind in ((w.progress, "progress"), (w.plain, "line")):
         for key, s in box.items():
-            for seen in s.items():
-                if seen.origin in kept:
+            for line in s.items():
+                if line.origin in kept:
                     continue
-                t, unc, clock = seen.placed(clocks)
+                t, unc, clock = line.occurred_ns, line.uncertainty_ns, line.clock
                 if kind == "progress" and t is not None:
                     progress_ns.append(t)
-                add(key, t, unc, kind, None, None, _cut(seen.text, TEXT_MAX[kind]), seen.origin, None, clock)
+                add(key, t, unc, kind, None, None, _cut(line.text, TEXT_MAX[kind]), line.origin, None, clock)
     progress_ns += [int(t * 1e6) for t, k in zip(cols["t_ms"], cols["kind"]) if k == "progress"]
     progress_ns.sort()
     verdicts = {t["tag"]: t for t in checkpoint.get("tags", [])}

@@ -2,7 +2,7 @@
 
 The failure guide asks to "record memory by lifecycle phase instead of treating the
 final OOM as a steady-state measurement". ``MemoryWatcher`` watches the report's
-Events (seen.watch) and keeps every memory figure with its rank and time:
+placed Events (report.watch) and keeps every memory figure with its rank and time:
 
 - from logs (memlines.py): DeepSpeed's see_memory_usage and progress lines, torch's
   memory summary, the CUDA OOM message, the kernel's memcg OOM report (``memory:
@@ -21,12 +21,12 @@ Virtual Memory", the whole node's, as the rank printed it).
 
 Phases (analysis/bands.py): the job's lifecycle bands from the marks DeepSpeed's log
 leaves (initialize, the phases ``"memory_breakdown": true`` marks, steps, checkpoint saves).
-Memory is bounded per stream (seen.Bounded: the start, an even sample of the middle, the
+Memory is bounded per stream (sampling.Bounded: the start, an even sample of the middle, the
 end, and each series' peak), except DeepSpeed's throughput line (timer.py, ``MemAllocated=``),
 which a run with a small ``steps_per_print`` prints every step on every rank: of those,
 per (stream, pid) and per second of the line's own time (``BUCKET_NS``, wider by powers
 of two past ``MAX_BUCKETS`` seconds), the watcher keeps the last ``LAST_PER_BUCKET``
-lines and the ones no later line of that second equals or beats (seen.Staircase: the
+lines and the ones no later line of that second equals or beats (sampling.Staircase: the
 second's peak and the falls after it). That choice depends on no other second's lines
 nor on the order they come in, so the collector's marker (analysis/marks.py) keeps the
 same lines per stored block and a report from its marks is the report from every
@@ -44,15 +44,15 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 
 from firstfault.analysis import memlines
-from firstfault.analysis.bands import Band, Bands, Mark, failure_phase, phase_bands
+from firstfault.analysis.bands import Band, Bands, Mark, marked_phase, phase_bands
 from firstfault.analysis.context import CONFIG_NEEDLE
-from firstfault.analysis.model import KIND_KERNEL, KIND_RECORD, KIND_STREAM, Event
-from firstfault.analysis.seen import Bounded, Seen, Staircase, spread
-from firstfault.analysis.timeline import NodeClock
+from firstfault.analysis.events import KIND_KERNEL, KIND_RECORD, KIND_STREAM, Event
+from firstfault.analysis.sampling import Bounded, Staircase
+from firstfault.analysis.timeline import NodeClock, own_ns, spread
 
 SERIES = ("rss", "cgroup", "gpu", "allocated", "reserved", "host_used")
 MAX_POINTS = 120  # samples per series in the report (peaks, the last and the kernel's kept)
@@ -75,7 +75,7 @@ _LABEL = {"rss": "host RSS", "cgroup": "memory cgroup", "gpu": "GPU memory (NVML
 
 @dataclass(slots=True)
 class Sample:
-    seen: Seen
+    ev: Event  # the placed Event it was read from (its text dropped, but a kernel report's)
     series: str
     value: int
     limit: int | None
@@ -109,7 +109,7 @@ def timer_key_of(ma: str, max_ma: str) -> int:
 
 class TimerLines:
     """The throughput lines of one (stream, pid) that the memory view keeps: per second
-    (``BUCKET_NS``, of each line's own time) a seen.Staircase (its last LAST_PER_BUCKET lines
+    (``BUCKET_NS``, of each line's own time) a sampling.Staircase (its last LAST_PER_BUCKET lines
     and those no later line beats); past MAX_BUCKETS seconds, the seconds pair up (2 s, then
     4 s...). What stays depends only on the set of lines."""
 
@@ -149,6 +149,7 @@ class MemoryWatcher:
     streams: list[Event] = field(default_factory=list)
     _memcg: dict[str | None, Sample] = field(default_factory=dict)
     _timers: dict[tuple, TimerLines] = field(default_factory=dict)
+    clocks: Mapping[str, NodeClock] | None = None  # the clock corrections the Events were placed with
 
     def _timer_lines(self) -> list[tuple[Mark, Sample]]:
         """The kept throughput lines, in (time, seq, origin) order."""
@@ -185,17 +186,18 @@ class MemoryWatcher:
         text = ev.text
         if (fig := timer_figure(text)) is not None:
             # DeepSpeed's throughput line, once a step on a long run: the step's end and its allocator figure
-            seen = Seen.of(ev, text=False)
-            mark = Mark(seen, "step", "point", f"training to the end of step {fig[0]}", ev.stream)
-            sample = Sample(seen, "allocated", fig[1], None, fig[2], ev.rank, ev.pid, "log", ev.stream)
-            if ev.occurred_ns is None:  # no time to put it in a second by: kept as other lines are
+            kept = _kept(ev, text=False)
+            mark = Mark(kept, "step", "point", f"training to the end of step {fig[0]}", ev.stream)
+            sample = Sample(kept, "allocated", fig[1], None, fig[2], ev.rank, ev.pid, "log", ev.stream)
+            own = own_ns(ev, self.clocks)  # seconds of the line's own clock, as the store's marks count them
+            if own is None:  # no time to put it in a second by: kept as other lines are
                 self._mark(mark)
                 self._sample(sample)
                 return
             lines = self._timers.get((ev.stream, ev.pid))
             if lines is None:
                 lines = self._timers[(ev.stream, ev.pid)] = TimerLines()
-            lines.add(ev.occurred_ns, (ev.occurred_ns, ev.seq, ev.origin), timer_key(fig), (mark, sample))
+            lines.add(own, (own, ev.seq, ev.origin), timer_key(fig), (mark, sample))
             return
         if _ANY.search(text) is None:
             return
@@ -203,16 +205,16 @@ class MemoryWatcher:
             if "is about to be saved!" in text or CONFIG_NEEDLE in text:
                 self._progress_mark(ev)
             elif (p := memlines.point(text)) is not None:
-                self._mark(Mark(Seen.of(ev, text=False), p[0], p[1], p[2], ev.stream))
+                self._mark(Mark(_kept(ev, text=False), p[0], p[1], p[2], ev.stream))
         for fig in memlines.figures(text):
-            s = Sample(Seen.of(ev, text=ev.kind == KIND_KERNEL), fig.series, fig.value, fig.limit, fig.peak, ev.rank, fig.pid or ev.pid,
+            s = Sample(_kept(ev, text=ev.kind == KIND_KERNEL), fig.series, fig.value, fig.limit, fig.peak, ev.rank, fig.pid or ev.pid,
                        "kernel OOM report" if ev.kind == KIND_KERNEL else "log", ev.stream)
             if fig.series == "cgroup" and ev.kind == KIND_KERNEL:
                 self._memcg[ev.node] = s  # whose it is: the process the same report kills
                 continue
             if fig.series == "rss" and ev.kind == KIND_KERNEL:
                 cg = self._memcg.pop(ev.node, None)
-                if cg is not None and _close(cg.seen, s.seen):
+                if cg is not None and _close(cg.ev, s.ev):
                     cg.pid = s.pid
                     self._sample(cg)
             self._sample(s)
@@ -220,10 +222,10 @@ class MemoryWatcher:
     def _progress_mark(self, ev: Event) -> None:
         text = ev.text
         if CONFIG_NEEDLE in text:
-            self._mark(Mark(Seen.of(ev, text=False), "init-end", "point", "DeepSpeed printed its resolved config", ev.stream))
+            self._mark(Mark(_kept(ev, text=False), "init-end", "point", "DeepSpeed printed its resolved config", ev.stream))
         elif "is about to be saved!" in text:
             tag = text.partition(" is about to be saved!")[0].rpartition(" ")[2]
-            self._mark(Mark(Seen.of(ev, text=False), "checkpoint-save", "open", f"checkpoint {tag} save started", ev.stream,
+            self._mark(Mark(_kept(ev, text=False), "checkpoint-save", "open", f"checkpoint {tag} save started", ev.stream,
                                    tag))
 
     def _record(self, ev: Event) -> None:
@@ -233,17 +235,22 @@ class MemoryWatcher:
             limit = f.get("hierarchical_limit_bytes") or f.get("limit_bytes")
             for pid in str(f.get("pids") or "").split(","):
                 if pid.strip().isdigit():
-                    self._sample(Sample(Seen.of(ev, text=False), "cgroup", int(f["usage_bytes"]), _real_limit(limit), None,
+                    self._sample(Sample(_kept(ev, text=False), "cgroup", int(f["usage_bytes"]), _real_limit(limit), None,
                                                None, int(pid), kind, ev.stream))
         elif kind.startswith("proc.") and f.get("rss_bytes"):
-            self._sample(Sample(Seen.of(ev, text=False), "rss", int(f["rss_bytes"]), None, f.get("peak_rss_bytes"),
+            self._sample(Sample(_kept(ev, text=False), "rss", int(f["rss_bytes"]), None, f.get("peak_rss_bytes"),
                                        ev.rank, ev.pid, kind, ev.stream))
         elif kind == "gpu.memory" and f.get("used_bytes") is not None and ev.pid is not None:
-            self._sample(Sample(Seen.of(ev, text=False), "gpu", int(f["used_bytes"]), f.get("total_bytes"), None,
+            self._sample(Sample(_kept(ev, text=False), "gpu", int(f["used_bytes"]), f.get("total_bytes"), None,
                                        ev.rank, ev.pid, kind, ev.stream))
 
 
-def _close(a: Seen, b: Seen) -> bool:
+def _kept(ev: Event, *, text: bool) -> Event:
+    """What a sample or mark keeps of a placed Event: all but its text (unless ``text``) and frames."""
+    return replace(ev, text=ev.text if text else "", frames=())
+
+
+def _close(a: Event, b: Event) -> bool:
     if a.fields.get("seq") is not None and b.fields.get("seq") is not None:
         return 0 < b.fields["seq"] - a.fields["seq"] < 500
     ta, tb = a.occurred_ns or a.observed_ns, b.occurred_ns or b.observed_ns
@@ -272,12 +279,12 @@ def _decimate(points: list[tuple[int, int]], keep: set[int]) -> list[tuple[int, 
     return [points[i] for i in sorted(idx)]
 
 
-def memory_report(w: MemoryWatcher, *, clocks: Mapping[str, NodeClock] | None, pids: Mapping[int, int],
-                  rank_nodes: Mapping[int, str | None], failure: dict | None, failure_ns: int | None,
+def memory_report(w: MemoryWatcher, *, pids: Mapping[int, int],
+                  rank_nodes: Mapping[int, str | None], failed: bool, failure_ns: int | None,
                   failure_unc_ns: int, local_is_global: bool, saved: frozenset[str] = frozenset()) -> dict:
     """The report's ``memory`` object (REPORT.md)."""
     marks, samples = w.marks, w.samples
-    when = spread([m.seen for m in marks] + [s.seen for s in samples], clocks)
+    when = spread([m.ev for m in marks] + [s.ev for s in samples])
     placed_marks = [(p[0], p[1], m) for m, p in zip(marks, when) if p[0] is not None]
     firsts = [e.fields["first_ns"] for e in w.streams if e.fields.get("first_ns") is not None]
     lasts = [e.fields["last_ns"] for e in w.streams if e.fields.get("last_ns") is not None]
@@ -289,11 +296,11 @@ def memory_report(w: MemoryWatcher, *, clocks: Mapping[str, NodeClock] | None, p
         if rank is None and s.pid is not None:
             rank = pids.get(s.pid)
         if rank is None and local_is_global:
-            rank = s.seen.local_rank
+            rank = s.ev.local_rank
         if rank is None or t is None:
             unplaced += 1
             continue
-        key = (s.series, s.value, s.pid, s.seen.text) if s.source == "kernel OOM report" else None
+        key = (s.series, s.value, s.pid, s.ev.text) if s.source == "kernel OOM report" else None
         if key is not None:  # one kernel report read from several dumps (kmsg, dmesg, dmesg -T): once
             old = kernel_seen.get(key)
             if old is not None and old[0][1] <= unc:
@@ -327,7 +334,7 @@ def memory_report(w: MemoryWatcher, *, clocks: Mapping[str, NodeClock] | None, p
                     "label": b.label} for b in (bands if len(bands) <= MAX_BANDS else
                                                 bands[:MAX_BANDS // 5] + bands[-(MAX_BANDS - MAX_BANDS // 5):])],
         "phases_from": band_stream,
-        "phase_at_failure": failure_phase(bands, failure_ns, failure_unc_ns) if failure else None,
+        "phase_at_failure": marked_phase(bands, failure_ns, failure_unc_ns) if failed else None,
         "ranks": ranks_out,
         "notes": notes,
         "missing": missing,
@@ -338,7 +345,7 @@ def _one_stream(pts: list) -> list:
     """One rank's series from its best stream only: a rank's own log over a launcher's copy of it."""
     streams = defaultdict(list)
     for p in pts:
-        streams[(p[2].seen.source != "ranklog", p[2].stream)].append(p)
+        streams[(p[2].ev.source != "ranklog", p[2].stream)].append(p)
     if len(streams) == 1:
         return sorted(pts, key=lambda p: p[0])
     kernel_or_agent = [p for p in pts if p[2].source != "log"]
@@ -384,7 +391,7 @@ def _series(name: str, pts: list, bands: list[Band], failure_ns: int | None) -> 
         "by_phase": by_phase,
         "at_failure": None if at is None or failure_ns is None else {
             "value": at[2].value, "limit": at[2].limit, "at_ms": at[0] // 1_000_000, "source": at[2].source,
-            "origin": at[2].seen.origin},
+            "origin": at[2].ev.origin},
         "samples": [[t // 1_000_000, v] for t, v in _decimate(values, keep)],
         "count": len(pts),
     }

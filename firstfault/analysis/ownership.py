@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
 from firstfault.analysis.catalog import Match
-from firstfault.analysis.model import Event, Frame
+from firstfault.analysis.events import Event, Frame
 
 # Package directory -> owner, for the packages of distributed training. A path is theirs when a
 # directory of that name holds the file, installed (site-packages, dist-packages) or a source

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from firstfault.analysis.model import Frame
+from firstfault.analysis.events import Frame
 
 PHASES = (
     "init",

@@ -36,9 +36,7 @@ from datetime import datetime, timezone, tzinfo
 
 from firstfault.analysis import stacks
 from firstfault.analysis import traceback as tb
-from firstfault.analysis.frdump import FRFormatError, from_message
-from firstfault.analysis.kernel import unescape_kmsg
-from firstfault.analysis.model import (
+from firstfault.analysis.events import (
     KIND_FLIGHT_RECORDER,
     KIND_KERNEL,
     KIND_LINE,
@@ -47,6 +45,8 @@ from firstfault.analysis.model import (
     KIND_TRACEBACK,
     Event,
 )
+from firstfault.analysis.frdump import FRFormatError, from_message
+from firstfault.analysis.kernel import unescape_kmsg
 from firstfault.analysis.parse import Prefixes, parse_nccl_origin, parse_stamp, strip_prefixes
 from firstfault.wire import KIND_JOB_MARK, KIND_RANK_FLIGHT_RECORDER, KIND_RANK_STACKS, KIND_RANK_TRACEBACK, Record
 

@@ -4,53 +4,42 @@ The same function serves ``firstfault analyze`` (Events read from files) and
 the collector's ``report`` (Events rebuilt from stored records): give it the
 Events, the catalog, what is known about the inputs (ranks and nodes seen,
 gaps) and optionally a checkpoint directory's inspection.
+
+``build_report`` is the analysis as a row of stages (ARCHITECTURE.md draws it): place
+(timeline.py) -> classify (findings.py) -> identify (identify.py) -> judge (judge.py) -> rank
+state (rankstate.py) -> decide (verdict.py) -> assess (assess.py) -> phase (failure_phase.py)
+-> report (``report`` here: the dict). Each stage's output is one frozen dataclass the next
+reads; none changes what it was given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from firstfault.analysis import timeline
-from firstfault.analysis.bands import MARKED_PHASES
+from firstfault.analysis.assess import Assessment, assess
 from firstfault.analysis.catalog import Catalog
-from firstfault.analysis.checkpoint import DiskCheckpoint, checkpoint_report
+from firstfault.analysis.checkpoint import DiskCheckpoint
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
-from firstfault.analysis.deaths import merged, signal_deaths
-from firstfault.analysis.exits import agent_exits, best_exits
-from firstfault.analysis.facts import Facts, collect, identify, nccl_work, rank_dumps, saving_since
-from firstfault.analysis.findings import MAX_KEPT, read_findings
-from firstfault.analysis.flight_recorder import FRAnalysis
-from firstfault.analysis.flight_recorder import analyze as analyze_flight
+from firstfault.analysis.events import Event
+from firstfault.analysis.failure_phase import failure_phase
+from firstfault.analysis.findings import MAX_KEPT, Finding, Read, fingerprint, read_findings
 from firstfault.analysis.frames import failing_frame
-from firstfault.analysis.hang import Inference, ranges, stopped_first
+from firstfault.analysis.hang import Inference, ranges
 from firstfault.analysis.hostlist import HostlistError, expand_hostlist
+from firstfault.analysis.identify import identify
+from firstfault.analysis.judge import judge
 from firstfault.analysis.lanes import LaneWatcher, timeline_report
 from firstfault.analysis.memlines import NEEDLES as MEMORY_NEEDLES
-from firstfault.analysis.memory import MemoryWatcher, memory_report
-from firstfault.analysis.model import Event, Frame
-from firstfault.analysis.phase import phase_from_frames, phase_hint
+from firstfault.analysis.memory import MemoryWatcher
+from firstfault.analysis.rankstate import Facts, RankState, rank_state
 from firstfault.analysis.scan import Needles
-from firstfault.analysis.seen import watch
-from firstfault.analysis.timeline import NodeClock
-from firstfault.analysis.verdict import (
-    BLAME,
-    HANG_ID,
-    Finding,
-    confidence,
-    distinct_failures,
-    exit_failure,
-    fingerprint,
-    judge_signals,
-    phase_of,
-    rank_firsts,
-    with_mentioned_category,
-)
+from firstfault.analysis.timeline import NodeClock, placed
+from firstfault.analysis.verdict import BLAME, HANG_ID, MAX_EVIDENCE, Decision, confidence, decide
 
 SCHEMA = "firstfault.report/1"
 TEXT_MAX = 2000
-MAX_EVIDENCE = 5  # lines of evidence an inferred failure shows
 UNTIMED = ("no timestamped line comes near it: when it happened is unknown (only the order of lines "
            "within each log is known)")
 
@@ -114,82 +103,59 @@ def _evidence(f: Finding) -> dict:
     return out
 
 
+def watch(events: Iterable[Event], *watchers: Callable[[Event], None]) -> Iterator[Event]:
+    """Every Event, after each watcher (the memory and timeline views) has seen it: views that
+    want more than the findings keep watch the one pass over the Events."""
+    for ev in events:
+        for w in watchers:
+            w(ev)
+        yield ev
+
+
 def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | None = None) -> dict:
+    """The report of ``events``: the analysis' row of stages, each one typed output the next reads."""
     inp = inputs or Inputs()
-    mem = MemoryWatcher()
+    mem = MemoryWatcher(clocks=inp.clocks)  # the memory and timeline views watch the one pass
     lanes = LaneWatcher() if inp.timeline else None
-    read = read_findings(watch(events, *filter(None, (mem, lanes))), catalog, inp.clocks)
-    findings = read.findings
-    rank_nodes = dict(inp.rank_nodes)
-    pids, single = identify(findings, rank_nodes, read.procs)
-    findings = merged(findings, signal_deaths(read.procs, findings))  # analysis/deaths.py
-    facts = collect(findings, rank_nodes, pids, rank_dumps(read.dumps, pids, single))
-    seen_exits = agent_exits(read.procs, pids)  # the agents' own exit records first (analysis/exits.py)
-    facts.exits = best_exits(facts.exits, seen_exits)
-    for r, (_, node) in seen_exits.items():
-        rank_nodes.setdefault(r, node)
-    judge_signals(findings, read.kernel_span, rank_nodes)
-    progress = facts.progress
-
-    errors = [f for f in findings if f.role in ("root", "cascade")]
-    firsts = rank_firsts(errors)
-    dumps = rank_dumps(read.dumps, pids, single, firsts)  # each rank's stack at the hang
-    groups = distinct_failures(errors, firsts, read.counts)
-    world = read.ctx.world_size or inp.world_size or max(
-        (ev.fields["world_size"] for ev in read.procs if "world_size" in ev.fields), default=None) or read.ctx.seen_size
-    known_ranks = set(rank_nodes) | (set(range(world)) if world else set())
-    if not world and known_ranks:  # ranks exist up to the highest one seen (no more is known)
-        known_ranks |= set(range(max(known_ranks) + 1))
-    outside = [f for f in findings if f.has("stopped-from-outside")]  # the launcher was signalled from outside
-
+    events = placed(events, inp.clocks)  # one clock, once
+    read = read_findings(watch(events, *filter(None, (mem, lanes))), catalog)  # catalog -> findings
+    ident = identify(read.findings, inp.rank_nodes, read.procs)  # ranks, nodes, pids
+    findings = judge(ident.findings, read.procs, read.kernel_span, ident.nodes)  # deaths, signals
+    state = rank_state(findings, ident, read.dumps)  # firsts, stack dumps, progress, exits, saves
+    dec = decide(findings, state, read, ident.nodes, inp.world_size)  # first failure, cascades, hang
     sharded = True if read.ctx.config.get("zero_stage") == 3 else None  # ZeRO-3: all-gathers gather parameters
-    gaps = list(inp.gaps)
-    fr = _flight(read.flight, world, gaps)
-    first_f: Finding | None = None
-    failure_ns = None
-    casc: list[Finding] = []
-    if groups:
-        first_f = with_mentioned_category(_with_exit_rank(_with_rank(groups[0].findings), facts.exits), findings)
-        failure_ns = first_f.ev.occurred_ns
-    elif any(ff.role == "cascade" for ff in errors) or dumps:
-        casc = (sorted(firsts.values(), key=lambda ff: ff.ev.occurred_ns or 0) or outside
-                or [ff for ff in errors if ff.role == "cascade"][:MAX_EVIDENCE])  # cascades no rank said
-        failure_ns = min((c.ev.occurred_ns for c in casc if c.ev.occurred_ns is not None), default=None)
+    ass = assess(dec, state, mem, pids=ident.pids, rank_nodes=ident.nodes, disk=inp.disk)
+    phase = failure_phase(dec, state, findings, ass.saving, sharded, ass.memory["phase_at_failure"],
+                          ass.memory["phases_from"])
+    out = report(inp, read, findings, ident.nodes, state, dec, ass, phase)
+    if lanes is not None:
+        out["timeline"] = timeline_report(lanes, findings, rank_nodes=ident.nodes,
+                                          firsts=state.firsts, first=dec.first, procs=read.procs,
+                                          checkpoint=ass.checkpoint, pids=ident.pids)
+    return out
 
-    clean = {r for r, ex in facts.exits.items() if ex.get("code") == 0}
-    ckpt = checkpoint_report(
-        facts.marks, failure_at_ns=failure_ns, world_size=world, ranks_progress=facts.alive,
-        clean_exit_ranks=clean, disk=inp.disk, ranks_in_save=facts.in_save,
-        ranks_steps={r: max(facts.steps.get(r, 0), facts.reached.get(r, 0)) for r in {*facts.steps, *facts.reached}})
-    saved = {t["tag"] for t in ckpt["tags"] if t["verdict"] == "safe"}
-    saving = saving_since(facts.marks, facts.alive, saved)
 
+def report(inp: Inputs, read: Read, findings: list[Finding], rank_nodes: Mapping[int, str | None], state: RankState, dec: Decision,
+           ass: Assessment, phase: tuple[str, str] | None) -> dict:
+    """The report's dict (REPORT.md) from the stages' outputs."""
+    facts, firsts = state.facts, state.firsts
     first = None
     blame = "unknown"
-    if first_f is not None:
-        # a tie is another distinct failure that can not be ordered after this one; the
-        # same failure on other ranks at the same time is "ranks_sharing", not a tie
-        tied = [h for g in groups[1:] for h in g.findings if timeline.overlap(first_f.ev, h.ev)]
-        peers = [h for h in errors if h.role == "cascade" and h.ev.frames]
-        first = _first(first_f, groups[0].ranks, tied,
-                       phase_of(first_f, saving, peers, errors, _before(first_f, findings), sharded), rank_nodes)
-        blame = BLAME.get(first_f.category, "unknown")
-    elif casc or dumps or (fr and fr.culprits):
-        inf, fr_decided = _with_flight_recorder(
-            stopped_first(errors, known_ranks, progress, dumps, nccl_work(findings)), fr)
-        first = _inferred(inf, casc, facts, saving, rank_nodes, dumps.get(inf.rank), outside, sharded)
-        if fr_decided:
+    if dec.first is not None:
+        first = _first(dec.first, dec.groups[0].ranks, dec.tied, phase, rank_nodes)
+        first["failing_frame"] = failing_frame(dec.first.ev.frames)  # the line that failed (analysis/frames.py)
+        blame = BLAME.get(dec.first.category, "unknown")
+    elif dec.inference is not None:
+        first = _inferred(dec.inference, dec.cascades, facts, phase, rank_nodes, dec.outside)
+        if dec.fr_decided:
             first["confidence"] = "medium"
-        if fr and inf.rank is not None and first["phase"] == "unknown":  # where its last collective was called
-            ph = phase_from_frames([Frame(f.file, f.line, f.func) for f in reversed(fr.frames_of(inf.rank))])
-            if ph:
-                first["phase"], first["phase_from"] = ph, "Flight Recorder frames"
-    elif (exited := exit_failure(findings)) is not None:  # nothing failed in words: a worker's exit is all
-        first = _first(exited, [exited.ev.rank] if exited.ev.rank is not None else [], [],
-                       phase_of(exited, saving, []), rank_nodes)
-
+        first["failing_frame"] = None  # none for an inferred hang
+    elif dec.exited is not None:
+        exited = dec.exited
+        first = _first(exited, [exited.ev.rank] if exited.ev.rank is not None else [], [], phase, rank_nodes)
+        first["failing_frame"] = None
     ranks_out = {}
-    for r in sorted(known_ranks | set(firsts) | set(facts.exits)):
+    for r in sorted(dec.known_ranks | set(firsts) | set(facts.exits)):
         fe = firsts.get(r)
         ranks_out[str(r)] = {
             "node": rank_nodes.get(r),
@@ -197,26 +163,18 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
                 "signature": fe.sig, "category": fe.category, "role": fe.role,
                 "at": iso(fe.ev.occurred_ns), "origin": fe.ev.origin, "text": _text(fe.ev),
                 "fingerprint": fingerprint(fe)},
-            "last_progress": None if r not in progress else {
-                "step": facts.steps.get(r), "at": iso(progress[r].occurred_ns)},
+            "last_progress": None if r not in facts.progress else {
+                "step": facts.steps.get(r), "at": iso(facts.progress[r].occurred_ns)},
             "exit": facts.exits.get(r),
         }
-    if first is not None:  # the line that failed (analysis/frames.py); none for an inferred hang
-        first["failing_frame"] = failing_frame(first_f.ev.frames) if first_f is not None else None
+    gaps = [*inp.gaps, *dec.gaps]
     if read.dropped:
         gaps.append({"source": "analysis", "reason": (
             f"{read.dropped} findings beyond the first {MAX_KEPT} distinct ones were counted, not kept")})
-    if world:
-        gaps += [{"rank": r, "reason": "no log of this rank was given"} for r in range(world) if r not in rank_nodes]
+    if dec.world:
+        gaps += [{"rank": r, "reason": "no log of this rank was given"} for r in range(dec.world) if r not in rank_nodes]
     nodes = _nodes(rank_nodes, inp.nodes_seen | {f.ev.node for f in findings if f.ev.node}, inp.marks, gaps)
-    memory = memory_report(mem, clocks=inp.clocks, pids=pids, rank_nodes=rank_nodes, failure=first,
-                           failure_ns=first_f.ev.occurred_ns if first_f else failure_ns,
-                           failure_unc_ns=first_f.ev.uncertainty_ns if first_f else 0,
-                           local_is_global=len({n for n in rank_nodes.values() if n}) <= 1, saved=frozenset(saved))
-    at = memory["phase_at_failure"]  # a phase DeepSpeed's own marks (memory_breakdown) open, around the failure
-    if first is not None and first["phase"] == "unknown" and not first["inferred"] and at in MARKED_PHASES:
-        first["phase"], first["phase_from"] = at, f"DeepSpeed's phase marks (memory_breakdown) in {memory['phases_from']}"
-    out = {
+    return {
         "schema": SCHEMA,
         "job": inp.job,
         "generated_at": iso(inp.generated_ns),
@@ -228,78 +186,15 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
             {"signature": g.findings[0].sig, "category": g.findings[0].category, "ranks": sorted(g.ranks),
              "first_at": iso(g.findings[0].ev.occurred_ns), "count": g.count,
              "text": _text(g.findings[0].ev), "fingerprint": g.key}
-            for g in groups
+            for g in dec.groups
         ],
         "ranks": ranks_out,
         "nodes": nodes,
-        "context": read.ctx.to_report(world_size=world, launcher=inp.launcher),
-        "checkpoint": ckpt,
-        "memory": memory,
-        **({"flight_recorder": fr.to_report()} if fr else {}),  # only where dumps were given
+        "context": read.ctx.to_report(world_size=dec.world, launcher=inp.launcher),
+        "checkpoint": ass.checkpoint,
+        "memory": ass.memory,
+        **({"flight_recorder": dec.flight.to_report()} if dec.flight else {}),  # only where dumps were given
     }
-    if lanes is not None:
-        out["timeline"] = timeline_report(lanes, findings, clocks=inp.clocks, rank_nodes=rank_nodes, firsts=firsts,
-                                          first=first_f, procs=read.procs, checkpoint=ckpt, pids=pids)
-    return out
-
-
-def _with_rank(same: list[Finding]) -> Finding:
-    """The first finding of a failure, or the same failure where a rank said it: a message with no
-    rank (a title, a launcher's copy) that can not be ordered before the ranked one is that rank's."""
-    first = same[0]
-    if first.ev.rank is not None:
-        return first
-    ranked = next((h for h in same if h.ev.rank is not None), None)
-    if ranked is None or (first.ev.occurred_ns is not None and not timeline.overlap(first.ev, ranked.ev)):
-        return first
-    return ranked
-
-
-def _before(f: Finding, findings: list[Finding], most: int = 2000) -> list[str]:
-    """The lines of ``f``'s stream that the findings kept before it, oldest first (at most ``most``):
-    what was printed before the failure, for the phase hints of set-up lines."""
-    lines = sorted((h.ev.seq, h.ev.text) for h in findings if h.ev.stream == f.ev.stream and h.ev.seq < f.ev.seq)
-    return [t for _, t in lines[-most:]]
-
-
-def _with_exit_rank(f: Finding, exits: Mapping[int, dict]) -> Finding:
-    """A failure no line tied to a rank is the rank's whose exit the launcher reported as the
-    only failure (not stopped by the launcher itself); confidence at most medium."""
-    if f.ev.rank is not None or f.ev.source == "kernel":
-        return f
-    failed = [r for r, ex in exits.items() if ex.get("code") not in (0, None) and ex.get("signal") not in ("SIGTERM", "SIGINT")]
-    if len(failed) != 1:
-        return f
-    ev = replace(f.ev, rank=failed[0], fields={**f.ev.fields, "rank_from": "launcher summary (the only rank that failed)"})
-    return replace(f, ev=ev, cap="medium" if f.cap in (None, "high") else f.cap,
-                   links=[*f.links, f"rank {failed[0]} is the only rank its launcher reported failed"])
-
-
-def _flight(events: list[Event], world: int | None, gaps: list[dict]) -> FRAnalysis | None:
-    """The Flight Recorder analysis of the newest dump of each rank (None: no dumps)."""
-    dumps = {}
-    for ev in sorted(events, key=lambda e: e.occurred_ns or 0):
-        if "error" in ev.fields:
-            gaps.append({"node": ev.node, "rank": ev.rank, "source": "flight_recorder",
-                         "reason": f"dump {ev.fields.get('path') or ev.origin} unreadable: {ev.fields['error']}"})
-        elif ev.rank is not None:
-            dumps[ev.rank] = ev.fields["dump"]
-    return analyze_flight(dumps, world) if dumps else None
-
-
-def _with_flight_recorder(inf: Inference, fr: FRAnalysis | None) -> tuple[Inference, bool]:
-    """The hang's inference with the Flight Recorder's word: it decides when the stacks
-    named no rank, or only weaker signs (progress, silence, lagging work) named one; a rank a
-    stack dump named stays, with the recorder's view beside it. (inference, decided by the recorder)."""
-    if fr is None or not fr.how:
-        return inf, False
-    strong = fr.basis in ("behind", "mismatch") and len(fr.culprits) == 1
-    said = [f"Flight Recorder: {x}" for x in fr.how]
-    if inf.rank is not None and inf.rank in fr.culprits:
-        return replace(inf, how=inf.how + said[:1]), strong
-    if strong and inf.where is None:  # no stack decided
-        return replace(inf, rank=fr.culprits[0], how=said + inf.how, suspects=list(fr.culprits)), True
-    return replace(inf, how=inf.how + said), False
 
 
 def _nodes(rank_nodes: Mapping[int, str | None], seen: set[str], marks: list[dict], gaps: list[dict]) -> list[dict]:
@@ -367,17 +262,11 @@ def _first(f: Finding, ranks: list[int], tied: list[Finding], phase: tuple[str, 
     }
 
 
-def _inferred(inf: Inference, casc: list[Finding], facts: Facts, saving: int | None, rank_nodes,
-              dump: Event | None, outside: list[Finding], sharded: bool | None = None) -> dict:
+def _inferred(inf: Inference, casc: list[Finding], facts: Facts, phase: tuple[str, str], rank_nodes,
+              outside: list[Finding]) -> dict:
     rank = inf.rank
     last = facts.progress.get(rank) if rank is not None else None
     where = "" if last is None else f" after step {facts.steps.get(rank)}" if facts.steps.get(rank) is not None else ""
-    dump_phase = dump and phase_from_frames(dump.frames)
-    waited = next((h for c in casc if (h := phase_hint(c.ev.text, (), sharded))), None)  # the collective they waited in
-    hinted = {c.match.signature.phases[0] for c in casc if len(c.match.signature.phases) == 1}
-    said = (hinted.pop(), "the phase the survivors' errors belong to") if len(hinted) == 1 else None
-    phase = ((dump_phase, "stack dump") if dump_phase else ("checkpoint-save", "checkpoint save under way")
-             if saving is not None else waited or said or ("unknown", "no evidence"))
     if outside:
         sig = outside[0].match.groups.get("death_signal") or "a signal"
         killed = f"The job was stopped from outside (its launcher received {sig}: a cancel, a time limit, an operator)"

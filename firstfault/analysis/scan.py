@@ -27,7 +27,7 @@ import ahocorasick_rs
 
 from firstfault.analysis import stacks
 from firstfault.analysis import traceback as tb
-from firstfault.analysis.model import KIND_LINE, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
+from firstfault.analysis.events import KIND_LINE, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
 from firstfault.analysis.parse import Stamp, parse_nccl_origin, parse_stamp, strip_prefixes
 from firstfault.analysis.prefixes import Peeled
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-from firstfault.analysis.model import Frame
+from firstfault.analysis.events import Frame
 from firstfault.analysis.traceback import END, HELD, MAX_LINES, TAKEN, Traceback
 
 _PYSPY_PROCESS = re.compile(r"Process (?P<pid>\d+): ")

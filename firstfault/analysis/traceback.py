@@ -42,7 +42,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from firstfault.analysis.model import Frame
+from firstfault.analysis.events import Frame
 from firstfault.analysis.prefixes import peel
 
 MAX_LINES = 400

@@ -1,40 +1,39 @@
-"""The first distinct failure: per-rank firsts, fingerprints, cascades, hangs.
+"""Decide: the first distinct failure, or the hang it is inferred from. Pure.
 
-Input: Findings (an Event on the timeline with the catalog signature it
-matched). Rules, in order:
+Input: the judged Findings (judge.py; an Event on the timeline with the catalog signature it
+matched, identity given by identify.py) and each rank's state (rankstate.py). Output: one
+Decision. Nothing here edits a Finding: a rule that learns more of one returns a new one.
+Rules, in order:
 
-1. Identity: a finding whose match names a pid, rank or local rank (launcher
-   lines, NCCL lines, error.json) teaches the pid -> rank map; a kernel finding
-   (OOM kill, Xid) whose pid is in the map is that rank's. A kernel OOM kill no
-   pid links is tied to the one rank that died by SIGKILL on that node, if
-   exactly one did (said so in the evidence, confidence medium).
-2. Each rank's first error is its earliest root finding, else its earliest
-   cascade. A cascade (collective timeout, peer closed or reset, launcher
+1. Each rank's first error is its earliest root finding, else its earliest cascade
+   (rankstate.rank_firsts). A cascade (collective timeout, peer closed or reset, launcher
    SIGTERM) never wins while any root exists.
-3. Root findings are grouped by fingerprint (signature + message with numbers
-   blanked); the first distinct failure is the earliest finding of the earliest
-   group. Another candidate within clock uncertainty is reported as a tie.
-4. Signals (``judge_signals``): a worker killed by SIGKILL with no kernel OOM
-   record tied to it is host-memory at low confidence when no kernel log of its
-   node covers the kill (the OOM killer is the usual sender; the dmesg command
-   confirms it), and stays unknown when one does and shows no OOM kill. A SIGABRT
-   (exit -6, "Fatal Python error: Aborted") after or with a collective timeout is
-   how PyTorch's NCCL watchdog takes a rank down: a cascade.
-5. No root at all but cascades (or a kill from outside): the job hung; the rank
-   that stopped first is inferred (firstfault/analysis/hang.py).
+2. Root findings are grouped by fingerprint (signature + message with numbers blanked); the
+   first distinct failure is the earliest finding of the earliest group, told where a rank
+   said it, the rank its launcher reported failed where no line named one, its category from
+   the text's words where its traceback was cut (judge.with_mentioned_category). Another
+   candidate within clock uncertainty is reported as a tie.
+3. No root at all but cascades, stack dumps or a Flight Recorder culprit (or a kill from
+   outside): the job hung; the rank that stopped first is inferred (hang.py), with the Flight
+   Recorder's word (``_with_flight_recorder``).
+4. Nothing failed in words: a worker's non-zero exit is the failure (judge.exit_failure).
+
+The phase of the failure is decided once, later (failure_phase.py).
 """
 
 from __future__ import annotations
 
-import re
-import signal as _signal
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from firstfault.analysis.catalog import Match
-from firstfault.analysis.model import Event
-from firstfault.analysis.phase import phase_from_frames, phase_hint
+from firstfault.analysis import timeline
+from firstfault.analysis.events import Event
+from firstfault.analysis.findings import Finding, Read, fingerprint
+from firstfault.analysis.flight_recorder import FRAnalysis
+from firstfault.analysis.flight_recorder import analyze as analyze_flight
+from firstfault.analysis.hang import Inference, stopped_first
+from firstfault.analysis.judge import exit_failure, with_mentioned_category
+from firstfault.analysis.rankstate import RankState, nccl_work
 
 BLAME = {
     "user-code": "code",
@@ -48,165 +47,10 @@ BLAME = {
     "storage": "infrastructure",
 }
 HANG_ID = "hang.stopped_first"
+MAX_EVIDENCE = 5  # lines of evidence an inferred failure shows
 
 
-@dataclass(slots=True)
-class Finding:
-    ev: Event
-    match: Match
-    links: list[str] = field(default_factory=list)  # how identity was linked, for the evidence
-    cap: str | None = None  # the most confidence the evidence allows (judge_signals), None: no cap
-
-    @property
-    def sig(self) -> str:
-        return self.match.signature.id
-
-    def has(self, trait: str) -> bool:
-        """Whether its signature carries ``trait`` (catalog.TRAITS)."""
-        return trait in self.match.signature.traits
-
-    @property
-    def role(self) -> str:
-        return self.match.role
-
-    @property
-    def category(self) -> str:
-        return self.match.category
-
-
-def _int(v) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def exit_of(f: Finding) -> dict | None:
-    """The exit a finding reports ({"code", "signal"}), if it reports one."""
-    g = f.match.groups
-    code = _int(g.get("exitcode"))
-    sig = g.get("signal")
-    if code is None and not sig:
-        return None
-    if not sig and code is not None and code < 0:
-        try:
-            sig = _signal.Signals(-code).name
-        except ValueError:
-            sig = None
-    if sig and not sig.startswith("SIG") and sig.isdigit():
-        try:
-            sig = _signal.Signals(int(sig)).name
-        except ValueError:
-            pass
-    return {"code": code, "signal": sig}
-
-
-def link_identity(findings: list[Finding], single_node: bool) -> dict[int, int]:
-    """Fill ranks from match groups; return the pid -> rank map learnt."""
-    pids: dict[int, int] = {}
-    for f in findings:
-        g = f.match.groups
-        ev = f.ev
-        if ev.rank is None:
-            r = _int(g.get("rank"))
-            if r is None and single_node:
-                r = _int(g.get("local_rank"))
-            if r is not None:
-                ev.rank = r
-                ev.fields["rank_from"] = "message" if f.role == "root" else "launcher or summary line"
-        if ev.local_rank is None and _int(g.get("local_rank")) is not None:
-            ev.local_rank = _int(g.get("local_rank"))
-        pid = _int(g.get("pid")) or ev.pid
-        if pid and ev.source != "kernel":
-            ev.pid = pid
-            if ev.rank is not None:
-                pids.setdefault(pid, ev.rank)
-    for f in findings:  # lines that name only a pid ("Signal 9 (SIGKILL) received by PID 4242")
-        if f.ev.rank is None and f.ev.source != "kernel" and f.ev.pid in pids:
-            f.ev.rank = pids[f.ev.pid]
-            f.ev.fields["rank_from"] = f"pid {f.ev.pid}"
-    return pids
-
-
-def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Mapping[int, str],
-                started: Mapping[str | None, int] | None = None) -> None:
-    """Tie kernel findings to ranks by pid, else an OOM kill to the one SIGKILLed rank.
-
-    ``started``: per node, when the job's first process there started (the agents'
-    process records). A kernel line naming a pid that is none of the job's ranks (an
-    OOM kill, an Xid), from before that, was another job's (back-to-back jobs share a
-    node's kernel log): it becomes context, never the job's failure. One that names
-    no pid (a GPU fallen off the bus) may still be why the job failed: it stays. So is one
-    naming a pid that is none of the ranks' when the launcher named every rank's pid."""
-    killed: dict[str | None, set[int]] = defaultdict(set)
-    for f in findings:
-        ex = exit_of(f)
-        if ex and ex["signal"] == "SIGKILL" and f.ev.rank is not None and f.ev.source != "kernel":
-            killed[rank_nodes.get(f.ev.rank)].add(f.ev.rank)
-    for f in findings:
-        ev = f.ev
-        if ev.source != "kernel" or ev.rank is not None or f.role == "context":
-            continue
-        pid = _int(f.match.groups.get("pid"))
-        if pid is not None:
-            ev.pid = pid
-        pid = ev.pid  # NVML's Xid names no pid in its text: the GPU's one process
-        first = (started or {}).get(ev.node)
-        if (pid is not None and pid not in pids and first is not None
-                and ev.occurred_ns is not None and ev.occurred_ns + ev.uncertainty_ns < first):
-            f.match = replace(f.match, role="context")
-            f.links.append(f"pid {pid} is no rank of this job, and this came before its processes "
-                           f"started on {ev.node}: another job's")
-            continue
-        if pid is not None and pid not in pids and rank_nodes and set(rank_nodes) <= set(pids.values()):
-            f.match = replace(f.match, role="context")  # every rank's pid is known, and this is none of them
-            f.links.append(f"pid {pid} is none of the job's ranks (the launcher named every rank's pid): "
-                           "another process's")
-            continue
-        if pid in pids:
-            ev.rank = pids[pid]
-            ev.fields["rank_from"] = f"pid {pid}"
-            f.links.append(f"pid {pid} is rank {ev.rank}")
-        elif f.category == "host-memory":
-            cands = killed.get(ev.node) or (killed.get(None) if ev.node is None else None)
-            if not cands and len(killed) == 1:
-                cands = next(iter(killed.values()))
-            if cands and len(cands) == 1:
-                ev.rank = next(iter(cands))
-                ev.fields["rank_from"] = "the only rank that died by SIGKILL on the node"
-                f.links.append(f"rank {ev.rank} is the only rank that died by SIGKILL on this node")
-        if ev.rank is not None and ev.node is None:
-            ev.node = rank_nodes.get(ev.rank)
-
-
-_NUM = re.compile(r"0x[0-9a-fA-F]+|\d+")
-
-
-def fingerprint(f: Finding) -> str:
-    """Signature plus the message with numbers blanked: ranks sharing it failed alike."""
-    msg = f.ev.fields.get("message") or f.ev.text
-    first = msg.strip().splitlines()[-1] if f.ev.kind == "traceback" and msg.strip() else msg
-    if not f.has("generic"):
-        first = ""
-    return f"{f.sig}|{_NUM.sub('#', first)[:200]}"
-
-
-def rank_firsts(findings: Iterable[Finding]) -> dict[int, Finding]:
-    """Each rank's first error: earliest root, else earliest cascade (findings are in time order)."""
-    root: dict[int, Finding] = {}
-    cascade: dict[int, Finding] = {}
-    for f in findings:
-        r = f.ev.rank
-        if r is None:
-            continue
-        if f.role == "root":
-            root.setdefault(r, f)
-        elif f.role == "cascade":
-            cascade.setdefault(r, f)
-    return {r: root.get(r) or cascade[r] for r in set(root) | set(cascade)}
-
-
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Group:
     key: str
     findings: list[Finding]  # in time order
@@ -236,81 +80,6 @@ def distinct_failures(findings: list[Finding], firsts: Mapping[int, Finding], co
     return list(groups.values())
 
 
-_QUIET = ("SIGTERM", "SIGINT")  # how launchers stop the survivors: no failure of the rank's own
-
-
-def exit_failure(findings: list[Finding]) -> Finding | None:
-    """When no line says what failed, a worker that exited non-zero (not stopped by its launcher)
-    is the failure, at low confidence: the one under torchrun's Root Cause header first (the
-    failure its agent observed first), else the earliest. None when no worker exited so."""
-    exits = [f for f in findings if f.ev.source != "kernel" and (ex := exit_of(f)) is not None
-             and ex["code"] not in (0, None) and ex["signal"] not in _QUIET]
-    if not exits:
-        return None
-    headers = [f for f in findings if "root_cause" in f.match.groups]  # torchrun's "Root Cause (first observed failure):"
-    under = [f for f in exits if any(f.ev.stream == h.ev.stream and f.ev.seq > h.ev.seq for h in headers)]
-    pick = min(under, key=lambda f: (f.ev.stream, f.ev.seq)) if under else exits[0]  # exits: in timeline order
-    return replace(pick, match=replace(pick.match, role="root"), cap="low",
-                   links=[*pick.links, "no line of the job says what failed: this worker's exit is the only sign"])
-
-
-def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
-    """A traceback cut before its exception line says nothing of what failed: where the text
-    names a class of failure in words (an issue title, a note, a message, a known failure in a
-    heading), the first such mention gives the category, said in the links (confidence stays low)."""
-    if not f.has("cut-traceback"):
-        return f
-    said = next((m for m in findings if m.category not in ("unknown", "cascade")
-                 and (m.has("mention") or (m.ev.fields.get("prose") and m.role == "root"))), None)
-    if said is None:
-        return f
-    return replace(f, match=replace(f.match, category=said.category),
-                   links=[*f.links, f"category from the text's words: {said.ev.text.strip()[:160]}"])
-
-
-def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: Iterable[Finding] = (),
-             before: Iterable[str] = (), sharded: bool | None = None) -> tuple[str, str]:
-    """The phase of a failure and where that came from.
-
-    In order: its own frames; the frames of the same failure told elsewhere (``parts``: the rest
-    of a traceback cut into pieces, the same signature's traceback on the same rank); the hints
-    that are not frames (phase.phase_hint: a Ray task, the collective a timeout names, set-up lines
-    in ``before`` with no progress after them); the signature's one phase hint; a checkpoint save
-    under way when it happened; the stacks of the ranks that waited for it (a rank killed without
-    a stack was in the phase whose collective the others waited in).
-    """
-    p = phase_from_frames(f.ev.frames)
-    if p:
-        return p, "frames"
-    for part in parts:
-        if part is f or part.ev.rank != f.ev.rank or not part.ev.frames:
-            continue
-        same = part.sig == f.sig if f.ev.rank is not None else part.ev.stream == f.ev.stream
-        if (same or (f.has("cut-traceback") and part.has("cut-traceback") and part.ev.stream == f.ev.stream)) \
-                and (p := phase_from_frames(part.ev.frames)):
-            return p, "frames of the same failure told elsewhere" if not f.has("cut-traceback") else \
-                "frames of the rest of the cut traceback"
-    hinted = phase_hint(f.ev.text, before, sharded)
-    if hinted:
-        return hinted
-    if f.has("cut-traceback"):  # a cut traceback's own words are missing: the failure a heading names
-        named = next((h for h in parts if h.ev.fields.get("prose") and h.role == "root"
-                      and len(h.match.signature.phases) == 1), None)
-        if named is not None:
-            return named.match.signature.phases[0], "the failure the text names in words"
-    hints = f.match.signature.phases
-    if len(hints) == 1:
-        return hints[0], "signature"
-    if saving_since is not None and f.ev.occurred_ns is not None and f.ev.occurred_ns >= saving_since:
-        return "checkpoint-save", "checkpoint save under way"
-    waited = Counter(ph for g in peers if g.ev.rank != f.ev.rank and (ph := phase_from_frames(g.ev.frames)))
-    if waited:
-        return waited.most_common(1)[0][0], "stacks of the ranks waiting for it"
-    if hints:
-        return hints[0], "signature"
-    return "unknown", "no evidence"
-
-
 def confidence(f: Finding, tied: bool) -> str:
     """high when a specific signature names the rank and the category and nothing ties or caps it
     (a failure whose category is unknown says what happened, not whose fault it is: no bet)."""
@@ -323,51 +92,118 @@ def confidence(f: Finding, tied: bool) -> str:
 _LEVELS = ("low", "medium", "high")
 
 
-# Signatures of a collective that timed out (the watchdog's abort follows them) and of a rank's
-# own words as it is aborted.
-DMESG = "dmesg -T | grep -i -E 'killed process|out of memory'"
 
 
-def _aborted(f: Finding) -> bool:
-    ex = exit_of(f)
-    return (ex is not None and ex["signal"] == "SIGABRT") or (
-        f.has("fatal-error") and f.match.groups.get("reason", "").startswith("Aborted"))
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The decide stage's output: what failed first, or how the job hung."""
+
+    groups: list[Group]  # root-cause groups, earliest first
+    first: Finding | None  # the first distinct failure a line names (rule 2)
+    tied: list[Finding]  # other distinct failures that can not be ordered after it
+    exited: Finding | None  # a worker's non-zero exit when nothing failed in words (rule 4)
+    inference: Inference | None  # the hang, when no line names a failure (rule 3)
+    fr_decided: bool  # the Flight Recorder decided the hang's rank
+    cascades: list[Finding]  # the survivors' errors a hang is inferred from (evidence)
+    outside: list[Finding]  # the launcher was signalled from outside
+    flight: FRAnalysis | None  # the Flight Recorder analysis (None: no dumps given)
+    failure_ns: int | None  # when the job failed, where known
+    world: int | None  # the job's world size, where known
+    known_ranks: set[int]
+    gaps: list[dict] = field(default_factory=list)  # what the decision could not read (dumps)
+
+    @property
+    def named(self) -> Finding | None:
+        """The failure a finding says: the first distinct failure, else a worker's exit."""
+        return self.first if self.first is not None else self.exited
 
 
-def judge_signals(findings: list[Finding], kernel_span: Mapping[str | None, tuple[int, int]],
-                  rank_nodes: Mapping[int, str | None]) -> None:
-    """What a rank's death by signal says, in place (rule 4 of the module)."""
-    oom_ranks = {f.ev.rank for f in findings if f.has("oom-kill") and f.ev.rank is not None}
-    timeouts = [f for f in findings if f.has("collective-timeout") or (f.role == "cascade" and f.sig.startswith("nccl."))]
-    for f in findings:
-        if f.role != "root" or f.ev.source == "kernel":
-            continue
-        ex = exit_of(f)
-        if ex and ex["signal"] == "SIGKILL" and f.ev.rank not in oom_ranks:
-            node = f.ev.node or rank_nodes.get(f.ev.rank)
-            span = kernel_span.get(node) or (kernel_span.get(None) if node is None or len(kernel_span) == 1 else None)
-            at = f.ev.occurred_ns
-            where = f" of {node}" if node else ""
-            if span and at is not None and span[0] <= at <= span[1] + 60 * 1_000_000_000:
-                f.match = replace(f.match, category="unknown", summary=(
-                    f"A worker (pid {f.match.groups.get('pid', '?')}) was killed with SIGKILL; the kernel log{where} "
-                    "covers that time and shows no OOM kill, so something else sent it (the scheduler, an "
-                    "operator, a health check, the process itself)."))
-                f.cap = "medium"
-                f.links.append(f"the kernel log{where} covers the kill and holds no OOM kill")
-            else:
-                f.match = replace(f.match, category="host-memory")
-                f.cap = "low"
-                f.links.append(f"no kernel log{where} covers the kill: the kernel OOM killer is the usual sender "
-                               f"of SIGKILL; confirm with {DMESG} on that node")
-        elif _aborted(f):
-            mine = [t for t in timeouts if t.ev.rank == f.ev.rank and f.ev.rank is not None]
-            before = [t for t in timeouts if t.ev.occurred_ns is not None and f.ev.occurred_ns is not None
-                      and t.ev.occurred_ns <= f.ev.occurred_ns + f.ev.uncertainty_ns + t.ev.uncertainty_ns]
-            if mine or before:
-                t = (mine or before)[0]
-                f.match = replace(f.match, role="cascade", category="cascade")
-                f.links.append(f"SIGABRT after a collective timeout ({t.sig} on rank {t.ev.rank}): how PyTorch "
-                               "takes a rank down once a collective failed, not a cause")
-            else:  # an abort alone says little of why (a process can abort at teardown, FACTS.md)
-                f.cap = "medium"
+def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Mapping[int, str | None],
+           world_size: int | None = None) -> Decision:
+    """The first distinct failure of the judged ``findings`` (rules 1-4 of the module)."""
+    errors, firsts, facts = state.errors, state.firsts, state.facts
+    groups = distinct_failures(errors, firsts, read.counts)
+    world = read.ctx.world_size or world_size or max(
+        (ev.fields["world_size"] for ev in read.procs if "world_size" in ev.fields), default=None) or read.ctx.seen_size
+    known_ranks = set(rank_nodes) | (set(range(world)) if world else set())
+    if not world and known_ranks:  # ranks exist up to the highest one seen (no more is known)
+        known_ranks |= set(range(max(known_ranks) + 1))
+    outside = [f for f in findings if f.has("stopped-from-outside")]  # the launcher was signalled from outside
+    gaps: list[dict] = []
+    fr = _flight(read.flight, world, gaps)
+    first = exited = inf = None
+    tied: list[Finding] = []
+    casc: list[Finding] = []
+    failure_ns = None
+    fr_decided = False
+    dumps = state.dumps.at_hang
+    if groups:
+        first = with_mentioned_category(_with_exit_rank(_with_rank(groups[0].findings), facts.exits), findings)
+        failure_ns = first.ev.occurred_ns
+        # a tie is another distinct failure that can not be ordered after this one; the
+        # same failure on other ranks at the same time is "ranks_sharing", not a tie
+        tied = [h for g in groups[1:] for h in g.findings if timeline.overlap(first.ev, h.ev)]
+    elif any(ff.role == "cascade" for ff in errors) or dumps:
+        casc = (sorted(firsts.values(), key=lambda ff: ff.ev.occurred_ns or 0) or outside
+                or [ff for ff in errors if ff.role == "cascade"][:MAX_EVIDENCE])  # cascades no rank said
+        failure_ns = min((c.ev.occurred_ns for c in casc if c.ev.occurred_ns is not None), default=None)
+    if first is None and (casc or dumps or (fr and fr.culprits)):
+        inf, fr_decided = _with_flight_recorder(
+            stopped_first(errors, known_ranks, facts.progress, dumps, nccl_work(findings)), fr)
+    elif first is None:
+        exited = exit_failure(findings)
+    return Decision(groups, first, tied, exited, inf, fr_decided, casc, outside, fr, failure_ns, world, known_ranks,
+                    gaps)
+
+
+def _with_rank(same: list[Finding]) -> Finding:
+    """The first finding of a failure, or the same failure where a rank said it: a message with no
+    rank (a title, a launcher's copy) that can not be ordered before the ranked one is that rank's."""
+    first = same[0]
+    if first.ev.rank is not None:
+        return first
+    ranked = next((h for h in same if h.ev.rank is not None), None)
+    if ranked is None or (first.ev.occurred_ns is not None and not timeline.overlap(first.ev, ranked.ev)):
+        return first
+    return ranked
+
+
+def _with_exit_rank(f: Finding, exits: Mapping[int, dict]) -> Finding:
+    """A failure no line tied to a rank is the rank's whose exit the launcher reported as the
+    only failure (not stopped by the launcher itself); confidence at most medium."""
+    if f.ev.rank is not None or f.ev.source == "kernel":
+        return f
+    failed = [r for r, ex in exits.items() if ex.get("code") not in (0, None) and ex.get("signal") not in ("SIGTERM", "SIGINT")]
+    if len(failed) != 1:
+        return f
+    ev = replace(f.ev, rank=failed[0], fields={**f.ev.fields, "rank_from": "launcher summary (the only rank that failed)"})
+    return replace(f, ev=ev, cap="medium" if f.cap in (None, "high") else f.cap,
+                   links=[*f.links, f"rank {failed[0]} is the only rank its launcher reported failed"])
+
+
+def _flight(events: list[Event], world: int | None, gaps: list[dict]) -> FRAnalysis | None:
+    """The Flight Recorder analysis of the newest dump of each rank (None: no dumps); an unreadable
+    dump is a gap."""
+    dumps = {}
+    for ev in sorted(events, key=lambda e: e.occurred_ns or 0):
+        if "error" in ev.fields:
+            gaps.append({"node": ev.node, "rank": ev.rank, "source": "flight_recorder",
+                         "reason": f"dump {ev.fields.get('path') or ev.origin} unreadable: {ev.fields['error']}"})
+        elif ev.rank is not None:
+            dumps[ev.rank] = ev.fields["dump"]
+    return analyze_flight(dumps, world) if dumps else None
+
+
+def _with_flight_recorder(inf: Inference, fr: FRAnalysis | None) -> tuple[Inference, bool]:
+    """The hang's inference with the Flight Recorder's word: it decides when the stacks
+    named no rank, or only weaker signs (progress, silence, lagging work) named one; a rank a
+    stack dump named stays, with the recorder's view beside it. (inference, decided by the recorder)."""
+    if fr is None or not fr.how:
+        return inf, False
+    strong = fr.basis in ("behind", "mismatch") and len(fr.culprits) == 1
+    said = [f"Flight Recorder: {x}" for x in fr.how]
+    if inf.rank is not None and inf.rank in fr.culprits:
+        return replace(inf, how=inf.how + said[:1]), strong
+    if strong and inf.where is None:  # no stack decided
+        return replace(inf, rank=fr.culprits[0], how=said + inf.how, suspects=list(fr.culprits)), True
+    return replace(inf, how=inf.how + said), False

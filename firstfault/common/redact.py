@@ -471,7 +471,7 @@ def parse_mark(mark: Any) -> Counter:
 
 
 def events(evs: Iterable[Any], redactor: Redactor | None, counts: Counter) -> Iterator[Any]:
-    """Events (firstfault/analysis/model.py: ``text``, ``fields``) with their text and the
+    """Events (firstfault/analysis/events.py: ``text``, ``fields``) with their text and the
     strings of their fields redacted, as the analysis is about to read them: what it derives
     from them (a fingerprint blanks digits, hiding a key's shape) then holds no secret.
     ``counts`` adds what was redacted."""

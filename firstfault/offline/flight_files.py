@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from firstfault.analysis.events import KIND_FLIGHT_RECORDER, Event
 from firstfault.analysis.frdump import MAX_DUMP_BYTES, FRFormatError, looks_like_dump, parse_dump
-from firstfault.analysis.model import KIND_FLIGHT_RECORDER, Event
 
 _RANK = re.compile(r"(\d+)$")
 

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone, tzinfo
 
 from firstfault.analysis import traceback as tb
+from firstfault.analysis.events import KIND_RECORD, KIND_TRACEBACK, Event
 from firstfault.analysis.kernel import ParseStats, detect_kernel_format, parse_kernel_log
-from firstfault.analysis.model import KIND_RECORD, KIND_TRACEBACK, Event
 from firstfault.analysis.parse import looks_srun_labelled
 from firstfault.analysis.scan import Needles, StreamInfo, scan_stream
 from firstfault.common.crilog import parse_pod_log_path, rejoin

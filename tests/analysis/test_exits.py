@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from firstfault.analysis.events import KIND_RECORD, Event
 from firstfault.analysis.exits import agent_exits, best_exits
-from firstfault.analysis.model import KIND_RECORD, Event
 
 
 def proc_exit(rank, pid, at, **exit_):

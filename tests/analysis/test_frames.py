@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from firstfault.analysis.events import Frame
 from firstfault.analysis.frames import failing_frame, is_user_frame
-from firstfault.analysis.model import Frame
 
 SITE = "/usr/lib/python3.11/site-packages"
 

@@ -1,9 +1,9 @@
 """hang.py's inference on small built inputs: stacks, NCCL work status, silence, progress."""
 
 from firstfault.analysis.catalog import load_catalog
+from firstfault.analysis.events import KIND_STACK, Event, Frame
+from firstfault.analysis.findings import Finding
 from firstfault.analysis.hang import Work, stack_outlier, stopped_first, work_laggards
-from firstfault.analysis.model import KIND_STACK, Event, Frame
-from firstfault.analysis.verdict import Finding
 
 CAT = load_catalog()
 S = 1_000_000_000

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from firstfault.analysis.events import KIND_KERNEL
 from firstfault.analysis.kernel import (
     FORMATS,
     ParseStats,
     detect_kernel_format,
     parse_kernel_log,
 )
-from firstfault.analysis.model import KIND_KERNEL
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kernel"
 META = json.loads((DATA / "capture-meta.json").read_text())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from firstfault.analysis.model import Frame
+from firstfault.analysis.events import Frame
 from firstfault.analysis.ownership import category, owner_of, reprinted_frames, responsible
 from tests.offline.scoring import Case, analyze
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from firstfault.analysis.model import Frame
+from firstfault.analysis.events import Frame
 from firstfault.analysis.phase import (
     ENCLOSING_PHASES,
     PHASES,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from firstfault.analysis.model import Frame
+from firstfault.analysis.events import Frame
 from firstfault.analysis.phase import phase_from_frames
 
 SP = "/env/lib/python3.11/site-packages"

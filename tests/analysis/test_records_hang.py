@@ -4,8 +4,8 @@ records flow into the stack and Flight Recorder analysis."""
 from pathlib import Path
 
 from firstfault.analysis.catalog import load_catalog
+from firstfault.analysis.events import KIND_FLIGHT_RECORDER, KIND_STACK
 from firstfault.analysis.frdump import parse_dump, to_message
-from firstfault.analysis.model import KIND_FLIGHT_RECORDER, KIND_STACK
 from firstfault.analysis.records import events_from_records
 from firstfault.analysis.report import Inputs, build_report
 from firstfault.wire import Record

@@ -1,7 +1,7 @@
 """The verdict rules on hand-built Events (texts are real lines from tests/data)."""
 
 from firstfault.analysis.catalog import load_catalog
-from firstfault.analysis.model import KIND_KERNEL, KIND_STREAM, KIND_TRACEBACK, Event, Frame
+from firstfault.analysis.events import KIND_KERNEL, KIND_STREAM, KIND_TRACEBACK, Event, Frame
 from firstfault.analysis.report import Inputs, build_report
 
 CAT = load_catalog()

@@ -3,7 +3,7 @@
 import random
 
 from firstfault.analysis import timeline
-from firstfault.analysis.model import KIND_STREAM
+from firstfault.analysis.events import KIND_STREAM
 from firstfault.analysis.scan import Needles, StreamInfo, scan_stream
 
 NEEDLES = Needles(["global_step=", "Connection closed by peer", "NCCL WARN"])

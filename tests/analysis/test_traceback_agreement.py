@@ -14,7 +14,7 @@ import pytest
 
 from firstfault.analysis import traceback as tb
 from firstfault.analysis.catalog import load_catalog
-from firstfault.analysis.model import KIND_TRACEBACK
+from firstfault.analysis.events import KIND_TRACEBACK
 from firstfault.analysis.parse import looks_srun_labelled
 from firstfault.analysis.report import scan_needles
 from firstfault.analysis.scan import StreamInfo, scan_stream

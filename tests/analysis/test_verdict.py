@@ -1,19 +1,15 @@
 """verdict.py's rules one by one, on small Findings built from real lines (the catalog matches them)."""
 
+from dataclasses import replace
+
 from firstfault.analysis.catalog import load_catalog
-from firstfault.analysis.model import KIND_KERNEL, Event, Frame
-from firstfault.analysis.verdict import (
-    Finding,
-    confidence,
-    distinct_failures,
-    exit_of,
-    fingerprint,
-    judge_signals,
-    link_identity,
-    link_kernel,
-    phase_of,
-    rank_firsts,
-)
+from firstfault.analysis.events import KIND_KERNEL, Event, Frame
+from firstfault.analysis.failure_phase import phase_of
+from firstfault.analysis.findings import Finding, exit_of, fingerprint
+from firstfault.analysis.identify import link_identity, link_kernel
+from firstfault.analysis.judge import judge_signals
+from firstfault.analysis.rankstate import rank_firsts
+from firstfault.analysis.verdict import confidence, distinct_failures
 
 CAT = load_catalog()
 S = 1_000_000_000
@@ -50,34 +46,35 @@ def test_exit_of_reads_codes_and_names_signals():
 def test_link_identity_from_groups_local_ranks_and_pids():
     kill = finding(SIGKILL, source="launcher")
     sig = finding("  traceback : Signal 9 (SIGKILL) received by PID 4271", source="launcher")
-    pids = link_identity([kill, sig], single_node=True)
+    (kill, sig), pids = link_identity([kill, sig], single_node=True)
     assert pids == {4271: 1} and kill.ev.rank == 1 and sig.ev.rank == 1  # a line naming only a pid
     other = finding(SIGKILL, source="launcher")
-    assert link_identity([other], single_node=False) == {} and other.ev.rank is None  # local != global
+    (other,), pids = link_identity([other], single_node=False)
+    assert pids == {} and other.ev.rank is None  # local != global
 
 
 def test_link_kernel_by_pid_and_by_the_one_sigkilled_rank():
     kill, oom = finding(SIGKILL, 1, 2.0, source="launcher"), finding(OOM_KILL, None, 1.0, source="kernel",
                                                                      kind=KIND_KERNEL)
-    link_kernel([kill, oom], {4271: 1}, {1: "gpu-7"})
+    kill, oom = link_kernel([kill, oom], {4271: 1}, {1: "gpu-7"})
     assert oom.ev.rank == 1 and oom.links == ["pid 4271 is rank 1"] and oom.ev.node == "gpu-7"
     kill2 = finding("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGKILL",
                     1, 2.0, source="launcher")  # no pid named
     oom2 = finding(OOM_KILL, None, 1.0, source="kernel", kind=KIND_KERNEL)
-    link_kernel([kill2, oom2], {}, {1: None})
+    kill2, oom2 = link_kernel([kill2, oom2], {}, {1: None})
     assert oom2.ev.rank == 1 and "only rank that died by SIGKILL" in oom2.links[0]
 
 
 def test_link_kernel_leaves_another_jobs_kill_before_this_job_as_context():
     oom = finding(OOM_KILL, None, -600.0, source="kernel", kind=KIND_KERNEL, node="gpu-7")
-    link_kernel([oom], {1234: 0}, {0: "gpu-7"}, started={"gpu-7": T0})
+    (oom,) = link_kernel([oom], {1234: 0}, {0: "gpu-7"}, started={"gpu-7": T0})
     assert oom.role == "context" and oom.ev.rank is None and "another job's" in oom.links[0]
 
 
 def test_an_oom_kill_of_a_pid_that_is_none_of_the_ranks_is_another_processs():
     kill = finding(SIGKILL, 1, 2.0, source="launcher")
     foreign = finding(OOM_KILL.replace("4271", "7131"), None, 1.0, source="kernel", kind=KIND_KERNEL)
-    link_kernel([kill, foreign], {4270: 0, 4271: 1}, {0: None, 1: None})
+    kill, foreign = link_kernel([kill, foreign], {4270: 0, 4271: 1}, {0: None, 1: None})
     assert foreign.role == "context" and foreign.ev.rank is None and "none of the job's ranks" in foreign.links[0]
 
 
@@ -121,38 +118,38 @@ def test_confidence_is_high_only_for_a_specific_signature_on_a_known_rank_untied
     assert confidence(oom, True) == "medium"
     assert confidence(finding("ValueError: x", 1), False) == "medium"  # generic
     assert confidence(finding("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"), False) == "medium"
-    oom.cap = "low"
+    oom = replace(oom, cap="low")
     assert confidence(oom, False) == "low"
 
 
 def test_a_sigkill_without_kernel_evidence_is_likely_host_memory_at_low_confidence():
     kill = finding(SIGKILL, 1, 5.0, source="launcher")
-    judge_signals([kill], {}, {1: "gpu-7"})
+    (kill,) = judge_signals([kill], {}, {1: "gpu-7"})
     assert kill.category == "host-memory" and kill.cap == "low" and "dmesg -T" in kill.links[0]
 
 
 def test_a_sigkill_the_nodes_kernel_log_covers_without_an_oom_kill_stays_unknown():
     kill = finding(SIGKILL, 1, 5.0, source="launcher", node="gpu-7")
-    judge_signals([kill], {"gpu-7": (T0, T0 + 10 * S)}, {1: "gpu-7"})
+    (kill,) = judge_signals([kill], {"gpu-7": (T0, T0 + 10 * S)}, {1: "gpu-7"})
     assert kill.category == "unknown" and kill.cap == "medium" and "holds no OOM kill" in kill.links[0]
     late = finding(SIGKILL, 1, 500.0, source="launcher", node="gpu-7")  # the log ends long before the kill
-    judge_signals([late], {"gpu-7": (T0, T0 + 10 * S)}, {1: "gpu-7"})
+    (late,) = judge_signals([late], {"gpu-7": (T0, T0 + 10 * S)}, {1: "gpu-7"})
     assert late.category == "host-memory"
 
 
 def test_a_sigkill_the_kernel_explains_is_left_to_the_kernels_finding():
     kill, oom = finding(SIGKILL, 1, 5.0, source="launcher"), finding(OOM_KILL, 1, 4.0, source="kernel")
-    judge_signals([kill, oom], {}, {1: None})
+    kill, oom = judge_signals([kill, oom], {}, {1: None})
     assert kill.category == "unknown" and kill.cap is None and kill.links == []
 
 
 def test_sigabrt_after_a_collective_timeout_is_a_cascade_and_before_any_it_is_a_root():
     timeout, abort = finding(GLOO_TIMEOUT, 0, 1.0), finding(SIGABRT, 0, 2.0, source="launcher")
-    judge_signals([timeout, abort], {}, {})
+    timeout, abort = judge_signals([timeout, abort], {}, {})
     assert abort.role == "cascade" and abort.category == "cascade" and "after a collective timeout" in abort.links[0]
     other_rank = finding(SIGABRT.replace("local_rank: 0", "local_rank: 2"), 2, 2.0, source="launcher")
-    judge_signals([timeout, other_rank], {}, {})
+    _, other_rank = judge_signals([timeout, other_rank], {}, {})
     assert other_rank.role == "cascade"  # another rank timed out before it
     first = finding("Fatal Python error: Aborted", 3, 0.5)
-    judge_signals([first, timeout], {}, {})
+    first, _ = judge_signals([first, timeout], {}, {})
     assert first.role == "root" and first.cap == "medium"  # nothing had timed out yet: the abort is the failure

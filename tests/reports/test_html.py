@@ -7,8 +7,8 @@ import json
 import re
 from pathlib import Path
 
+from firstfault.analysis.events import Event
 from firstfault.analysis.lanes import LaneWatcher
-from firstfault.analysis.model import Event
 from firstfault.cli import main
 from firstfault.reports.html import visible
 from tests.reports.hostile import HOSTILE, write_hostile_log

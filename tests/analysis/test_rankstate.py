@@ -1,9 +1,10 @@
-"""facts.py: identity from folders and prefixes, progress and signs of life, on small built Findings."""
+"""rankstate.py (and identify.py): identity from folders and prefixes, progress and signs of life, on small built Findings."""
 
 from firstfault.analysis.catalog import load_catalog
-from firstfault.analysis.facts import collect, identify, nccl_work, rank_dumps
-from firstfault.analysis.model import KIND_STACK, Event, Frame
-from firstfault.analysis.verdict import Finding
+from firstfault.analysis.events import KIND_STACK, Event, Frame
+from firstfault.analysis.findings import Finding
+from firstfault.analysis.identify import identify
+from firstfault.analysis.rankstate import collect, nccl_work, stack_dumps
 
 CAT = load_catalog()
 S = 1_000_000_000
@@ -22,19 +23,19 @@ def test_a_worker_folders_error_json_takes_the_rank_its_own_lines_carry():
     log = f("ValueError: boom", 2, stream=W.format(l=0, name="stderr.log"), node="node1")
     err = f("ValueError: boom", None, stream=W.format(l=0, name="error.json"), node="node1")
     other = f("ValueError: other", None, stream="launcher.log", node="node1")
-    nodes = {}
-    identify([log, err, other], nodes)
+    ident = identify([log, err, other], {})
+    (log, err, other), nodes = ident.findings, ident.rank_nodes
     assert err.ev.rank == 2 and other.ev.rank is None and nodes == {2: "node1"}
 
 
 def test_on_one_node_a_tee_prefix_names_the_rank_and_torchruns_host_only_fills_gaps():
     line = f("Fatal Python error: Aborted", None, local_rank=1, stream="launcher.log")
-    pids, single = identify([line], {})
+    ident = identify([line], {})
+    (line,), single = ident.findings, ident.single_node
     assert single and line.ev.rank == 1
     rank = f("  rank      : 0 (local_rank: 0)", stream="c", seq=5, node="node0")
     host = f("  host      : localhost", stream="c", seq=4, node="node0")
-    nodes = {}
-    identify([host, rank], nodes)
+    nodes = identify([host, rank], {}).rank_nodes
     assert nodes[0] == "node0"  # the folder's node, not torchrun's "localhost"
 
 
@@ -63,8 +64,8 @@ def test_an_error_in_a_training_step_after_a_ranks_step_n_line_shows_it_reached_
 def test_dumps_per_rank_and_nccl_work_status():
     a = Event(text="x", source="ranklog", kind=KIND_STACK, local_rank=1, occurred_ns=None)
     b = Event(text="x", source="ranklog", kind=KIND_STACK, local_rank=1, occurred_ns=T0)
-    assert rank_dumps([b, a], {}, single=True) == {1: b}  # the timed dump wins
-    assert rank_dumps([a], {}, single=False) == {}
+    assert stack_dumps([b, a], {}, single=True).latest == {1: b}  # the timed dump wins
+    assert stack_dumps([a], {}, single=False).latest == {}
     work = nccl_work([f("[rank3]:[E1203 09:20:13.223000 4003 ProcessGroupNCCL.cpp:2097] [PG 0 (default_pg) Rank 3] "
                         "Timeout at NCCL work: 880, last enqueued NCCL work: 880, last completed NCCL work: 879.", 3)])
     assert [(w.rank, w.pg, w.seq, w.enqueued, w.completed) for w in work] == [(3, "0", 880, 880, 879)]

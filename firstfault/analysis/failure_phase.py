@@ -1,0 +1,118 @@
+"""The failure's phase, decided once, with where it came from. Pure.
+
+Every source the report may take a phase from is here, in the order they are trusted
+(``failure_phase``):
+
+- a failure a line names (``phase_of``): its own frames; the frames of the same failure told
+  elsewhere; the hints that are not frames (phase.phase_hint); the signature's one phase; a
+  checkpoint save under way; the stacks of the ranks that waited for it;
+- an inferred hang (``hang_phase``): the stack dump of the rank that stopped; a checkpoint save
+  under way; the collective the survivors waited in; the one phase their errors belong to; then
+  the frames where the Flight Recorder saw that rank's last collective called;
+- last, for a failure a line names whose phase is still unknown: the phase DeepSpeed's own marks
+  (memory_breakdown) open around the failure's time (bands.marked_phase, read by the memory
+  report).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from firstfault.analysis.bands import MARKED_PHASES
+from firstfault.analysis.events import Event, Frame
+from firstfault.analysis.findings import Finding
+from firstfault.analysis.flight_recorder import FRAnalysis
+from firstfault.analysis.hang import Inference
+from firstfault.analysis.phase import phase_from_frames, phase_hint
+from firstfault.analysis.rankstate import RankState
+from firstfault.analysis.verdict import Decision
+
+Phase = tuple[str, str]  # (phase, where it came from)
+
+
+def failure_phase(dec: Decision, state: RankState, findings: list[Finding], saving: int | None,
+                  sharded: bool | None, marked: str | None = None, marks_from: str | None = None) -> Phase | None:
+    """The phase of the decided failure (None: nothing failed). ``saving``: the start of a
+    checkpoint save under way (rankstate.saving_since); ``sharded``: ZeRO-3 (all-gathers gather
+    parameters); ``marked``: the phase DeepSpeed's marks put the failure's time in (memory report)."""
+    if dec.inference is not None:
+        dump = state.dumps.at_hang.get(dec.inference.rank) if dec.inference.rank is not None else None
+        return hang_phase(dec.inference, dec.cascades, dump, dec.flight, saving, sharded)
+    if dec.first is not None:
+        peers = [h for h in state.errors if h.role == "cascade" and h.ev.frames]
+        got = phase_of(dec.first, saving, peers, state.errors, before(dec.first, findings), sharded)
+    elif dec.exited is not None:
+        got = phase_of(dec.exited, saving, [])
+    else:
+        return None
+    if got[0] == "unknown" and marked in MARKED_PHASES:
+        return marked, f"DeepSpeed's phase marks (memory_breakdown) in {marks_from}"
+    return got
+
+
+def hang_phase(inf: Inference, cascades: list[Finding], dump: Event | None, flight: FRAnalysis | None,
+               saving: int | None, sharded: bool | None) -> Phase:
+    """Where the ranks stood when the job hung."""
+    dump_phase = dump and phase_from_frames(dump.frames)
+    waited = next((h for c in cascades if (h := phase_hint(c.ev.text, (), sharded))), None)  # the collective they waited in
+    hinted = {c.match.signature.phases[0] for c in cascades if len(c.match.signature.phases) == 1}
+    said = (hinted.pop(), "the phase the survivors' errors belong to") if len(hinted) == 1 else None
+    got = ((dump_phase, "stack dump") if dump_phase else ("checkpoint-save", "checkpoint save under way")
+           if saving is not None else waited or said or ("unknown", "no evidence"))
+    rank = inf.rank
+    if flight and rank is not None and got[0] == "unknown":  # where its last collective was called
+        ph = phase_from_frames([Frame(f.file, f.line, f.func) for f in reversed(flight.frames_of(rank))])
+        if ph:
+            return ph, "Flight Recorder frames"
+    return got
+
+
+def before(f: Finding, findings: Iterable[Finding], most: int = 2000) -> list[str]:
+    """The lines of ``f``'s stream that the findings kept before it, oldest first (at most ``most``):
+    what was printed before the failure, for the phase hints of set-up lines."""
+    lines = sorted((h.ev.seq, h.ev.text) for h in findings if h.ev.stream == f.ev.stream and h.ev.seq < f.ev.seq)
+    return [t for _, t in lines[-most:]]
+
+
+def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: Iterable[Finding] = (),
+             before: Iterable[str] = (), sharded: bool | None = None) -> tuple[str, str]:
+    """The phase of a failure and where that came from.
+
+    In order: its own frames; the frames of the same failure told elsewhere (``parts``: the rest
+    of a traceback cut into pieces, the same signature's traceback on the same rank); the hints
+    that are not frames (phase.phase_hint: a Ray task, the collective a timeout names, set-up lines
+    in ``before`` with no progress after them); the signature's one phase hint; a checkpoint save
+    under way when it happened; the stacks of the ranks that waited for it (a rank killed without
+    a stack was in the phase whose collective the others waited in).
+    """
+    p = phase_from_frames(f.ev.frames)
+    if p:
+        return p, "frames"
+    for part in parts:
+        if part is f or part.ev.rank != f.ev.rank or not part.ev.frames:
+            continue
+        same = part.sig == f.sig if f.ev.rank is not None else part.ev.stream == f.ev.stream
+        if (same or (f.has("cut-traceback") and part.has("cut-traceback") and part.ev.stream == f.ev.stream)) \
+                and (p := phase_from_frames(part.ev.frames)):
+            return p, "frames of the same failure told elsewhere" if not f.has("cut-traceback") else \
+                "frames of the rest of the cut traceback"
+    hinted = phase_hint(f.ev.text, before, sharded)
+    if hinted:
+        return hinted
+    if f.has("cut-traceback"):  # a cut traceback's own words are missing: the failure a heading names
+        named = next((h for h in parts if h.ev.fields.get("prose") and h.role == "root"
+                      and len(h.match.signature.phases) == 1), None)
+        if named is not None:
+            return named.match.signature.phases[0], "the failure the text names in words"
+    hints = f.match.signature.phases
+    if len(hints) == 1:
+        return hints[0], "signature"
+    if saving_since is not None and f.ev.occurred_ns is not None and f.ev.occurred_ns >= saving_since:
+        return "checkpoint-save", "checkpoint save under way"
+    waited = Counter(ph for g in peers if g.ev.rank != f.ev.rank and (ph := phase_from_frames(g.ev.frames)))
+    if waited:
+        return waited.most_common(1)[0][0], "stacks of the ranks waiting for it"
+    if hints:
+        return hints[0], "signature"
+    return "unknown", "no evidence"

@@ -1,0 +1,117 @@
+"""Judge: a finding's category and role from more than its own line. Pure.
+
+The catalog gives each finding the category and role of its signature. Here, once identity is
+known (identify.py), is the one place where a finding's category or role is decided from other
+evidence, each rule returning new Findings (nothing is edited):
+
+1. Deaths the agents saw (deaths.signal_deaths): a rank's exit by a signal with no line of its
+   own that reports it becomes a finding of its own.
+2. Signals (``judge_signals``): a worker killed by SIGKILL with no kernel OOM record tied to it
+   is host-memory at low confidence when no kernel log of its node covers the kill (the OOM
+   killer is the usual sender; the dmesg command confirms it), and stays unknown when one does
+   and shows no OOM kill. A SIGABRT (exit -6, "Fatal Python error: Aborted") after or with a
+   collective timeout is how PyTorch's NCCL watchdog takes a rank down: a cascade.
+3. A traceback cut before its exception line takes its category from the text's words
+   (``with_mentioned_category``).
+4. When no line says what failed, a worker's non-zero exit is the failure (``exit_failure``).
+
+Rules 3 and 4 apply to the one failure the verdict picks (verdict.decide), rule 1 and 2 to all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+from firstfault.analysis.deaths import merged, signal_deaths
+from firstfault.analysis.events import Event
+from firstfault.analysis.findings import Finding, exit_of
+
+
+def judge(findings: list[Finding], procs: Iterable[Event], kernel_span: Mapping[str | None, tuple[int, int]],
+          rank_nodes: Mapping[int, str | None]) -> list[Finding]:
+    """The identified findings with the agents' signal deaths among them (in timeline order) and
+    what each death by signal says (rules 1 and 2)."""
+    procs = list(procs)
+    return judge_signals(merged(findings, signal_deaths(procs, findings)), kernel_span, rank_nodes)
+
+
+DMESG = "dmesg -T | grep -i -E 'killed process|out of memory'"
+
+
+def _aborted(f: Finding) -> bool:
+    ex = exit_of(f)
+    return (ex is not None and ex["signal"] == "SIGABRT") or (
+        f.has("fatal-error") and f.match.groups.get("reason", "").startswith("Aborted"))
+
+
+def judge_signals(findings: list[Finding], kernel_span: Mapping[str | None, tuple[int, int]],
+                  rank_nodes: Mapping[int, str | None]) -> list[Finding]:
+    """``findings`` with what a rank's death by signal says (rule 2 of the module): new Findings
+    where a signal changes a category, a role or a cap."""
+    oom_ranks = {f.ev.rank for f in findings if f.has("oom-kill") and f.ev.rank is not None}
+    timeouts = [f for f in findings if f.has("collective-timeout") or (f.role == "cascade" and f.sig.startswith("nccl."))]
+    return [_judged(f, oom_ranks, timeouts, kernel_span, rank_nodes)
+            if f.role == "root" and f.ev.source != "kernel" else f for f in findings]
+
+
+def _judged(f: Finding, oom_ranks: set, timeouts: list[Finding], kernel_span: Mapping[str | None, tuple[int, int]],
+            rank_nodes: Mapping[int, str | None]) -> Finding:
+    ex = exit_of(f)
+    if ex and ex["signal"] == "SIGKILL" and f.ev.rank not in oom_ranks:
+        node = f.ev.node or rank_nodes.get(f.ev.rank)
+        span = kernel_span.get(node) or (kernel_span.get(None) if node is None or len(kernel_span) == 1 else None)
+        at = f.ev.occurred_ns
+        where = f" of {node}" if node else ""
+        if span and at is not None and span[0] <= at <= span[1] + 60 * 1_000_000_000:
+            return replace(f, match=replace(f.match, category="unknown", summary=(
+                f"A worker (pid {f.match.groups.get('pid', '?')}) was killed with SIGKILL; the kernel log{where} "
+                "covers that time and shows no OOM kill, so something else sent it (the scheduler, an "
+                "operator, a health check, the process itself).")), cap="medium",
+                links=[*f.links, f"the kernel log{where} covers the kill and holds no OOM kill"])
+        return replace(f, match=replace(f.match, category="host-memory"), cap="low",
+                       links=[*f.links, f"no kernel log{where} covers the kill: the kernel OOM killer is the usual "
+                                        f"sender of SIGKILL; confirm with {DMESG} on that node"])
+    if _aborted(f):
+        mine = [t for t in timeouts if t.ev.rank == f.ev.rank and f.ev.rank is not None]
+        before = [t for t in timeouts if t.ev.occurred_ns is not None and f.ev.occurred_ns is not None
+                  and t.ev.occurred_ns <= f.ev.occurred_ns + f.ev.uncertainty_ns + t.ev.uncertainty_ns]
+        if mine or before:
+            t = (mine or before)[0]
+            return replace(f, match=replace(f.match, role="cascade", category="cascade"),
+                           links=[*f.links, f"SIGABRT after a collective timeout ({t.sig} on rank {t.ev.rank}): how "
+                                            "PyTorch takes a rank down once a collective failed, not a cause"])
+        return replace(f, cap="medium")  # an abort alone says little of why (a process can abort at teardown, FACTS.md)
+    return f
+
+
+_QUIET = ("SIGTERM", "SIGINT")  # how launchers stop the survivors: no failure of the rank's own
+
+
+def exit_failure(findings: list[Finding]) -> Finding | None:
+    """When no line says what failed, a worker that exited non-zero (not stopped by its launcher)
+    is the failure, at low confidence: the one under torchrun's Root Cause header first (the
+    failure its agent observed first), else the earliest. None when no worker exited so."""
+    exits = [f for f in findings if f.ev.source != "kernel" and (ex := exit_of(f)) is not None
+             and ex["code"] not in (0, None) and ex["signal"] not in _QUIET]
+    if not exits:
+        return None
+    headers = [f for f in findings if "root_cause" in f.match.groups]  # torchrun's "Root Cause (first observed failure):"
+    under = [f for f in exits if any(f.ev.stream == h.ev.stream and f.ev.seq > h.ev.seq for h in headers)]
+    pick = min(under, key=lambda f: (f.ev.stream, f.ev.seq)) if under else exits[0]  # exits: in timeline order
+    return replace(pick, match=replace(pick.match, role="root"), cap="low",
+                   links=[*pick.links, "no line of the job says what failed: this worker's exit is the only sign"])
+
+
+def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
+    """A traceback cut before its exception line says nothing of what failed: where the text
+    names a class of failure in words (an issue title, a note, a message, a known failure in a
+    heading), the first such mention gives the category, said in the links (confidence stays low)."""
+    if not f.has("cut-traceback"):
+        return f
+    said = next((m for m in findings if m.category not in ("unknown", "cascade")
+                 and (m.has("mention") or (m.ev.fields.get("prose") and m.role == "root"))), None)
+    if said is None:
+        return f
+    return replace(f, match=replace(f.match, category=said.category),
+                   links=[*f.links, f"category from the text's words: {said.ev.text.strip()[:160]}"])
