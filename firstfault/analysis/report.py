@@ -16,7 +16,6 @@ from firstfault.analysis import timeline
 from firstfault.analysis.bands import MARKED_PHASES
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.checkpoint import DiskCheckpoint, checkpoint_report
-from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
 from firstfault.analysis.deaths import merged, signal_deaths
 from firstfault.analysis.exits import agent_exits, best_exits
 from firstfault.analysis.facts import Facts, collect, identify, nccl_work, rank_dumps, saving_since
@@ -27,11 +26,9 @@ from firstfault.analysis.frames import failing_frame
 from firstfault.analysis.hang import Inference, ranges, stopped_first
 from firstfault.analysis.hostlist import HostlistError, expand_hostlist
 from firstfault.analysis.lanes import LaneWatcher, timeline_report
-from firstfault.analysis.memlines import NEEDLES as MEMORY_NEEDLES
 from firstfault.analysis.memory import MemoryWatcher, memory_report
 from firstfault.analysis.model import Event, Frame
 from firstfault.analysis.phase import phase_from_frames, phase_hint
-from firstfault.analysis.scan import Needles
 from firstfault.analysis.seen import watch
 from firstfault.analysis.timeline import NodeClock
 from firstfault.analysis.verdict import (
@@ -77,23 +74,6 @@ def iso(ns: int | None) -> str | None:
         return None
     dt = datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{(ns // 1_000_000) % 1000:03d}Z"
-
-
-def needles(catalog: Catalog) -> list[str]:
-    """Every literal string that makes a line worth scanning."""
-    return [n for s in catalog.signatures for n in s.needles] + list(CONTEXT_NEEDLES) + list(MEMORY_NEEDLES)
-
-
-def progress_needles(catalog: Catalog) -> list[str]:
-    """The needles only progress lines hold (no other signature's, no context's)."""
-    others = {n for s in catalog.signatures if "progress" not in s.traits for n in s.needles} | set(CONTEXT_NEEDLES)
-    return sorted({n for s in catalog.signatures if "progress" in s.traits for n in s.needles} - others)
-
-
-def scan_needles(catalog: Catalog) -> Needles:
-    """The scanner's needles for ``catalog``, progress lines told apart (scan.Needles)."""
-    return Needles(needles(catalog), progress_needles(catalog),
-                   [p.pattern for s in catalog.signatures if "progress" in s.traits for p in s.patterns])
 
 
 def _text(ev: Event) -> str:

@@ -36,7 +36,7 @@ _WINDOW = 16 * 1024  # how far back/forward to look for a neighbouring timestamp
 MAX_PREFIXES = 64  # launcher prefixes whose last progress line is kept in a stretch of a mixed stream
 # a line that starts with a launcher prefix: ranks interleave in the stream (a launcher's console)
 _PREFIXED = re.compile(rb"(?m)^(?: {0,5}\d{1,5}: )?\[(?:rank\d+|[A-Za-z_][\w.-]{0,62}?\d+)\]:")
-_OWN_NEEDLES = ("Traceback (most recent call last)", "╭", 'File "', "│",  # tracebacks and fragments
+OPENING_NEEDLES = ("Traceback (most recent call last)", "╭", 'File "', "│",  # tracebacks and fragments
                 "Process ", " (most recent call first):", " (idle)", " (active)", " (active+gil)")  # stack dumps
 
 _STAMPED = re.compile(
@@ -75,8 +75,8 @@ class Needles:
 
     def __init__(self, needles: Sequence[str], progress: Sequence[str] = (),
                  progress_patterns: Sequence[str] = ()) -> None:
-        prog = set(progress) - set(_OWN_NEEDLES)
-        words = sorted((set(needles) | set(_OWN_NEEDLES)) - prog)
+        prog = set(progress) - set(OPENING_NEEDLES)
+        words = sorted((set(needles) | set(OPENING_NEEDLES)) - prog)
         self.words = tuple(sorted(set(words) | prog))
         self.progress = tuple(w.encode() for w in sorted(prog))
         self._progress_rx = tuple(re.compile(p) for p in progress_patterns)

@@ -24,8 +24,8 @@ from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.checkpoint import DiskCheckpoint
 from firstfault.analysis.context import CONFIG_NEEDLE
 from firstfault.analysis.diskwire import disk_from_wire
-from firstfault.analysis.marks import ReportMarker
 from firstfault.analysis.membership import CONTEXT, JOB, Membership, learn
+from firstfault.analysis.reads import ReportMarker
 from firstfault.analysis.records import events_from_records, mark_of
 from firstfault.analysis.report import Inputs, build_report, iso
 from firstfault.analysis.timeline import NodeClock

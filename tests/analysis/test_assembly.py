@@ -14,7 +14,7 @@ from firstfault.analysis.assembly import RANK_LOG, READER, STACKS, TRACEBACK, As
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.model import KIND_TRACEBACK
 from firstfault.analysis.parse import looks_srun_labelled
-from firstfault.analysis.report import scan_needles
+from firstfault.analysis.reads import scan_needles
 from firstfault.analysis.scan import StreamInfo, scan_stream
 
 DATA = Path(__file__).resolve().parents[1] / "data"
