@@ -1,10 +1,12 @@
 """Scan one log stream fast: only lines that can matter become Events.
 
 Input is the stream's bytes in chunks (the caller does the reading); output is
-an Event for every line that holds one of the catalog's needles, and one Event
-per assembled traceback. Most lines of a training log (progress, info) hold no
-needle; an Aho-Corasick automaton over whole chunks finds the few that do, so
-Python touches only those lines (bench/analyze.py measures the rate).
+an Event for every line that holds one of the catalog's needles (reads.py says
+which), and one Event per assembled traceback or stack dump (assembly.py: the
+machine the agent's ranklog runs too, here with the grammars that keep frames).
+Most lines of a training log (progress, info) hold no needle; an Aho-Corasick
+automaton over whole chunks finds the few that do, so Python touches only those
+lines (bench/analyze.py measures the rate).
 
 Time of a line without a timestamp of its own (a traceback, a gloo error): it
 happened after the nearest earlier timestamped line of the stream and before

@@ -19,8 +19,8 @@ stamp, firstfault/analysis/records.py; ``observed_ns`` when the chunk was read):
   thread blocks as one record, grouped and flushed like a traceback (torchelastic's
   ``@record`` enables faulthandler: a rank that dies of SIGABRT or SIGSEGV prints one).
 - ``rank.traceback`` (severity 3): the lines of one Python traceback joined by
-  ``\\n`` (firstfault/analysis/traceback.py's grammar says which: the analysis reads
-  tracebacks by the same rules), prefixes kept, cut to
+  ``\\n`` (firstfault/analysis/assembly.py says which, the machine the offline scanner
+  runs too, over traceback.py's grammar), prefixes kept, cut to
   MAX_MESSAGE_BYTES with the same marker; observed_ns of its first line. A
   traceback still open (no line has ended it yet) is shipped ``traceback_flush_s``
   after its last line, so a rank's dying words never wait for more.
