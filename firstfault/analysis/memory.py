@@ -60,7 +60,7 @@ MAX_POINTS = 120  # samples per series in the report (peaks, the last and the ke
 # engine's "step=N, skipped=" line: a collector keeps only the latest of those (analysis/reads.py)
 # and a report from its marks must be the report from all records.
 TIMER = re.compile(r"/global_step=(?P<step>\d+), .*MemAllocated=(?P<ma>[\d.]+)GB, MaxMemAllocated=(?P<max>[\d.]+)GB")
-TIMER_NEEDLE = "MemAllocated="  # what every throughput line holds (marks.py finds them by it)
+TIMER_NEEDLE = "MemAllocated="  # what every throughput line holds (reads.py finds them by it)
 BUCKET_NS = 1_000_000_000  # throughput lines: the staircase of each second (of the line's own clock)
 LAST_PER_BUCKET = 8  # throughput lines: the last of each second kept beside its staircase
 MAX_BUCKETS = 512  # seconds per (stream, pid) before they widen to 2, 4, ... seconds (<= ~5k lines kept)

@@ -165,7 +165,7 @@ def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = Non
     clocks = {n: NodeClock(c.offset_ns, c.uncertainty_ns) for n, c in stored.items()}
     inputs = Inputs(job=job, clocks=clocks, generated_ns=time.time_ns(), rank_nodes={}, timeline=timeline)
     sel = sel or Selection(job=job)
-    # only the records the report reads (analysis/marks.py), where the store kept marks
+    # only the records the report reads (analysis/reads.py), where the store kept marks
     needed = list(needed_records(store, sel, marker_name(catalog)))
     membership = learn(needed, job, uncertainty_ns={n: c.uncertainty_ns for n, c in stored.items()},
                        span=(info.first_ns, info.last_ns))

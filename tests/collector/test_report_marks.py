@@ -1,4 +1,4 @@
-"""A report read from marks (analysis/marks.py, Store.needed) equals the report read
+"""A report read from marks (analysis/reads.py, Store.needed) equals the report read
 from every record: real jobs' logs, and adversarial streams (progress ties, times out
 of order, lines without rank or time, resends, late fills, prune cutting blocks)."""
 
