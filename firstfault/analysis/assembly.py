@@ -2,8 +2,8 @@
 
 The agent's ranklog source (which lines it ships as one ``rank.traceback`` or ``rank.stacks``
 record) and the offline scanner (scan.py: which lines become one Event) both feed it, line by
-line, each line with its launcher prefixes already peeled (prefixes.py) and ``visible``
-(traceback.visible: no ``\\r`` redraws, no colours)::
+line, each line ``visible`` (traceback.visible: no ``\\r`` redraws, no colours) and then
+peeled (prefixes.peel: what the prefixes said comes along, a group keeps its first line's)::
 
     [rank1]: Traceback (most recent call last):      key "rank1", text "Traceback (most ..."
     [rank1]:   File "/w/train.py", line 226, in <module>
@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from firstfault.analysis import stacks
 from firstfault.analysis import traceback as tb
+from firstfault.analysis.prefixes import Peeled
 from firstfault.analysis.traceback import END, HELD
 
 TRACEBACK, STACKS = "traceback", "stacks"  # what a group is
@@ -80,6 +81,7 @@ class Group:
     kind: str  # TRACEBACK | STACKS
     grouping: Grouping
     at: int  # where in its first line it opens (a header glued after other output)
+    first: Peeled  # its first line, and what that line's prefixes said (rank, node, time)
     items: list = field(default_factory=list)  # the caller's handles of its lines, in order
     held: list = field(default_factory=list)  # blank lines it may take; once closed: not its own
     closed: bool = False
@@ -95,11 +97,16 @@ class Assembly:
         self.open: dict[str, Group] = {}
         self._opener = opener
 
-    def feed(self, key: str, text: str, item: Any = None) -> tuple[Group | None, Group | None, bool]:
-        """Offer one line: ``key`` who printed it, ``text`` what was printed (prefix off, visible),
-        ``item`` the caller's handle (kept in the group; None: nothing kept). Returns (the group
-        of ``key`` that ended before this line, closed; the group the line is now in, taken or
-        held, or None for a plain line; whether that group opened on this line)."""
+    def feed(self, line: Peeled, item: Any = None, *,
+             key: str | None = None) -> tuple[Group | None, Group | None, bool]:
+        """Offer one line, its prefixes peeled (of a visible line): ``key`` who printed it
+        (``line.key`` unless told), ``item`` the caller's handle (kept in the group; None:
+        nothing kept). Returns (the group of ``key`` that ended before this line, closed; the
+        group the line is now in, taken or held, or None for a plain line; whether that group
+        opened on this line)."""
+        text = line.text
+        if key is None:
+            key = line.key
         ended = None
         g = self.open.get(key)
         if g is not None:
@@ -119,7 +126,7 @@ class Assembly:
         if got is None:
             return ended, None, False
         kind, at, grouping = got
-        g = self.open[key] = Group(key, kind, grouping, at, [] if item is None else [item])
+        g = self.open[key] = Group(key, kind, grouping, at, line, [] if item is None else [item])
         return ended, g, True
 
     def close(self, key: str) -> Group:

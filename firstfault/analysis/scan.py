@@ -232,7 +232,7 @@ class _Scanner:
         pre = strip_prefixes(line, srun_labels=self.info.srun_labels, labels=self.labels)
         self.labels.update(pre.labels)
         # tracebacks are followed per key (who printed the line), by the agent's machine
-        ended, group, opened = self.groups.feed(pre.key, pre.text)
+        ended, group, opened = self.groups.feed(pre)
         if ended is not None:
             yield self._finish(ended)
         if opened and group is not None:

@@ -19,6 +19,7 @@ from firstfault.analysis.assembly import RANK_LOG, READER, STACKS, TRACEBACK, As
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.model import KIND_TRACEBACK
 from firstfault.analysis.parse import looks_srun_labelled
+from firstfault.analysis.prefixes import Peeled, peel
 from firstfault.analysis.reads import scan_needles
 from firstfault.analysis.scan import StreamInfo, scan_stream
 from firstfault.wire import KIND_RANK_TRACEBACK
@@ -41,8 +42,7 @@ def feed_all(lines: list[str], opener=RANK_LOG) -> list:
     """Every line fed as ranklog feeds it: prefix split off, visible; the groups in the order they ended."""
     asm, done = Assembly(opener), []
     for i, line in enumerate(lines):
-        key, text = tb.split_prefix(tb.visible(line))
-        ended, _, _ = asm.feed(key, text, i)
+        ended, _, _ = asm.feed(peel(tb.visible(line), srun_labels=True), i)
         if ended is not None:
             done.append(ended)
     return done + asm.close_all()
@@ -108,6 +108,7 @@ def test_interleaved_keys_stay_apart():
     groups = feed_all(lines)
     assert [(g.key, g.items) for g in groups] == [("rank1", [0, 2, 4, 6]), ("rank0", [3, 5, 7])]
     assert all(g.closed and g.kind == TRACEBACK for g in groups)
+    assert [(g.first.rank, g.first.text) for g in groups] == [(1, lines[0][9:]), (0, lines[3][9:])]
 
 
 def test_a_chain_takes_its_blank_lines_and_a_plain_end_gives_them_back():
@@ -123,7 +124,7 @@ def test_the_line_that_ends_a_traceback_may_open_the_next():
     lines = ["Traceback (most recent call last):", '  File "a.py", line 1, in f', "KeyError: 'x'",
              "Traceback (most recent call last):", '  File "b.py", line 2, in g', "ValueError: y"]
     asm = Assembly()
-    steps = [asm.feed("", text, i) for i, text in enumerate(lines)]
+    steps = [asm.feed(Peeled(text), i) for i, text in enumerate(lines)]
     ended, group, opened = steps[3]
     assert ended is not None and ended.items == [0, 1, 2] and ended.closed
     assert opened and group is asm.open[""] and group.items == [3, 4, 5]  # (fed on since)
@@ -132,7 +133,7 @@ def test_the_line_that_ends_a_traceback_may_open_the_next():
 
 def test_a_header_glued_after_other_output_opens_where_it_starts():
     asm = Assembly()
-    _, g, opened = asm.feed("", "epoch 3: 100%|#####| 10/10Traceback (most recent call last):", 0)
+    _, g, opened = asm.feed(Peeled("epoch 3: 100%|#####| 10/10Traceback (most recent call last):"), 0)
     assert opened and g.at == len("epoch 3: 100%|#####| 10/10")
 
 
@@ -154,7 +155,7 @@ def test_the_reader_assembles_frames_and_the_exception():
     asm = Assembly(READER)
     for text in ["Traceback (most recent call last):", '  File "a.py", line 1, in f', "    f()",
                  "KeyError: 'x'"]:
-        asm.feed("", text)
+        asm.feed(Peeled(text))
     [g] = asm.close_all()
     res = g.grouping.result()
     assert (res.exc_type, res.message, [f.func for f in res.frames]) == ("KeyError", "KeyError: 'x'", ["f"])

@@ -118,8 +118,9 @@ from firstfault.agent.tail import (
     cut_line,
 )
 from firstfault.analysis.assembly import RANK_LOG, STACKS, Assembly, Group
+from firstfault.analysis.prefixes import peel
 from firstfault.analysis.stacks import DUMP_MARK
-from firstfault.analysis.traceback import may_open, split_prefix, visible
+from firstfault.analysis.traceback import may_open, visible
 from firstfault.common.crilog import CriJoiner, parse_pod_log_path, pod_log_globs
 from firstfault.common.layouts import TORCHRUN, TORCHRUN_FILES, layout_globs, parse_log_path
 from firstfault.wire import (
@@ -425,10 +426,9 @@ class RankLines:
         for entry in entries:
             text = entry[2]
             lines.append(entry)
-            prefix, body = split_prefix(visible(text))
-            if entry[6]:  # a CRI stream: stdout and stderr lines interleave, their tracebacks apart
-                prefix = f"{entry[6]}\0{prefix}"
-            ended, g, opened = feed(prefix, body, entry)
+            pre = peel(visible(text), srun_labels=True)  # as traceback.split_prefix peels
+            # a CRI stream: stdout and stderr lines interleave, their tracebacks apart
+            ended, g, opened = feed(pre, entry, key=f"{entry[6]}\0{pre.key}" if entry[6] else None)
             if ended is not None:
                 _release(ended)
             if g is None:
