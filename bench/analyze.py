@@ -154,7 +154,7 @@ def against_grep(folder: str, out: str, rounds: int) -> None:
     """analyze's CPU against grep -rcF's with the same needles, in interleaved rounds."""
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from firstfault.analysis.catalog import load_catalog
-    from firstfault.analysis.report import scan_needles
+    from firstfault.analysis.reads import scan_needles
     n = scan_needles(load_catalog())
     progress = {w.decode() for w in n.progress}
     words = os.path.join(out, "needles.txt")

@@ -94,7 +94,8 @@ def build(args: list[str], *, thin: bool = True) -> tuple[dict, float]:
     from firstfault.analysis import report as report_mod
     from firstfault.analysis.catalog import load_catalog
     from firstfault.analysis.lanes import LaneWatcher
-    from firstfault.analysis.report import Inputs, build_report, scan_needles
+    from firstfault.analysis.reads import scan_needles
+    from firstfault.analysis.report import Inputs, build_report
     from firstfault.offline import logfiles
 
     saved = report_mod.LaneWatcher

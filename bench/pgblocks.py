@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from store import CATALOG, _server_cpu, as_received, batches  # noqa: E402
 
-from firstfault.analysis.marks import ReportMarker  # noqa: E402
+from firstfault.analysis.reads import ReportMarker  # noqa: E402
 from firstfault.collector.store.blocks import make_blocks, pack_ranks, times  # noqa: E402
 from firstfault.collector.store.postgres import PostgresStore  # noqa: E402
 from firstfault.collector.store.shared import failed_jobs  # noqa: E402

@@ -41,7 +41,7 @@ import msgpack  # noqa: E402
 
 from firstfault import wiredecode  # noqa: E402
 from firstfault.analysis.catalog import load_catalog  # noqa: E402
-from firstfault.analysis.marks import ReportMarker  # noqa: E402
+from firstfault.analysis.reads import ReportMarker  # noqa: E402
 from firstfault.collector import query  # noqa: E402
 from firstfault.collector.store.base import Selection  # noqa: E402
 from firstfault.collector.store.sqlite import COLUMNS, SqliteStore  # noqa: E402

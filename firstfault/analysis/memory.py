@@ -28,7 +28,7 @@ per (stream, pid) and per second of the line's own time (``BUCKET_NS``, wider by
 of two past ``MAX_BUCKETS`` seconds), the watcher keeps the last ``LAST_PER_BUCKET``
 lines and the ones no later line of that second equals or beats (sampling.Staircase: the
 second's peak and the falls after it). That choice depends on no other second's lines
-nor on the order they come in, so the collector's marker (analysis/marks.py) keeps the
+nor on the order they come in, so the collector's marker (analysis/reads.py) keeps the
 same lines per stored block and a report from its marks is the report from every
 record. Each kept line is a sample and a step mark: the ``allocated`` series, its peak
 and ``at_failure`` come from the kept lines (each second's peak and last line are kept, so
@@ -57,10 +57,10 @@ from firstfault.analysis.timeline import NodeClock, own_ns, spread
 SERIES = ("rss", "cgroup", "gpu", "allocated", "reserved", "host_used")
 MAX_POINTS = 120  # samples per series in the report (peaks, the last and the kernel's kept)
 # DeepSpeed's throughput line ends a step (its first steps are warm-up and print none). Not the
-# engine's "step=N, skipped=" line: a collector keeps only the latest of those (analysis/marks.py)
+# engine's "step=N, skipped=" line: a collector keeps only the latest of those (analysis/reads.py)
 # and a report from its marks must be the report from all records.
 TIMER = re.compile(r"/global_step=(?P<step>\d+), .*MemAllocated=(?P<ma>[\d.]+)GB, MaxMemAllocated=(?P<max>[\d.]+)GB")
-TIMER_NEEDLE = "MemAllocated="  # what every throughput line holds (marks.py finds them by it)
+TIMER_NEEDLE = "MemAllocated="  # what every throughput line holds (reads.py finds them by it)
 BUCKET_NS = 1_000_000_000  # throughput lines: the staircase of each second (of the line's own clock)
 LAST_PER_BUCKET = 8  # throughput lines: the last of each second kept beside its staircase
 MAX_BUCKETS = 512  # seconds per (stream, pid) before they widen to 2, 4, ... seconds (<= ~5k lines kept)

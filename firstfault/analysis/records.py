@@ -3,7 +3,10 @@
 The collector's ``report`` runs the same analysis as ``analyze`` on files; only
 the reading differs. A rank-log record is one line (``rank.line``) or one whole
 traceback (``rank.traceback``) as the agent read it: launcher prefixes are
-stripped and the line's own timestamp read here exactly as for files. Time: the
+stripped and the line's own timestamp read here exactly as for files (read once:
+the agent ships a rank log's bytes as read and parses neither; what it did parse, a
+CRI record's time and stream, comes as ``occurred_ns`` and field ``stream`` and is
+used as it is). Time: the
 line's own stamp when it has one (clock "line", read in the node's zone, UTC
 unless told), else the agent's receipt time (clock "agent": the agent tails
 live, so receipt follows writing by milliseconds). Kernel records carry the

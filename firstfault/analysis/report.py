@@ -21,7 +21,6 @@ from datetime import datetime, timezone
 from firstfault.analysis.assess import Assessment, assess
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.checkpoint import DiskCheckpoint
-from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
 from firstfault.analysis.events import Event
 from firstfault.analysis.failure_phase import failure_phase
 from firstfault.analysis.findings import MAX_KEPT, Finding, Read, fingerprint, read_findings
@@ -31,10 +30,8 @@ from firstfault.analysis.hostlist import HostlistError, expand_hostlist
 from firstfault.analysis.identify import identify
 from firstfault.analysis.judge import judge
 from firstfault.analysis.lanes import LaneWatcher, timeline_report
-from firstfault.analysis.memlines import NEEDLES as MEMORY_NEEDLES
 from firstfault.analysis.memory import MemoryWatcher
 from firstfault.analysis.rankstate import Facts, RankState, rank_state
-from firstfault.analysis.scan import Needles
 from firstfault.analysis.timeline import NodeClock, placed
 from firstfault.analysis.verdict import BLAME, HANG_ID, MAX_EVIDENCE, Decision, confidence, decide
 
@@ -66,23 +63,6 @@ def iso(ns: int | None) -> str | None:
         return None
     dt = datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{(ns // 1_000_000) % 1000:03d}Z"
-
-
-def needles(catalog: Catalog) -> list[str]:
-    """Every literal string that makes a line worth scanning."""
-    return [n for s in catalog.signatures for n in s.needles] + list(CONTEXT_NEEDLES) + list(MEMORY_NEEDLES)
-
-
-def progress_needles(catalog: Catalog) -> list[str]:
-    """The needles only progress lines hold (no other signature's, no context's)."""
-    others = {n for s in catalog.signatures if "progress" not in s.traits for n in s.needles} | set(CONTEXT_NEEDLES)
-    return sorted({n for s in catalog.signatures if "progress" in s.traits for n in s.needles} - others)
-
-
-def scan_needles(catalog: Catalog) -> Needles:
-    """The scanner's needles for ``catalog``, progress lines told apart (scan.Needles)."""
-    return Needles(needles(catalog), progress_needles(catalog),
-                   [p.pattern for s in catalog.signatures if "progress" in s.traits for p in s.patterns])
 
 
 def _text(ev: Event) -> str:

@@ -3,7 +3,7 @@
 ``Bounded`` keeps the first items, an even sample of the middle and the last of a run, and the
 one with the highest key; ``Staircase`` keeps, of a set, the last items and those no later one
 equals or beats, whatever order they came in (so a store can choose per block what it keeps of
-all blocks: analysis/marks.py).
+all blocks: analysis/reads.py).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Staircase:
     falls after it), in order. Unlike Bounded, what it keeps does not depend on the order the
     items came in, and of a part of the set that drops a prefix (in ``order``) it keeps only
     items that the whole kept: so a store can choose, per block, the items this keeps of all
-    blocks (analysis/marks.py)."""
+    blocks (analysis/reads.py)."""
 
     __slots__ = ("last", "entries")
 

@@ -1,10 +1,12 @@
 """Scan one log stream fast: only lines that can matter become Events.
 
 Input is the stream's bytes in chunks (the caller does the reading); output is
-an Event for every line that holds one of the catalog's needles, and one Event
-per assembled traceback. Most lines of a training log (progress, info) hold no
-needle; an Aho-Corasick automaton over whole chunks finds the few that do, so
-Python touches only those lines (bench/analyze.py measures the rate).
+an Event for every line that holds one of the catalog's needles (reads.py says
+which), and one Event per assembled traceback or stack dump (assembly.py: the
+machine the agent's ranklog runs too, here with the grammars that keep frames).
+Most lines of a training log (progress, info) hold no needle; an Aho-Corasick
+automaton over whole chunks finds the few that do, so Python touches only those
+lines (bench/analyze.py measures the rate).
 
 Time of a line without a timestamp of its own (a traceback, a gloo error): it
 happened after the nearest earlier timestamped line of the stream and before
@@ -25,8 +27,8 @@ from datetime import timezone, tzinfo
 
 import ahocorasick_rs
 
-from firstfault.analysis import stacks
 from firstfault.analysis import traceback as tb
+from firstfault.analysis.assembly import READER, TRACEBACK, Assembly, Group
 from firstfault.analysis.events import KIND_LINE, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
 from firstfault.analysis.parse import Stamp, parse_nccl_origin, parse_stamp, strip_prefixes
 from firstfault.analysis.prefixes import Peeled
@@ -36,7 +38,7 @@ _WINDOW = 16 * 1024  # how far back/forward to look for a neighbouring timestamp
 MAX_PREFIXES = 64  # launcher prefixes whose last progress line is kept in a stretch of a mixed stream
 # a line that starts with a launcher prefix: ranks interleave in the stream (a launcher's console)
 _PREFIXED = re.compile(rb"(?m)^(?: {0,5}\d{1,5}: )?\[(?:rank\d+|[A-Za-z_][\w.-]{0,62}?\d+)\]:")
-_OWN_NEEDLES = ("Traceback (most recent call last)", "╭", 'File "', "│",  # tracebacks and fragments
+OPENING_NEEDLES = ("Traceback (most recent call last)", "╭", 'File "', "│",  # tracebacks and fragments
                 "Process ", " (most recent call first):", " (idle)", " (active)", " (active+gil)")  # stack dumps
 
 _STAMPED = re.compile(
@@ -75,8 +77,8 @@ class Needles:
 
     def __init__(self, needles: Sequence[str], progress: Sequence[str] = (),
                  progress_patterns: Sequence[str] = ()) -> None:
-        prog = set(progress) - set(_OWN_NEEDLES)
-        words = sorted((set(needles) | set(_OWN_NEEDLES)) - prog)
+        prog = set(progress) - set(OPENING_NEEDLES)
+        words = sorted((set(needles) | set(OPENING_NEEDLES)) - prog)
         self.words = tuple(sorted(set(words) | prog))
         self.progress = tuple(w.encode() for w in sorted(prog))
         self._progress_rx = tuple(re.compile(p) for p in progress_patterns)
@@ -126,7 +128,7 @@ class _Scanner:
     def __init__(self, info: StreamInfo, needles: Needles) -> None:
         self.info = info
         self.needles = needles
-        self.open: dict[str, tuple[tb.Assembler | stacks.Assembler, Event]] = {}  # by launcher prefix
+        self.groups = Assembly(READER)  # open tracebacks and dumps, by launcher prefix (the agent's machine)
         self.last_stamp: Stamp | None = None  # the last timestamp seen before the current position
         self.lineno = 0  # lines before the start of the current body
         self.pending: list[Event] = []  # events waiting for a later timestamp (before_ns)
@@ -215,9 +217,9 @@ class _Scanner:
             ev.node = ev.node or nccl.host
         return ev
 
-    def _finish(self, key: str) -> Event:
-        asm, ev = self.open.pop(key)
-        res = asm.result()
+    def _finish(self, group: Group) -> Event:
+        ev = group.data
+        res = group.grouping.result()
         ev.text, ev.frames, ev.exc_type = res.text, res.frames, res.exc_type
         ev.fields["message"] = res.message
         return ev
@@ -229,23 +231,20 @@ class _Scanner:
         line = tb.visible(raw.decode("utf-8", "replace"))  # what a reader sees: no \r redraws, no colours
         pre = strip_prefixes(line, srun_labels=self.info.srun_labels, labels=self.labels)
         self.labels.update(pre.labels)
-        key, body = pre.key, pre.text  # tracebacks are followed per key (who printed the line), as the agent does
-        if key in self.open:
-            if self.open[key][0].feed(body):
-                return
-            yield self._finish(key)
-        at = tb.opening(body)
-        if at is not None:
-            ev = self._event(pre, body[at:], lineno)
-            ev.kind = KIND_TRACEBACK
-            self.open[key] = (tb.Assembler(body[at:]), ev)
+        # tracebacks are followed per key (who printed the line), by the agent's machine
+        ended, group, opened = self.groups.feed(pre)
+        if ended is not None:
+            yield self._finish(ended)
+        if opened and group is not None:
+            if group.kind == TRACEBACK:
+                ev = group.data = self._event(pre, pre.text[group.at:], lineno)
+                ev.kind = KIND_TRACEBACK
+            else:
+                ev = group.data = self._event(pre, pre.text, lineno)
+                ev.kind = KIND_STACK
+                ev.pid = group.grouping.pid or ev.pid
             return
-        if stacks.is_start(pre.text):
-            ev = self._event(pre, pre.text, lineno)
-            ev.kind = KIND_STACK
-            asm = stacks.Assembler(pre.text)
-            ev.pid = asm.pid or ev.pid
-            self.open[key] = (asm, ev)
+        if group is not None:
             return
         if hit or self.needles.positions(raw) or self.needles.holds_progress(raw):
             yield self._event(pre, pre.text, lineno)
@@ -274,7 +273,7 @@ class _Scanner:
         lineno = self.lineno  # lines before pos
         hi = 0
         while pos < n:
-            hit = not self.open
+            hit = not self.groups.open
             if hit:
                 while hi < len(hits) and hits[hi] < pos:
                     hi += 1
@@ -299,8 +298,8 @@ class _Scanner:
         self.lineno = lineno
 
     def end(self) -> Iterator[Event]:
-        for key in list(self.open):
-            yield self._finish(key)
+        for group in self.groups.close_all():
+            yield self._finish(group)
         for ev in self.pending:  # after the stream's last stamp: the file's last write bounds them too
             if self.info.observed_ns is not None and ev.fields.get("after_ns") is not None:
                 ev.fields.setdefault("before_ns", self.info.observed_ns)

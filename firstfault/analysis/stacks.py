@@ -86,6 +86,8 @@ class DumpGrouping:
             return TAKEN
         return END
 
+    step = feed  # what assembly.Assembly calls on any grouping
+
 
 def is_start(text: str) -> bool:
     """True when a line opens a stack dump."""
@@ -119,11 +121,15 @@ class Assembler:
 
     def feed(self, text: str) -> bool:
         """Offer the next line; False means the dump ended before it."""
+        return self.step(text) != END
+
+    def step(self, text: str) -> int:
+        """feed's TAKEN or END (a blank line is taken: two end the dump)."""
         if not text.strip():
             if self._blank:
-                return False  # two blank lines: over
+                return END  # two blank lines: over
             self._blank = True
-            return True
+            return TAKEN
         self._blank = False
         if _PYSPY_THREAD.match(text) or _FH_THREAD.match(text):
             self._thread(text)
@@ -134,7 +140,7 @@ class Assembler:
             if not m and self._threads and _PYSPY_NATIVE.fullmatch(text):
                 pass
             elif not m or not self._threads:
-                return False
+                return END
             else:
                 # py-spy 0.4 names functions by qualified name (``Batches.__next__``,
                 # ``record.<locals>.wrap.<locals>.wrapper``); a traceback's is the last part
@@ -142,7 +148,7 @@ class Assembler:
                 self._threads[-1].append(Frame(m.group("file"), int(m.group("line")), func))
         if len(self._lines) < MAX_LINES:
             self._lines.append(text)
-        return True
+        return TAKEN
 
     @property
     def complete(self) -> bool:

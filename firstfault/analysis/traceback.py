@@ -175,6 +175,8 @@ class Grammar:
         self.message_lines += 1
         return TAKEN
 
+    step = feed  # what assembly.Assembly calls on any grouping
+
 
 @dataclass(slots=True)
 class Traceback:
@@ -214,14 +216,18 @@ class Assembler:
 
     def feed(self, text: str) -> bool:
         """Offer the next line of this prefix; False means the traceback ended before it."""
+        return self.step(text) != END
+
+    def step(self, text: str) -> int:
+        """feed's TAKEN, HELD or END (the grammar's verdict)."""
         g = self._grammar
         before = g.state
         verdict = g.feed(text)
         if verdict == END:
-            return False
+            return END
         if verdict == HELD:
             self._held.append(text)
-            return True
+            return HELD
         for h in self._held:
             self._keep(h)
         self._held.clear()
@@ -238,7 +244,7 @@ class Assembler:
             self._msg_lines.append(text)
         else:
             self._frame(text)
-        return True
+        return TAKEN
 
     @property
     def complete(self) -> bool:

@@ -70,7 +70,7 @@ class StartError(Exception):
 def open_store(db: str) -> Store:
     """The store for ``db`` (a SQLite file path or a postgres:// URL), marking at
     insert what reports read where the backend keeps marks."""
-    from firstfault.analysis.marks import ReportMarker
+    from firstfault.analysis.reads import ReportMarker
 
     return open_any_store(db, marker=ReportMarker(load_catalog()))
 

@@ -24,8 +24,8 @@ from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.checkpoint import DiskCheckpoint
 from firstfault.analysis.context import CONFIG_NEEDLE
 from firstfault.analysis.diskwire import disk_from_wire
-from firstfault.analysis.marks import ReportMarker
 from firstfault.analysis.membership import CONTEXT, JOB, Membership, learn
+from firstfault.analysis.reads import ReportMarker
 from firstfault.analysis.records import events_from_records, mark_of
 from firstfault.analysis.report import Inputs, build_report, iso
 from firstfault.analysis.timeline import NodeClock
@@ -165,7 +165,7 @@ def report(store: Store, job: str, catalog: Catalog, sel: Selection | None = Non
     clocks = {n: NodeClock(c.offset_ns, c.uncertainty_ns) for n, c in stored.items()}
     inputs = Inputs(job=job, clocks=clocks, generated_ns=time.time_ns(), rank_nodes={}, timeline=timeline)
     sel = sel or Selection(job=job)
-    # only the records the report reads (analysis/marks.py), where the store kept marks
+    # only the records the report reads (analysis/reads.py), where the store kept marks
     needed = list(needed_records(store, sel, marker_name(catalog)))
     membership = learn(needed, job, uncertainty_ns={n: c.uncertainty_ns for n, c in stored.items()},
                        span=(info.first_ns, info.last_ns))

@@ -34,7 +34,8 @@ from aiohttp import web
 from firstfault.analysis import traceback as tb
 from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.parse import looks_srun_labelled, strip_prefixes
-from firstfault.analysis.report import Inputs, build_report, iso, scan_needles
+from firstfault.analysis.reads import scan_needles
+from firstfault.analysis.report import Inputs, build_report, iso
 from firstfault.analysis.scan import StreamInfo, scan_stream
 from firstfault.collector import query
 from firstfault.collector.pasteworker import PasteFailed, PasteWorker

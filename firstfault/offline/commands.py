@@ -24,7 +24,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.checkpoint import checkpoint_from_disk
-from firstfault.analysis.report import Inputs, build_report, scan_needles
+from firstfault.analysis.reads import scan_needles
+from firstfault.analysis.report import Inputs, build_report
 from firstfault.common import redact
 from firstfault.common.output import check_target, write_output
 from firstfault.common.redact import Redactor

@@ -23,8 +23,9 @@ from firstfault.analysis.identify import Identity, identify
 from firstfault.analysis.judge import judge
 from firstfault.analysis.memory import MemoryWatcher
 from firstfault.analysis.rankstate import Facts, RankState, StackDumps, rank_state
+from firstfault.analysis.reads import scan_needles
 from firstfault.analysis.records import events_from_records
-from firstfault.analysis.report import Inputs, build_report, report, scan_needles, watch
+from firstfault.analysis.report import Inputs, build_report, report, watch
 from firstfault.analysis.timeline import NodeClock
 from firstfault.analysis.verdict import Decision, Group, decide
 from firstfault.offline import logfiles

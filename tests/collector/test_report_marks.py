@@ -1,4 +1,4 @@
-"""A report read from marks (analysis/marks.py, Store.needed) equals the report read
+"""A report read from marks (analysis/reads.py, Store.needed) equals the report read
 from every record: real jobs' logs, and adversarial streams (progress ties, times out
 of order, lines without rank or time, resends, late fills, prune cutting blocks)."""
 
@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from firstfault.analysis.catalog import load_catalog
-from firstfault.analysis.marks import ReportMarker
 from firstfault.analysis.memory import TIMER_NEEDLE
 from firstfault.analysis.parse import parse_stamp, strip_prefixes
-from firstfault.analysis.report import needles, progress_needles
+from firstfault.analysis.reads import ReportMarker, needles, progress_needles
 from firstfault.analysis.scan import Needles
 from firstfault.collector import query
 from firstfault.collector.store.base import Selection

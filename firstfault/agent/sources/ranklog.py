@@ -19,8 +19,8 @@ stamp, firstfault/analysis/records.py; ``observed_ns`` when the chunk was read):
   thread blocks as one record, grouped and flushed like a traceback (torchelastic's
   ``@record`` enables faulthandler: a rank that dies of SIGABRT or SIGSEGV prints one).
 - ``rank.traceback`` (severity 3): the lines of one Python traceback joined by
-  ``\\n`` (firstfault/analysis/traceback.py's grammar says which: the analysis reads
-  tracebacks by the same rules), prefixes kept, cut to
+  ``\\n`` (firstfault/analysis/assembly.py says which, the machine the offline scanner
+  runs too, over traceback.py's grammar), prefixes kept, cut to
   MAX_MESSAGE_BYTES with the same marker; observed_ns of its first line. A
   traceback still open (no line has ended it yet) is shipped ``traceback_flush_s``
   after its last line, so a rank's dying words never wait for more.
@@ -117,8 +117,10 @@ from firstfault.agent.tail import (
     committed_at_ns,
     cut_line,
 )
-from firstfault.analysis.stacks import DUMP_MARK, DumpGrouping, starts_dump
-from firstfault.analysis.traceback import END, HELD, Grammar, may_open, opening, split_prefix, visible
+from firstfault.analysis.assembly import RANK_LOG, STACKS, Assembly, Group
+from firstfault.analysis.prefixes import peel
+from firstfault.analysis.stacks import DUMP_MARK
+from firstfault.analysis.traceback import may_open, visible
 from firstfault.common.crilog import CriJoiner, parse_pod_log_path, pod_log_globs
 from firstfault.common.layouts import TORCHRUN, TORCHRUN_FILES, layout_globs, parse_log_path
 from firstfault.wire import (
@@ -181,31 +183,17 @@ class _Pending:
     """A path's lines not yet emitted because a traceback among them is open.
 
     ``lines`` in file order: [start, end, text, observed_ns, owner, occurred_ns, stream],
-    owner None for a line of its own, else the _Traceback holding it; occurred_ns and
-    stream: a CRI record's time and stream (None for a plain log's line). A CRI file's
-    lines come in the order they were completed (a joined line after the lines of the
-    other stream written between its records)."""
+    owner None for a line of its own, else the assembly.Group holding it (its ``data``:
+    [when it was last fed, its bytes]); occurred_ns and stream: a CRI record's time and
+    stream (None for a plain log's line). A CRI file's lines come in the order they were
+    completed (a joined line after the lines of the other stream written between its records)."""
 
-    __slots__ = ("file", "lines", "open")
+    __slots__ = ("file", "lines", "groups")
 
     def __init__(self, file) -> None:
         self.file = file
         self.lines: list[list] = []
-        self.open: dict[str, _Traceback] = {}  # prefix -> its open traceback
-
-
-class _Traceback:
-    """An open traceback, or a faulthandler dump (``kind`` rank.stacks)."""
-
-    __slots__ = ("grouping", "prefix", "first", "last", "held", "nbytes", "closed", "touched", "kind")
-
-    def __init__(self, prefix: str, text: str, index: int, now: float) -> None:
-        dump = starts_dump(text)
-        self.grouping, self.prefix = DumpGrouping(text) if dump else Grammar(text), prefix
-        self.kind = KIND_RANK_STACKS if dump else KIND_RANK_TRACEBACK
-        self.first = self.last = index  # line indexes in _Pending.lines
-        self.held: list[int] = []  # blank lines after the exception line
-        self.nbytes, self.closed, self.touched = 0, False, now
+        self.groups = Assembly(RANK_LOG)  # prefix -> its open traceback or dump (the analysis' machine)
 
 
 class RankLines:
@@ -363,8 +351,8 @@ class RankLines:
     def next_tick(self) -> float | None:
         """The clock time at which an open traceback goes quiet long enough to ship, or
         emitted positions are due for a commit."""
-        due = [t.touched + self.traceback_flush_s for p in self._pending.values()
-               for t in p.open.values()]
+        due = [g.data[0] + self.traceback_flush_s for p in self._pending.values()
+               for g in p.groups.open.values()]
         if self._emitted:
             due.append(self._commit_at)
         return min(due, default=None)
@@ -377,9 +365,9 @@ class RankLines:
         rows = ColumnsBuilder()
         commit: dict[str, tuple[Position, int]] = {}
         for path, p in list(self._pending.items()):
-            quiet = [t for t in p.open.values() if now - t.touched >= self.traceback_flush_s]
-            for t in quiet:
-                self._close(p, t)
+            quiet = [g for g in p.groups.open.values() if now - g.data[0] >= self.traceback_flush_s]
+            for g in quiet:
+                _release(p.groups.close(g.key))
             if quiet:
                 self._drain(path, p, self.identity(path), rows, commit)
         self._ship(rows, commit)
@@ -434,75 +422,65 @@ class RankLines:
 
     def _group(self, p: _Pending, entries: list[list]) -> None:
         now = self.clock()
-        lines = p.lines
+        lines, feed = p.lines, p.groups.feed
         for entry in entries:
-            i, text = len(lines), entry[2]
+            text = entry[2]
             lines.append(entry)
-            prefix, body = split_prefix(visible(text))
-            if entry[6]:  # a CRI stream: stdout and stderr lines interleave, their tracebacks apart
-                prefix = f"{entry[6]}\0{prefix}"
-            t = p.open.get(prefix)
-            if t is not None:
-                verdict = t.grouping.feed(body)
-                if verdict == END:
-                    self._close(p, t)
-                else:
-                    lines[i][4] = t
-                    t.touched, t.nbytes = now, t.nbytes + len(text) + 1
-                    if verdict == HELD:
-                        t.held.append(i)
-                    else:
-                        for j in t.held:  # a chain separator: the blank lines were its own
-                            lines[j][4] = t
-                        t.held, t.last = [], i
-                    if t.nbytes > MAX_TRACEBACK_BYTES:
-                        self._close(p, t)
-                    continue
-            at = 0 if starts_dump(body) else opening(body)
-            if at is not None:
-                t = p.open[prefix] = _Traceback(prefix, body[at:], i, now)
-                t.nbytes = len(text) + 1
-                lines[i][4] = t
-
-    def _close(self, p: _Pending, t: _Traceback) -> None:
-        """The traceback is complete; blank lines it held are lines of their own again."""
-        for j in t.held:
-            p.lines[j][4] = None
-        t.held, t.closed = [], True
-        p.open.pop(t.prefix, None)
+            pre = peel(visible(text), srun_labels=True)  # as traceback.split_prefix peels
+            # a CRI stream: stdout and stderr lines interleave, their tracebacks apart
+            ended, g, opened = feed(pre, entry, key=f"{entry[6]}\0{pre.key}" if entry[6] else None)
+            if ended is not None:
+                _release(ended)
+            if g is None:
+                continue
+            entry[4] = g
+            if opened:
+                g.data = [now, len(text) + 1]
+                continue
+            g.data[0] = now
+            g.data[1] += len(text) + 1
+            if g.data[1] > MAX_TRACEBACK_BYTES:
+                _release(p.groups.close(g.key))
 
     def _close_all(self, p: _Pending) -> None:
-        for t in list(p.open.values()):
-            self._close(p, t)
+        for g in p.groups.close_all():
+            _release(g)
 
     def _drain(self, path: str, p: _Pending, ident: tuple, rows: ColumnsBuilder,
                commit: dict[str, tuple[Position, int]]) -> None:
         """Emit the longest run of pending lines, from the first, that holds only whole,
         closed tracebacks and lines of their own; commit to its end."""
-        lines, cut, reach, ok = p.lines, 0, -1, True
+        lines, cut = p.lines, 0
+        left: dict[int, int] = {}  # a group seen -> its lines still to come
+        to_come = 0  # their sum: the run can end here when none are
         for i, ln in enumerate(lines):
-            t = ln[4]
-            if t is not None:
-                ok = ok and t.closed
-                reach = max(reach, t.last)
-            if not ok:
-                break
-            if i >= reach:
+            g = ln[4]
+            if g is not None:
+                if not g.closed:
+                    break
+                n = left.get(id(g))
+                if n is None:
+                    n = len(g.items)
+                    to_come += n
+                left[id(g)] = n - 1
+                to_come -= 1
+            if not to_come:
                 cut = i + 1
         if not cut:
             return
         job, rank, local, fields = ident
         for ln in lines[:cut]:
-            t = ln[4]
+            g = ln[4]
             f = {**fields, "stream": ln[6]} if ln[6] else fields
-            if t is None:
+            if g is None:
                 rows.row((SOURCE_RANKLOG, KIND_RANK_LINE, ln[2], ln[5], ln[3], None, None,
                           job, rank, local, None, 6, f))
-            elif ln is lines[t.first]:
-                text = "\n".join(x[2] for x in lines[t.first:t.last + 1] if x[4] is t)
-                dump = t.kind == KIND_RANK_STACKS
-                rows.row((SOURCE_RANKLOG, t.kind, fit_message(text), ln[5], ln[3], None, None, job, rank,
-                          local, None, 4 if dump else 3, {**f, "tool": "faulthandler"} if dump else f))
+            elif ln is g.items[0]:
+                text = "\n".join(x[2] for x in g.items)
+                dump = g.kind == STACKS
+                rows.row((SOURCE_RANKLOG, KIND_RANK_STACKS if dump else KIND_RANK_TRACEBACK, fit_message(text),
+                          ln[5], ln[3], None, None, job, rank, local, None, 4 if dump else 3,
+                          {**f, "tool": "faulthandler"} if dump else f))
         end = lines[cut - 1][1]
         if path in self._cri:  # joined lines end out of order: commit no further than an open one starts
             j = self._joiners.get(path)
@@ -510,11 +488,15 @@ class RankLines:
             end = min([max(x[1] for x in lines[:cut])] + [h for h in held if h is not None])
         commit[path] = Position(path, p.file, end), len(rows) - 1
         del lines[:cut]
-        for t in {id(ln[4]): ln[4] for ln in lines if ln[4] is not None}.values():  # re-index
-            t.first, t.last = t.first - cut, t.last - cut
-            t.held = [j - cut for j in t.held]
         if not lines:
             del self._pending[path]
+
+
+def _release(g: Group) -> None:
+    """``g`` is complete: the blank lines it held are lines of their own again."""
+    for entry in g.held:
+        entry[4] = None
+    g.held = []
 
 
 def _int(v: str | None) -> int | None:

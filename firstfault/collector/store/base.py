@@ -140,7 +140,7 @@ class Store(Protocol):
 
 class Marker(Protocol):
     """Chooses, at insert, the records of a block that a report will read (the
-    collector's is firstfault/analysis/marks.py); a backend that keeps marks stores
+    collector's is firstfault/analysis/reads.py); a backend that keeps marks stores
     the chosen ones aside with ``name`` and serves them from ``needed``."""
 
     name: str  # changes whenever what mark() chooses would change

@@ -31,7 +31,7 @@ Invariants
       t_lo/t_hi (sqlite.py's columns) are the exact bounds of its records, ranks
       their sorted distinct non-null ranks.
     * Its marks (sqlite_marks.py, table ``marks``): the records a report needs
-      (firstfault/analysis/marks.py decides which), packed as ``data`` with their own
+      (firstfault/analysis/reads.py decides which), packed as ``data`` with their own
       seqs array, in block order. Dropping records older than a time from a block
       keeps its marks exact (the marker keeps the latest of a kind, never an
       earlier one instead).

@@ -136,7 +136,7 @@ class SqliteStore(Reading, Pruning, Marking):
         power_safe: synchronous=FULL, so commits survive a power loss, not only a
         kill of the process. cache_mib: SQLite page cache. now_ns: the clock for
         job status and prune ages (tests). marker: marks at insert what a report
-        will read (base.Marker; firstfault/analysis/marks.py), None for no marks."""
+        will read (base.Marker; firstfault/analysis/reads.py), None for no marks."""
         self.path = str(path)
         self._marker = marker
         self._mid: int | None = None  # the marker's id in this file, once it marked a block

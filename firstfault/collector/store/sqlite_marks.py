@@ -1,6 +1,6 @@
 """SqliteStore's report marks: the ``marks`` table, one row per marked block.
 
-A Marker (base.Marker; firstfault/analysis/marks.py) chooses the records of a block
+A Marker (base.Marker; firstfault/analysis/reads.py) chooses the records of a block
 a report reads; they are packed aside (blocks.py) in a ``marks`` row under the
 marker's id in ``markers``, so the block's own row is written once. Inserts mark as
 they write (cheap: the marker reads the columns the insert has anyway); a block

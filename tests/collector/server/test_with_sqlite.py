@@ -58,7 +58,7 @@ def test_group_commits_are_marked_as_they_are_stored(serve, tmp_path):
     import sqlite3
 
     from firstfault.analysis.catalog import load_catalog
-    from firstfault.analysis.marks import ReportMarker
+    from firstfault.analysis.reads import ReportMarker
     from firstfault.collector.store.sqlite import SqliteStore
 
     gate = threading.Event()

@@ -63,7 +63,7 @@ def test_an_older_version_is_migrated_in_order(pg_url, rec, monkeypatch):
 def test_jobs_from_before_report_marks_are_read_whole_and_new_ones_from_their_marks(pg_url, rec,
                                                                                   monkeypatch):
     from firstfault.analysis.catalog import load_catalog
-    from firstfault.analysis.marks import ReportMarker
+    from firstfault.analysis.reads import ReportMarker
 
     marker = ReportMarker(load_catalog())
     monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])  # version 1: no marks

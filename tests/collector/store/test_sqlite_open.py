@@ -111,7 +111,7 @@ def test_a_version_2_file_is_migrated_in_place_with_its_marks(tmp_path, rec):
     the same from version 3; a block marked under the current marker keeps its marks
     (a report reads only them), unmarked ones wait in ``pending`` until marked."""
     from firstfault.analysis.catalog import load_catalog
-    from firstfault.analysis.marks import ReportMarker
+    from firstfault.analysis.reads import ReportMarker
 
     marker = ReportMarker(load_catalog())
     path = tmp_path / "ff.db"

@@ -1,13 +1,16 @@
-"""Mark, as records are stored, the few a report will read. Pure.
+"""What a report reads: the one predicate the scanner and the collector's store share. Pure.
 
-A report (report.py over records.py's Events) looks at a record only when it is
-not a plain rank line, or when its text holds a needle of the catalog, of the
-context or of a traceback (scan.Needles' words); of the progress lines
-(signatures with the trait "progress": DeepSpeed's and the training loop's own) it keeps only the latest of
-each (stream, rank). So at
-insert the store asks ``ReportMarker.mark`` which records of a block (one agent
-stream and one job, in (time, seq) order: firstfault/collector/store/blocks.py) to keep
-aside; ``firstfault report`` then reads only those (store.base.needed_records).
+A report (report.py over scan.py's or records.py's Events) looks at a line only when
+it holds a needle (``Reads.words``: the catalog's, the context's, the memory view's,
+and the lines that open a traceback or stack dump, scan.OPENING_NEEDLES); of the
+progress lines (signatures with the trait "progress": DeepSpeed's and the training
+loop's own), whose needles are ``Reads.progress``, it keeps only the latest of each
+(stream, rank). ``reads_of(catalog)`` says it once; ``scan_needles`` is the offline
+scanner's automaton for it, and ``ReportMarker`` the same rule over the records a
+collector stores: at insert the store asks ``ReportMarker.mark`` which records of a
+block (one agent stream and one job, in (time, seq) order:
+firstfault/collector/store/blocks.py) a report reads, and keeps them aside;
+``firstfault report`` then reads only those (store.base.needed_records).
 
 What is marked, for the report to be the one all records give:
     * every record that is not a ``ranklog`` ``rank.line`` (tracebacks, kernel
@@ -47,6 +50,7 @@ import hashlib
 import json
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from itertools import accumulate, compress, repeat
 from operator import and_, eq, not_
 from typing import Any
@@ -54,23 +58,58 @@ from typing import Any
 import ahocorasick_rs
 
 from firstfault.analysis.catalog import Catalog
+from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
+from firstfault.analysis.memlines import NEEDLES as MEMORY_NEEDLES
 from firstfault.analysis.memory import BUCKET_NS, LAST_PER_BUCKET, TIMER, TIMER_NEEDLE, timer_key_of
 from firstfault.analysis.records import rank_text
-from firstfault.analysis.report import needles, progress_needles
-from firstfault.analysis.scan import Needles
+from firstfault.analysis.scan import OPENING_NEEDLES, Needles
 
 MARKS_VERSION = 3  # bump when the rules above change
 _SEP = "\x00"  # between messages in one scan; no needle holds it, so no hit spans two
 
 
+@dataclass(frozen=True, slots=True)
+class Reads:
+    """What a report reads of a stream's lines (the module's doc)."""
+
+    words: tuple[str, ...]  # sorted: a line holding one is read (one of ``progress`` alone: see there)
+    progress: tuple[str, ...]  # sorted: needles only progress lines hold; the latest such line is read
+    progress_patterns: tuple[str, ...]  # what makes a line holding one a progress line (the catalog's)
+
+
+def needles(catalog: Catalog) -> list[str]:
+    """Every literal string of the catalog, the context and the memory view that makes a line worth reading."""
+    return [n for s in catalog.signatures for n in s.needles] + list(CONTEXT_NEEDLES) + list(MEMORY_NEEDLES)
+
+
+def progress_needles(catalog: Catalog) -> list[str]:
+    """The needles only progress lines hold (no other signature's, no context's)."""
+    others = {n for s in catalog.signatures if "progress" not in s.traits for n in s.needles} | set(CONTEXT_NEEDLES)
+    return sorted({n for s in catalog.signatures if "progress" in s.traits for n in s.needles} - others)
+
+
+def reads_of(catalog: Catalog) -> Reads:
+    """What a report read with ``catalog`` reads."""
+    progress = set(progress_needles(catalog)) - set(OPENING_NEEDLES)
+    return Reads(words=tuple(sorted(set(needles(catalog)) | set(OPENING_NEEDLES))), progress=tuple(sorted(progress)),
+                 progress_patterns=tuple(p.pattern for s in catalog.signatures if "progress" in s.traits
+                                         for p in s.patterns))
+
+
+def scan_needles(catalog: Catalog) -> Needles:
+    """The scanner's needles for ``catalog``, progress lines told apart (scan.Needles)."""
+    r = reads_of(catalog)
+    return Needles(r.words, r.progress, r.progress_patterns)
+
+
 class ReportMarker:
-    """The store's marker (store.base.Marker) for reports read with ``catalog``."""
+    """The store's marker (store.base.Marker): the records of a block a report read with ``catalog``
+    reads (``reads_of``)."""
 
     def __init__(self, catalog: Catalog) -> None:
-        words = Needles(needles(catalog)).words
-        progs = [s for s in catalog.signatures if "progress" in s.traits]
-        own = set(words) - {n for s in catalog.signatures for n in s.needles}
-        self._latest = tuple(n for n in progress_needles(catalog) if n not in own)
+        reads = reads_of(catalog)
+        words = reads.words
+        self._latest = reads.progress
         rare = [w for w in words if w not in self._latest and w != TIMER_NEEDLE]  # throughput lines: _mark_timers
         if any(_SEP in w for w in words):
             raise ValueError("a needle holds NUL: the marker can not scan joined messages")
@@ -79,7 +118,7 @@ class ReportMarker:
         ) if rare else None
         self._catalog = catalog
         self._timer_keys: dict[tuple[str, str], int] = {}  # throughput lines' figures -> memory.timer_key
-        spec = [MARKS_VERSION, rare, self._latest, [p.pattern for s in progs for p in s.patterns], TIMER_NEEDLE,
+        spec = [MARKS_VERSION, rare, self._latest, list(reads.progress_patterns), TIMER_NEEDLE,
                 BUCKET_NS, LAST_PER_BUCKET]
         self.name = "report-" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
 
