@@ -86,7 +86,7 @@ they are emitted.
 
 Cost: the hot path builds no object per line: a chunk's lines go to the spool
 as the bytes read (checked UTF-8 in one call) in columns whose other values are
-runs per chunk and per file (firstfault/agent/columns.py; bench/ranklog.py,
+runs per chunk and per file (firstfault/agent/spool/columns.py; bench/ranklog.py,
 bench/RESULTS.md); only chunks where a traceback may open (a header, a frame
 line: ``traceback.may_open``), and a path's lines while one of its tracebacks is
 open, go line by line.
@@ -100,9 +100,9 @@ import re
 import threading
 from collections.abc import Callable
 
-from firstfault.agent.columns import ColumnsBuilder, as_text
 from firstfault.agent.follow import FollowLoop, compile_glob
 from firstfault.agent.sources.base import Emit, SinkFull, Source, emit_columns, emit_many, printable, register
+from firstfault.agent.spool.columns import ColumnsBuilder, as_text
 from firstfault.agent.tail import (
     ERROR,
     LOST,
