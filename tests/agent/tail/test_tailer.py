@@ -1,7 +1,7 @@
-"""Tests of firstfault/agent/tail.py and firstfault/agent/follow.py: lines, rotation, the commit contract, a random model, inotify.
+"""Tests of firstfault/agent/tail/ and firstfault/agent/tail/follow.py: lines, rotation, the commit contract, a random model, inotify.
 
 The model test (test_random_operations_against_a_model) runs the random operations of
-tests/agent/tailmodel.py against the tailer alone: its docstring says what may be lost.
+tests/agent/tail/tailmodel.py against the tailer alone: its docstring says what may be lost.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from firstfault.agent import tailfile
-from firstfault.agent.follow import FollowLoop, compile_glob
 from firstfault.agent.tail import (
     DELETED,
     LOST,
@@ -32,7 +30,9 @@ from firstfault.agent.tail import (
     cut_line,
     to_text,
 )
-from tests.agent.tailmodel import Clock, Model, datas, poll_all, write
+from firstfault.agent.tail import file as tail_file
+from firstfault.agent.tail.follow import FollowLoop, compile_glob
+from tests.agent.tail.tailmodel import Clock, Model, datas, poll_all, write
 
 # -- leak fixture ----------------------------------------------------------------------
 
@@ -173,7 +173,7 @@ def test_long_lines_at_the_default_limit_among_short_ones(log, state):
     assert got[:1000] == short[:1000] and got[1001:2001] == short[1000:2000] and got[2002:] == short[2000:]
     assert got[1000].startswith(b"L" * 1000) and got[1000].endswith(b"bytes dropped]")
     assert got[2001] == b"M" * 65_536  # exactly at the limit: kept whole
-    assert tailfile._short_lines(b"x\n" * 40_000, 65_536) and not tailfile._short_lines(b"x" * 40_000, 65_536)
+    assert tail_file._short_lines(b"x\n" * 40_000, 65_536) and not tail_file._short_lines(b"x" * 40_000, 65_536)
 
 
 def test_cut_backs_off_to_a_utf8_character_start():
@@ -370,30 +370,30 @@ def test_restart_after_truncate_while_stopped_reads_the_new_content(log, state):
         assert [e.kind for e in t.take_events()] == [LOST]
 
 
-class _WriterBetweenCheckAndRead(Tailer):
+def _writer_between_check_and_read(state, writes) -> Tailer:
     """A tailer whose file is written right after it checked the first bytes and before
     it reads: the race a file created empty and then written runs into."""
+    t = Tailer(state)
+    check = t._reader.check_fingerprint
 
-    def __init__(self, *a, writes, **kw):
-        super().__init__(*a, **kw)
-        self.writes = writes
-
-    def _check_fingerprint(self, f):
-        ok = super()._check_fingerprint(f)
-        if self.writes:
-            path, data = self.writes.pop(0)
+    def check_then_write(f):
+        ok = check(f)
+        if writes:
+            path, data = writes.pop(0)
             write(path, data)
         return ok
+    t._reader.check_fingerprint = check_then_write
+    return t
 
 
 def test_lines_read_past_the_first_bytes_checked_are_covered_by_the_fingerprint(log, state):
     write(log, b"")
     writes = [(log, b"hello\n"), (log, b"world\n")]  # one after each check of the first bytes
-    with _WriterBetweenCheckAndRead(state, writes=writes) as t:
+    with _writer_between_check_and_read(state, writes) as t:
         t.add(str(log))
         lines = t.poll_file(str(log))  # opened empty, checked again; both arrive before the read
         assert datas(lines) == [b"hello", b"world"] and not writes
-        assert t.fingerprint(str(log), lines[0].file) == (12, tailfile._fingerprint(b"hello\nworld\n"))
+        assert t.fingerprint(str(log), lines[0].file) == (12, tail_file.fingerprint(b"hello\nworld\n"))
 
 
 def test_a_fingerprint_is_not_extended_over_bytes_that_are_not_the_ones_read(log, state):
@@ -405,7 +405,7 @@ def test_a_fingerprint_is_not_extended_over_bytes_that_are_not_the_ones_read(log
         known = (f.fp_len, f.fp)
         with open(log, "r+b") as w:  # the head rewritten: not the bytes this content began with
             w.write(b"XY\ncd\n")
-        t._extend_fingerprint(f, b"cd\n")  # as if "cd" had been read at offset 3
+        t._reader.extend_fingerprint(f, b"cd\n")  # as if "cd" had been read at offset 3
         assert (f.fp_len, f.fp) == known
 
 
@@ -423,14 +423,14 @@ def test_advance_resumes_past_the_commit_and_ignores_other_contents(log, state):
         lines = t.poll_file(str(log))
         t.commit_through(lines[0])
         kept = _where(t, lines[2])  # the consumer took 2 and 3, then died before committing
-        assert t.fingerprint(str(log), lines[0].file) == (8, tailfile._fingerprint(b"1\n2\n3\n4\n"))
+        assert t.fingerprint(str(log), lines[0].file) == (8, tail_file.fingerprint(b"1\n2\n3\n4\n"))
         with pytest.raises(TailError, match="after add"):
             t.advance(str(log), *kept)
     dev, ino, offset, fp_len, fp = kept
     for args, resumed in [((dev, ino + 1, offset, fp_len, fp), [b"2", b"3", b"4"]),  # unknown inode
                           ((dev, ino, offset, fp_len, "0" * 32), [b"2", b"3", b"4"]),  # other bytes
                           ((dev, ino, 99, fp_len, fp), [b"2", b"3", b"4"]),  # past the end
-                          ((dev, ino, 0, 0, tailfile._fingerprint(b"")), [b"2", b"3", b"4"]),  # back
+                          ((dev, ino, 0, 0, tail_file.fingerprint(b"")), [b"2", b"3", b"4"]),  # back
                           (kept, [b"4"])]:
         with Tailer(state) as t:
             assert t.advance(str(log), *args) == (args[1] == ino)
@@ -536,7 +536,7 @@ def test_state_file_format_and_atomic_write(log, state, tmp_path):
     st = os.stat(log)
     assert doc == {"format": "firstfault.tail", "version": 1, "files": [
         {"path": str(log), "dev": st.st_dev, "ino": st.st_ino, "fp_len": 4,
-         "fp": tailfile._fingerprint(b"x\ny\n"), "offset": 2}]}
+         "fp": tail_file.fingerprint(b"x\ny\n"), "offset": 2}]}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.log", "state.json"]
 
 
