@@ -26,7 +26,7 @@ from firstfault.agent.tail.inotify import (
     parse_events,
 )
 from tests.agent.tail.tailmodel import datas, write
-from tests.agent.tail.test_tailer import _wait
+from tests.agent.tail.test_follow import _wait
 
 
 def test_the_kernels_events_for_a_directory_come_in_one_read(tmp_path):
