@@ -146,7 +146,7 @@ def pieces() -> list[tuple[str, float]]:
     import msgpack
 
     from firstfault import wire
-    from firstfault.agent.spool import _row
+    from firstfault.agent.spool.encode import _row
     from firstfault.agent.spool.format import COLUMNS, HEADER_BYTES, encode_entry, entry_at
 
     recs = drafts(lines(1000), 0, 1000)
