@@ -1,4 +1,4 @@
-"""Benchmark: what the agent's spool (firstfault/agent/spool.py) costs per record.
+"""Benchmark: what the agent's spool (firstfault/agent/spool/) costs per record.
 
 Appends ~150-byte DeepSpeed-style rank lines (as Draft-shaped slotted objects,
 what the sources hand over) in batches, under each fsync policy, then reads them
@@ -146,8 +146,8 @@ def pieces() -> list[tuple[str, float]]:
     import msgpack
 
     from firstfault import wire
-    from firstfault.agent.spool import _row
-    from firstfault.agent.spoolfile import COLUMNS, HEADER_BYTES, encode_entry, entry_at
+    from firstfault.agent.spool.encode import _row
+    from firstfault.agent.spool.format import COLUMNS, HEADER_BYTES, encode_entry, entry_at
 
     recs = drafts(lines(1000), 0, 1000)
     rows = list(map(_row, recs))

@@ -1,4 +1,4 @@
-"""Benchmark: firstfault/agent/tail.py reading 8 rank logs appended at once, and idle.
+"""Benchmark: firstfault/agent/tail/ reading 8 rank logs appended at once, and idle.
 
 Generates FILES rank logs of DeepSpeed-style lines (~150 bytes, LINES in all) once,
 then measures in this process (pinned to one core with --cpu):
@@ -39,8 +39,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from firstfault.agent.follow import FollowLoop  # noqa: E402
 from firstfault.agent.tail import Tailer  # noqa: E402
+from firstfault.agent.tail.follow import FollowLoop  # noqa: E402
 
 WRITER = r"""
 import os, sys

@@ -596,13 +596,13 @@ def test_the_record_columns_are_named_once():
     collector's blocks take them from here."""
     import dataclasses
 
-    from firstfault.agent import spoolfile
+    from firstfault.agent.spool import format as spool_format
     from firstfault.collector.store import blocks
 
     names = tuple(f.name for f in dataclasses.fields(wire.Record))
     assert names[:3] == ("node", "stream", "seq") and names[3:] == wire.COLUMNS
     assert len(wire.COLUMNS) == 13
-    assert spoolfile.COLUMNS is wire.COLUMNS and blocks.COLUMNS is wire.COLUMNS
+    assert spool_format.COLUMNS is wire.COLUMNS and blocks.COLUMNS is wire.COLUMNS
     assert (blocks.SOURCE, blocks.JOB, blocks.FIELDS) == tuple(
         wire.COLUMNS.index(c) for c in ("source", "job", "fields"))
 

@@ -41,9 +41,9 @@ from firstfault.agent.config import AgentConfig, ConfigError, HelpRequested, des
 from firstfault.agent.hostpaths import HostPaths
 from firstfault.agent.metrics import MetricsServer, render
 from firstfault.agent.shipper import Shipper, ShipperStats
-from firstfault.agent.sink import SpoolSink
 from firstfault.agent.sources import base as sources
 from firstfault.agent.spool import Spool, SpoolError
+from firstfault.agent.spool.intake import SpoolIntake
 from firstfault.common.sdnotify import Notifier
 from firstfault.common.settings import read_token
 from firstfault.wire import KIND_AGENT_STATUS, SOURCE_AGENT
@@ -148,7 +148,7 @@ class Agent:
         self.stopping = threading.Event()  # set: the whole agent stops
         self._sources_stop = sources.StopEvent()  # sources wait on it: no idle wakes
         self.spool: Spool | None = None
-        self.sink: SpoolSink | None = None
+        self.intake: SpoolIntake | None = None
         self.shipper: Shipper | None = None
         self.runners: list[sources.SourceRunner] = []
         self.metrics: MetricsServer | None = None
@@ -163,10 +163,10 @@ class Agent:
                                fsync_interval_ms=cfg.spool.fsync_interval_ms)
         except (OSError, SpoolError) as e:
             raise StartError(f"cannot open the spool in {cfg.state_dir}: {e}") from e
-        self.sink = SpoolSink(self.spool, cfg.redact.redactor())
+        self.intake = SpoolIntake(self.spool, cfg.redact.redactor())
         for name, why in skipped:
             log.info("source unavailable, skipped source=%s reason=%s", name, why)
-            self.sink(sources.Draft(source=SOURCE_AGENT, kind=KIND_AGENT_STATUS,
+            self.intake(sources.Draft(source=SOURCE_AGENT, kind=KIND_AGENT_STATUS,
                                     message=f"source {name} unavailable: {why}",
                                     observed_ns=time.time_ns(),
                                     fields={"source": name, "state": "unavailable",
@@ -183,12 +183,12 @@ class Agent:
                 raise StartError(f"cannot serve /metrics on {cfg.metrics}: {e.strerror or e}") from e
         self.shipper = Shipper(self.spool, cfg.collectors, token=cfg.token, ssl_context=ctx,
                                server_name=cfg.tls.server_name, agent_version=__version__,
-                               on_ack=self.sink.acked).start()
+                               on_ack=self.intake.acked).start()
         for s in srcs:
             since = s.saved_at_ns()
             if since is not None:  # records spooled after its last saved position
                 s.catch_up(self.spool.recent_rows(since or None, s.name))
-        self.runners = [sources.SourceRunner(s, self.sink, self._sources_stop).start() for s in srcs]
+        self.runners = [sources.SourceRunner(s, self.intake, self._sources_stop).start() for s in srcs]
         log.info("agent started node=%s stream=%s sources=%s collectors=%s metrics=%s",
                  cfg.node, self.spool.stream, ",".join(s.name for s in srcs),
                  ",".join(map(str, cfg.collectors)),
@@ -199,13 +199,13 @@ class Agent:
 
     def metrics_text(self) -> str:
         ship = self.shipper.stats if self.shipper is not None else ShipperStats()  # a scrape while starting
-        return render(self.sink, self.spool.stats(), ship)
+        return render(self.intake, self.spool.stats(), ship)
 
     def status_line(self) -> str:
         st, ship = self.spool.stats(), self.shipper.stats
         where = f"shipping to {ship.connected_to}" if ship.connected_to else "collector away"
         return (f"{where}; {st.unacked_records} unacked, spool {st.bytes >> 20} MiB; "
-                f"{sum(self.sink.records.values())} records")
+                f"{sum(self.intake.records.values())} records")
 
     def healthy(self) -> bool:
         return self.shipper.alive and all(r.thread.is_alive() for r in self.runners)

@@ -33,23 +33,23 @@ from typing import Callable
 
 from firstfault.agent.osthread import name_this_thread
 from firstfault.agent.shipper import ShipperStats
-from firstfault.agent.sink import SpoolSink
 from firstfault.agent.spool import SpoolStats
+from firstfault.agent.spool.intake import SpoolIntake
 from firstfault.common.prometheus import CONTENT_TYPE, family
 from firstfault.common.settings import Address
 
 log = logging.getLogger(__name__)
 
 
-def render(sink: SpoolSink, spool: SpoolStats, ship: ShipperStats) -> str:
+def render(intake: SpoolIntake, spool: SpoolStats, ship: ShipperStats) -> str:
     p = "firstfault_agent_"
     out = family(p + "records_total", "counter", "Records spooled, by source.",
-                 [("", {"source": s}, n) for s, n in sorted(sink.records.items())])
+                 [("", {"source": s}, n) for s, n in sorted(intake.records.items())])
     out += family(p + "redacted_total", "counter", "Secrets redacted before spooling, by pattern.",
-                  [("", {"pattern": k}, n) for k, n in sorted(sink.redacted.items())])
+                  [("", {"pattern": k}, n) for k, n in sorted(intake.redacted.items())])
     out += family(p + "source_up", "gauge", "1 while the source runs.",
                   [("", {"source": s}, int(st == "running"))
-                   for s, st in sorted(sink.source_states.items())])
+                   for s, st in sorted(intake.source_states.items())])
     dropped = spool.dropped_records + spool.disk_full_records
     plain = [
         ("spool_bytes", "gauge", "Bytes in the spool.", spool.bytes),
@@ -60,16 +60,16 @@ def render(sink: SpoolSink, spool: SpoolStats, ship: ShipperStats) -> str:
          dropped),
         ("spool_gaps_total", "counter", "Gap records written.", spool.gaps_written),
         ("spool_full_waits_total", "counter", "Times a source held its rows: the spool's disk "
-         "was full (nothing lost).", sink.spool_full_held),
+         "was full (nothing lost).", intake.spool_full_held),
         ("shipped_records_total", "counter", "Records sent, resends included.", ship.records),
         ("shipped_bytes_total", "counter", "Bytes of batch frames sent.", ship.bytes),
         ("acked_seq", "gauge", "Highest seq acked by a collector.", ship.acked_seq or 0),
         ("connected", "gauge", "1 while a collector session is up.",
          int(ship.connected_to is not None)),
         ("session_failures_total", "counter", "Failed connections or sessions.", ship.failures),
-        ("send_lag_seconds", "gauge", "Age of the oldest unacked record.", sink.send_lag_s()),
+        ("send_lag_seconds", "gauge", "Age of the oldest unacked record.", intake.send_lag_s()),
         ("ack_latency_seconds", "gauge", "Append-to-ack time of the last acked record.",
-         sink.last_ack_latency_s or 0.0),
+         intake.last_ack_latency_s or 0.0),
     ]
     for name, kind, help_, value in plain:
         out += family(p + name, kind, help_, value)

@@ -10,7 +10,7 @@ buildContainerLogsPath; pkg/kubelet/logs/container_log_manager.go for rotation):
 Rotation renames the file to ``<n>.log.<stamp>`` (Go layout ``20060102-150405``) and asks
 the runtime to reopen ``<n>.log``; older rotated files are gzipped (``.gz``). Only
 ``<n>.log`` is followed (``pod_log_globs``): a renamed file is drained by the tailer
-through its open descriptor (firstfault/agent/tail.py), so nothing is read twice.
+through its open descriptor (firstfault/agent/tail/), so nothing is read twice.
 
 What (the runtime's CRI logger, parsed as the kubelet's ``parseCRILog`` does): one record a
 line, ``<time> <stream> <tags> <content>``, time in RFC 3339 with up to nine fraction

@@ -3,7 +3,7 @@
 Training jobs print secrets: a launcher's command line (``--hf_token hf_...``, ``--password
 ...``), an environment dump (``WANDB_API_KEY=...``, ``AWS_SECRET_ACCESS_KEY=...``), a proxy
 or database URL (``postgresql://user:password@host``), an ``Authorization: Bearer`` header.
-The agent redacts every record it spools (firstfault/agent/sink.py), ``firstfault analyze``
+The agent redacts every record it spools (firstfault/agent/spool/intake.py), ``firstfault analyze``
 and the collector's reports and bundles redact what they print (``report``), each with the
 patterns of its configuration: ``[redact]`` ``enabled`` (default true), ``defaults``
 (default true: DEFAULTS below) and ``patterns``, extra ``NAME=REGEX`` strings.

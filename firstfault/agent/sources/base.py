@@ -31,7 +31,7 @@ The registry maps a name to its class. ``get(name)`` imports
 
 ``emit`` is called from the source's thread; it must be thread-safe and cheap.
 Drafts are plain slotted dataclasses: building one costs about a microsecond.
-In the agent ``emit`` is the spool's sink: when it returns the record is in the
+In the agent ``emit`` is the spool's intake (firstfault/agent/spool/intake.py): when it returns the record is in the
 spool (durable as its fsync setting says), so a source may then commit its own
 position (a kmsg seq, a file offset). A source with many records at once uses
 ``emit_many(emit)(rows)``: one spool append for the list, where a row is a Draft
@@ -69,9 +69,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Iterable
 
-from firstfault.agent.columns import Columns
 from firstfault.agent.hostpaths import HostPaths
 from firstfault.agent.osthread import name_this_thread
+from firstfault.agent.spool.columns import Columns
 from firstfault.wire import KIND_AGENT_STATUS, MAX_TEXT_BYTES, SOURCE_AGENT, Record
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ Emit = Callable[[Draft], None]
 
 
 class SinkFull(Exception):
-    """The sink cannot take more now (the spool's disk is full); the first ``accepted``
+    """The intake cannot take more now (the spool's disk is full); the first ``accepted``
     rows were taken. Raised only to a source that asked to hold (``emit_many(emit,
     hold=True)``): it offers the rest again later. Others lose them in a gap record."""
 
@@ -127,7 +127,7 @@ class SinkFull(Exception):
 
 
 def emit_many(emit: Emit, *, hold: bool = False) -> Callable[[list], None]:
-    """The batch form of ``emit``: the agent's sink takes a whole list (one spool append)
+    """The batch form of ``emit``: the agent's intake takes a whole list (one spool append)
     through its ``many`` method (with ``hold``, where ``many`` takes it: SinkFull when
     the disk is full, instead of a gap); any other callable (a test's list.append) gets
     the rows one by one."""
@@ -142,7 +142,7 @@ def emit_many(emit: Emit, *, hold: bool = False) -> Callable[[list], None]:
 
 
 def emit_columns(emit: Emit, *, hold: bool = False) -> Callable[[Columns], None]:
-    """The columns form of ``emit`` (firstfault/agent/columns.py): the agent's sink spools
+    """The columns form of ``emit`` (firstfault/agent/spool/columns.py): the agent's intake spools
     them as they are through its ``columns`` method (``hold`` as for emit_many); anything
     else gets rows."""
     columns = getattr(emit, "columns", None)
@@ -374,7 +374,7 @@ class SourceRunner:
         try:
             self.emit(Draft(source=SOURCE_AGENT, kind=KIND_AGENT_STATUS, message=clip(msg, 4096),
                             observed_ns=time.time_ns(), severity=severity, fields=fields))
-        except Exception:  # the sink is failing too: the log is all that is left
+        except Exception:  # the intake is failing too: the log is all that is left
             log.exception("status record lost source=%s state=%s", self.source.name, state)
 
     def _loop(self) -> None:

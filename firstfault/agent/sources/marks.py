@@ -42,7 +42,7 @@ The directory is ``marks/`` in the agent's state_dir (the daemon passes it as
 
 Delivery: a mark is deleted after ``emit`` returned (the record is in the spool),
 so a crash in between sends it twice, never zero times. The directory is watched
-with inotify (firstfault/agent/inotify.py) and scanned at start and every ``rescan_s`` seconds (an
+with inotify (firstfault/agent/tail/inotify.py) and scanned at start and every ``rescan_s`` seconds (an
 inotify queue overflow or a missed event costs at most that delay).
 
 Known issues: any local user who may write the directory can mark any job id; a
@@ -62,8 +62,8 @@ import threading
 import time
 from typing import NamedTuple
 
-from firstfault.agent.inotify import IN_CLOSE_WRITE, IN_MOVED_TO, Inotify
 from firstfault.agent.sources.base import Draft, Emit, Source, SourceError, printable, register, stop_slice
+from firstfault.agent.tail.inotify import IN_CLOSE_WRITE, IN_MOVED_TO, Inotify
 from firstfault.wire import KIND_AGENT_STATUS, KIND_JOB_MARK, MAX_NAME_BYTES, MAX_TEXT_BYTES, SOURCE_AGENT, SOURCE_MARKS
 
 log = logging.getLogger(__name__)

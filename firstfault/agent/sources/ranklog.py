@@ -1,12 +1,12 @@
 """ranklog: every line of the ranks' log files, byte-exact, a whole traceback as one record.
 
 Follows files by ``globs`` with named parts (``/logs/{job}/rank{rank}.log``,
-firstfault/agent/follow.py ``compile_glob``), the launchers' layouts under ``dirs``
+firstfault/agent/tail/follow.py ``compile_glob``), the launchers' layouts under ``dirs``
 (torchrun ``--log-dir``, DeepSpeed ``--enable_each_rank_log``: firstfault/common/layouts.py)
 and the kubelet's container logs under ``pod_dirs`` (``/var/log/pods``, the CRI format:
 firstfault/common/crilog.py),
-with the byte-exact tailer (firstfault/agent/tail.py: rotation, copytruncate, positions) woken
-by inotify (firstfault/agent/follow.py). A line as written by a rank (tests/data/real)::
+with the byte-exact tailer (firstfault/agent/tail/: rotation, copytruncate, positions) woken
+by inotify (firstfault/agent/tail/follow.py). A line as written by a rank (tests/data/real)::
 
     [rank1]: ValueError: feature vector has 17 columns, expected 16 (bad record in batch at step 5)
 
@@ -68,7 +68,7 @@ position a commit would save, never past a held line) and ``fp_len``, ``fp``
 (the tailer's fingerprint of its first bytes: tells a truncated file's new
 content from the old); one extra dict per path per call. At start
 ``saved_at_ns`` is when the committed offsets were written
-(firstfault/agent/tail.py ``committed_at_ns``), ``catch_up`` keeps each path's newest
+(firstfault/agent/tail/ ``committed_at_ns``), ``catch_up`` keeps each path's newest
 spooled position since then, and ``run`` hands them to ``Tailer.advance``
 before following: a saved file of that (dev, ino) whose first bytes still match
 is resumed there, the path's files before it are dropped (drained: a stream
@@ -86,7 +86,7 @@ they are emitted.
 
 Cost: the hot path builds no object per line: a chunk's lines go to the spool
 as the bytes read (checked UTF-8 in one call) in columns whose other values are
-runs per chunk and per file (firstfault/agent/columns.py; bench/ranklog.py,
+runs per chunk and per file (firstfault/agent/spool/columns.py; bench/ranklog.py,
 bench/RESULTS.md); only chunks where a traceback may open (a header, a frame
 line: ``traceback.may_open``), and a path's lines while one of its tracebacks is
 open, go line by line.
@@ -100,16 +100,15 @@ import re
 import threading
 from collections.abc import Callable
 
-from firstfault.agent.columns import ColumnsBuilder, as_text
-from firstfault.agent.follow import FollowLoop, compile_glob
 from firstfault.agent.sources.base import Emit, SinkFull, Source, emit_columns, emit_many, printable, register
+from firstfault.agent.spool.columns import ColumnsBuilder, as_text
 from firstfault.agent.tail import (
     ERROR,
     LOST,
     MIN_LINE_BYTES,
     STATE_RESET,
     TRUNCATED,
-    Event,
+    FileChange,
     LineBatch,
     Position,
     StateError,
@@ -117,6 +116,7 @@ from firstfault.agent.tail import (
     committed_at_ns,
     cut_line,
 )
+from firstfault.agent.tail.follow import FollowLoop, compile_glob
 from firstfault.analysis.assembly import RANK_LOG, STACKS, Assembly, Group
 from firstfault.analysis.prefixes import peel
 from firstfault.analysis.stacks import DUMP_MARK
@@ -200,7 +200,7 @@ class RankLines:
     """Tailer batches -> wire rows (emitted), tracebacks grouped, positions committed.
 
     The engine of the source, without threads or inotify: ``batches(list[LineBatch])``
-    and ``events(list[Event])`` as a FollowLoop hands them over, ``tick()`` when
+    and ``events(list[FileChange])`` as a FollowLoop hands them over, ``tick()`` when
     ``next_tick`` (on ``clock``) is due; positions are committed ``commit_s`` after the
     last commit (or after COMMIT_BYTES) and by ``commit()``.
     """
@@ -335,7 +335,7 @@ class RankLines:
         return [[x.start, x.end, t, observed_ns, None, x.time_ns if x.stream else None, x.stream or None]
                 for x, t in zip(joined, as_text(texts))]
 
-    def events(self, events: list[Event]) -> None:
+    def events(self, events: list[FileChange]) -> None:
         rows = []
         for e in events:
             if e.kind not in GAP_EVENTS:

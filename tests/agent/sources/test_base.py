@@ -13,7 +13,6 @@ import time
 import pytest
 
 from firstfault.agent import clock
-from firstfault.agent.follow import FollowLoop
 from firstfault.agent.hostpaths import HostPaths
 from firstfault.agent.sources import (
     Draft,
@@ -35,6 +34,7 @@ from firstfault.agent.sources.kmsg import KmsgSource
 from firstfault.agent.sources.marks import MarksSource
 from firstfault.agent.sources.procs import ProcsSource
 from firstfault.agent.sources.ranklog import RanklogSource
+from firstfault.agent.tail.follow import FollowLoop
 from firstfault.wire import Record
 
 

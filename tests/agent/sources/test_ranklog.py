@@ -27,7 +27,7 @@ from firstfault.agent.tail import Tailer, to_text
 from firstfault.wire import KIND_RANK_LINE, KIND_RANK_TRACEBACK, Batch, Record
 from firstfault.wiredecode import decode_batch
 from tests.agent.sources.conftest import DATA
-from tests.agent.tailmodel import Clock, Model, write
+from tests.agent.tail.tailmodel import Clock, Model, write
 
 REAL, FORMATS = DATA / "real", DATA / "formats"
 
@@ -518,21 +518,21 @@ def test_a_full_disk_holds_the_lines_in_their_files_and_loses_none(tmp_path, run
     offered again, no gap is written and the source is never restarted; every line once."""
     import errno
 
-    from firstfault.agent import spool as spool_mod
-    from firstfault.agent import tailstate
-    from firstfault.agent.sink import SpoolSink
+    from firstfault.agent.spool import writer as spool_writer
+    from firstfault.agent.spool.intake import SpoolIntake
+    from firstfault.agent.tail import state as tail_state
 
     logs = [tmp_path / f"rank{r}.log" for r in range(3)]
     spool = Spool(tmp_path / "spool", node="n1", max_bytes=64 << 20, fsync="never")
-    sink, full = SpoolSink(spool), threading.Event()
-    assert spool_mod.os is tailstate.os  # one os.write for the spool and the tail state
+    sink, full = SpoolIntake(spool), threading.Event()
+    assert spool_writer.os is tail_state.os  # one os.write for the spool and the tail state
     real_write = os.write
 
     def write_until_full(fd, data):
         if full.is_set():
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
-    monkeypatch.setattr(spool_mod.os, "write", write_until_full)
+    monkeypatch.setattr(spool_writer.os, "write", write_until_full)
     _write_ranks(logs, 0, 200)
     source = RanklogSource(globs=[str(tmp_path / "rank{rank}.log")], state_dir=str(tmp_path),
                            traceback_flush_s=0.2)
@@ -676,7 +676,7 @@ def test_no_thread_or_inotify_watch_left_after_stop(tmp_path, running):
 # -- the random model, through the source's engine and a real spool --------------------------
 
 class SpoolModel(Model):
-    """tests/agent/tailmodel.py's Model with the ranklog engine and a real Spool as the
+    """tests/agent/tail/tailmodel.py's Model with the ranklog engine and a real Spool as the
     consumer: a poll's lines are emitted into the spool and committed at once; a
     restart closes and reopens both. What must arrive is the model's own."""
 

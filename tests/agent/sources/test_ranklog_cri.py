@@ -10,7 +10,7 @@ from firstfault.agent.sources.ranklog import RankLines, RanklogSource
 from firstfault.agent.tail import Tailer
 from firstfault.wire import KIND_RANK_LINE, KIND_RANK_TRACEBACK
 from tests.agent.sources.test_ranklog import Rows, committed
-from tests.agent.tailmodel import Clock
+from tests.agent.tail.tailmodel import Clock
 from tests.common.criwriter import append, records, rotate
 
 UID = "5b1c7a2e-3f4d-4e6a-9b8c-0d1e2f3a4b5c"

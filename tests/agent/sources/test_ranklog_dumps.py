@@ -7,7 +7,7 @@ import pytest
 from firstfault.agent.tail import to_text
 from firstfault.wire import KIND_RANK_LINE, KIND_RANK_STACKS, KIND_RANK_TRACEBACK
 from tests.agent.sources.test_ranklog import ship_files
-from tests.agent.tailmodel import write
+from tests.agent.tail.tailmodel import write
 
 FORMATS = Path(__file__).resolve().parents[2] / "data" / "formats"
 

@@ -1,4 +1,4 @@
-"""firstfault/agent/inotify.py against the real kernel, and FollowLoop's handling of what it reads."""
+"""firstfault/agent/tail/inotify.py against the real kernel, and FollowLoop's handling of what it reads."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from firstfault.agent.follow import WATCH_MASK, FollowLoop
-from firstfault.agent.inotify import (
+from firstfault.agent.tail import Tailer
+from firstfault.agent.tail.follow import WATCH_MASK, FollowLoop
+from firstfault.agent.tail.inotify import (
     IN_CREATE,
     IN_DELETE,
     IN_IGNORED,
@@ -24,9 +25,8 @@ from firstfault.agent.inotify import (
     InotifyEvent,
     parse_events,
 )
-from firstfault.agent.tail import Tailer
-from tests.agent.tailmodel import datas, write
-from tests.agent.test_tail import _wait
+from tests.agent.tail.tailmodel import datas, write
+from tests.agent.tail.test_follow import _wait
 
 
 def test_the_kernels_events_for_a_directory_come_in_one_read(tmp_path):

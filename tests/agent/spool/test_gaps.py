@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tests.agent.test_spool import gaps, open_spool, row
+from tests.agent.spool.test_spool import gaps, open_spool, row
 
 KW = dict(max_bytes=32 << 10, segment_bytes=8192)
 

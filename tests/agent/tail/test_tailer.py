@@ -1,7 +1,7 @@
-"""Tests of firstfault/agent/tail.py and firstfault/agent/follow.py: lines, rotation, the commit contract, a random model, inotify.
+"""Tests of firstfault/agent/tail/ (the Tailer: lines, rotation, the commit contract, a random model); the follow loop is test_follow.py's.
 
 The model test (test_random_operations_against_a_model) runs the random operations of
-tests/agent/tailmodel.py against the tailer alone: its docstring says what may be lost.
+tests/agent/tail/tailmodel.py against the tailer alone: its docstring says what may be lost.
 """
 
 from __future__ import annotations
@@ -9,14 +9,11 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from firstfault.agent import tailfile
-from firstfault.agent.follow import FollowLoop, compile_glob
 from firstfault.agent.tail import (
     DELETED,
     LOST,
@@ -32,41 +29,8 @@ from firstfault.agent.tail import (
     cut_line,
     to_text,
 )
-from tests.agent.tailmodel import Clock, Model, datas, poll_all, write
-
-# -- leak fixture ----------------------------------------------------------------------
-
-def _fds(tmp: Path) -> tuple[int, list[str]]:
-    inotify, ours = 0, []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target == "anon_inode:inotify":
-            inotify += 1
-        elif target.startswith(str(tmp)):
-            ours.append(target)
-    return inotify, ours
-
-
-@pytest.fixture(autouse=True)
-def no_leaks(tmp_path):
-    """Every test leaves no thread, no inotify instance and no open file of its own."""
-    threads = set(threading.enumerate())
-    inotify, _ = _fds(tmp_path)
-    yield
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        left = [t for t in threading.enumerate() if t not in threads and t.is_alive()]
-        if not left and _fds(tmp_path)[0] <= inotify:
-            break
-        time.sleep(0.02)
-    assert not left, f"threads left running: {left}"
-    now_inotify, ours = _fds(tmp_path)
-    assert now_inotify <= inotify, "inotify instance left open"
-    assert not ours, f"files left open: {ours}"
-
+from firstfault.agent.tail import file as tail_file
+from tests.agent.tail.tailmodel import Clock, Model, datas, poll_all, write
 
 # -- helpers -----------------------------------------------------------------------------
 
@@ -173,7 +137,7 @@ def test_long_lines_at_the_default_limit_among_short_ones(log, state):
     assert got[:1000] == short[:1000] and got[1001:2001] == short[1000:2000] and got[2002:] == short[2000:]
     assert got[1000].startswith(b"L" * 1000) and got[1000].endswith(b"bytes dropped]")
     assert got[2001] == b"M" * 65_536  # exactly at the limit: kept whole
-    assert tailfile._short_lines(b"x\n" * 40_000, 65_536) and not tailfile._short_lines(b"x" * 40_000, 65_536)
+    assert tail_file._short_lines(b"x\n" * 40_000, 65_536) and not tail_file._short_lines(b"x" * 40_000, 65_536)
 
 
 def test_cut_backs_off_to_a_utf8_character_start():
@@ -370,30 +334,30 @@ def test_restart_after_truncate_while_stopped_reads_the_new_content(log, state):
         assert [e.kind for e in t.take_events()] == [LOST]
 
 
-class _WriterBetweenCheckAndRead(Tailer):
+def _writer_between_check_and_read(state, writes) -> Tailer:
     """A tailer whose file is written right after it checked the first bytes and before
     it reads: the race a file created empty and then written runs into."""
+    t = Tailer(state)
+    check = t._reader.check_fingerprint
 
-    def __init__(self, *a, writes, **kw):
-        super().__init__(*a, **kw)
-        self.writes = writes
-
-    def _check_fingerprint(self, f):
-        ok = super()._check_fingerprint(f)
-        if self.writes:
-            path, data = self.writes.pop(0)
+    def check_then_write(f):
+        ok = check(f)
+        if writes:
+            path, data = writes.pop(0)
             write(path, data)
         return ok
+    t._reader.check_fingerprint = check_then_write
+    return t
 
 
 def test_lines_read_past_the_first_bytes_checked_are_covered_by_the_fingerprint(log, state):
     write(log, b"")
     writes = [(log, b"hello\n"), (log, b"world\n")]  # one after each check of the first bytes
-    with _WriterBetweenCheckAndRead(state, writes=writes) as t:
+    with _writer_between_check_and_read(state, writes) as t:
         t.add(str(log))
         lines = t.poll_file(str(log))  # opened empty, checked again; both arrive before the read
         assert datas(lines) == [b"hello", b"world"] and not writes
-        assert t.fingerprint(str(log), lines[0].file) == (12, tailfile._fingerprint(b"hello\nworld\n"))
+        assert t.fingerprint(str(log), lines[0].file) == (12, tail_file.fingerprint(b"hello\nworld\n"))
 
 
 def test_a_fingerprint_is_not_extended_over_bytes_that_are_not_the_ones_read(log, state):
@@ -405,7 +369,7 @@ def test_a_fingerprint_is_not_extended_over_bytes_that_are_not_the_ones_read(log
         known = (f.fp_len, f.fp)
         with open(log, "r+b") as w:  # the head rewritten: not the bytes this content began with
             w.write(b"XY\ncd\n")
-        t._extend_fingerprint(f, b"cd\n")  # as if "cd" had been read at offset 3
+        t._reader.extend_fingerprint(f, b"cd\n")  # as if "cd" had been read at offset 3
         assert (f.fp_len, f.fp) == known
 
 
@@ -423,14 +387,14 @@ def test_advance_resumes_past_the_commit_and_ignores_other_contents(log, state):
         lines = t.poll_file(str(log))
         t.commit_through(lines[0])
         kept = _where(t, lines[2])  # the consumer took 2 and 3, then died before committing
-        assert t.fingerprint(str(log), lines[0].file) == (8, tailfile._fingerprint(b"1\n2\n3\n4\n"))
+        assert t.fingerprint(str(log), lines[0].file) == (8, tail_file.fingerprint(b"1\n2\n3\n4\n"))
         with pytest.raises(TailError, match="after add"):
             t.advance(str(log), *kept)
     dev, ino, offset, fp_len, fp = kept
     for args, resumed in [((dev, ino + 1, offset, fp_len, fp), [b"2", b"3", b"4"]),  # unknown inode
                           ((dev, ino, offset, fp_len, "0" * 32), [b"2", b"3", b"4"]),  # other bytes
                           ((dev, ino, 99, fp_len, fp), [b"2", b"3", b"4"]),  # past the end
-                          ((dev, ino, 0, 0, tailfile._fingerprint(b"")), [b"2", b"3", b"4"]),  # back
+                          ((dev, ino, 0, 0, tail_file.fingerprint(b"")), [b"2", b"3", b"4"]),  # back
                           (kept, [b"4"])]:
         with Tailer(state) as t:
             assert t.advance(str(log), *args) == (args[1] == ino)
@@ -536,7 +500,7 @@ def test_state_file_format_and_atomic_write(log, state, tmp_path):
     st = os.stat(log)
     assert doc == {"format": "firstfault.tail", "version": 1, "files": [
         {"path": str(log), "dev": st.st_dev, "ino": st.st_ino, "fp_len": 4,
-         "fp": tailfile._fingerprint(b"x\ny\n"), "offset": 2}]}
+         "fp": tail_file.fingerprint(b"x\ny\n"), "offset": 2}]}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.log", "state.json"]
 
 
@@ -572,22 +536,6 @@ def test_state_of_another_version_is_refused(state):
         Tailer(state)
 
 
-# -- globs ------------------------------------------------------------------------------
-
-def test_compile_glob_named_parts():
-    g, rx = compile_glob("/logs/{job}/rank{rank:\\d+}.log")
-    assert g == "/logs/*/rank*.log"
-    assert rx.fullmatch("/logs/j-42/rank12.log").groupdict() == {"job": "j-42", "rank": "12"}
-    assert rx.fullmatch("/logs/a/b/rank1.log") is None and rx.fullmatch("/logs/j/rankX.log") is None
-    g, rx = compile_glob("/l/[!x]?/*.lo[gh]")
-    assert g == "/l/[!x]?/*.lo[gh]" and rx.fullmatch("/l/ab/q.log") and not rx.fullmatch("/l/xb/q.log")
-    assert rx.fullmatch("/l/a.b/q.log") is None  # [!x]? is two characters
-    with pytest.raises(ValueError):
-        compile_glob("/l/{job}/{job}.log")
-    with pytest.raises(ValueError):
-        compile_glob("/l/{1bad}.log")
-
-
 # -- the random model test --------------------------------------------------------------
 
 
@@ -600,133 +548,3 @@ def test_random_operations_against_a_model(tmp_path, seed):
         model.step()
     model.finish()
     assert sum(len(v) for v in model.accepted.values()) > 100
-
-
-# -- the follow loop (real inotify) --------------------------------------------------------
-
-def _run_loop(tmp_path, globs, safety_poll_s=3600.0, **tailer_kw):
-    got: list[Line] = []
-    events = []
-    stop = threading.Event()
-    tailer = Tailer(tmp_path / "state.json", **tailer_kw)
-    loop = FollowLoop(tailer, globs, got.extend, stop, on_events=events.extend,
-                      safety_poll_s=safety_poll_s)
-    th = threading.Thread(target=loop.run, name="follow-loop-test")
-    th.start()
-    return loop, th, got, events, tailer
-
-
-def test_follow_loop_reads_the_writes_of_one_min_wake_together(tmp_path):
-    calls: list[int] = []
-    stop = threading.Event()
-    path = tmp_path / "rank0.log"
-    write(path, b"ready\n")
-    loop = FollowLoop(Tailer(tmp_path / "state.json"), [str(tmp_path / "rank{rank}.log")],
-                      lambda lines: calls.append(len(lines)), stop, safety_poll_s=3600,
-                      min_wake_s=0.5)
-    th = threading.Thread(target=loop.run, name="follow-loop-test")
-    th.start()
-    try:
-        assert _wait(lambda: calls == [1])  # the loop runs
-        calls.clear()
-        t0 = time.monotonic()
-        for i in range(20):  # 20 writes within ~0.2 s, all in one gap after the last wake
-            with open(path, "ab") as f:
-                f.write(b"line %d\n" % i)
-            time.sleep(0.01)
-        writing_s = time.monotonic() - t0
-        assert _wait(lambda: sum(calls) == 20)
-        if writing_s < 0.45:  # the machine kept up: the writes fit one gap
-            assert len(calls) <= 2, calls
-    finally:
-        loop.stop()
-        th.join(10)
-
-
-def _wait(cond, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return False
-
-
-def test_follow_loop_picks_up_a_new_file_by_inotify_alone(tmp_path):
-    logs = tmp_path / "logs"
-    (logs / "job1").mkdir(parents=True)
-    write(logs / "job1" / "rank0.log", b"before start\n")
-    inotify_before = _fds(tmp_path)[0]
-    loop, th, got, events, tailer = _run_loop(tmp_path, [str(logs / "{job}" / "rank{rank}.log")])
-    try:
-        assert _wait(lambda: len(got) == 1)
-        assert _fds(tmp_path)[0] == inotify_before + 1  # what the leak fixture counts is real
-        write(logs / "job1" / "rank1.log", b"hello from rank 1\n")  # a new file, same dir
-        (logs / "job2").mkdir()  # a new directory below the watched one
-        write(logs / "job2" / "rank7.log", b"job 2 rank 7\n")
-        assert _wait(lambda: len(got) == 3), datas(got)
-        by = {ln.data: dict(ln.fields) for ln in got}
-        assert by[b"hello from rank 1"] == {"job": "job1", "rank": "1"}
-        assert by[b"job 2 rank 7"] == {"job": "job2", "rank": "7"}
-        write(logs / "job1" / "rank1.log", b"appended\n")
-        os.rename(logs / "job1" / "rank1.log", logs / "job1" / "rank1.log.1")
-        write(logs / "job1" / "rank1.log", b"after rotation\n")
-        write(logs / "job1" / "other.txt", b"not followed\n")
-        assert _wait(lambda: len(got) == 5), datas(got)
-        assert datas(got)[3:] == [b"appended", b"after rotation"]
-    finally:
-        loop.stop()
-        th.join(10)
-    assert not th.is_alive()
-    with pytest.raises(TailError):  # the loop closed the tailer on its way out
-        tailer.poll_file(str(logs / "job1" / "rank0.log"))
-
-
-def test_follow_loop_base_directory_created_later(tmp_path):
-    loop, th, got, events, tailer = _run_loop(tmp_path, [str(tmp_path / "later" / "r{rank}.log")])
-    try:
-        time.sleep(0.2)
-        (tmp_path / "later").mkdir()
-        assert _wait(lambda: loop._watches and list(loop._watches) == [str(tmp_path / "later")])
-        write(tmp_path / "later" / "r3.log", b"x\n")
-        assert _wait(lambda: datas(got) == [b"x"])
-    finally:
-        loop.stop()
-        th.join(10)
-
-
-def test_follow_loop_safety_poll_catches_what_events_missed(tmp_path, monkeypatch):
-    write(tmp_path / "r0.log", b"a\n")
-    monkeypatch.setattr(FollowLoop, "_take_events", lambda self, events: None)  # inotify deaf
-    loop, th, got, events, tailer = _run_loop(tmp_path, [str(tmp_path / "r{rank}.log")],
-                                              safety_poll_s=0.2)
-    try:
-        assert _wait(lambda: len(got) == 1)
-        write(tmp_path / "r0.log", b"b\n")
-        write(tmp_path / "r1.log", b"c\n")
-        assert _wait(lambda: sorted(datas(got)) == [b"a", b"b", b"c"])
-    finally:
-        loop.stop()
-        th.join(10)
-
-
-def test_follow_loop_stops_cleanly_on_the_stop_event_alone(tmp_path):
-    loop, th, got, events, tailer = _run_loop(tmp_path, [str(tmp_path / "*.log")])
-    time.sleep(0.1)
-    loop.stop_event.set()  # no wake: the loop notices within STOP_CHECK_S
-    th.join(FollowLoop.STOP_CHECK_S + 5)
-    assert not th.is_alive()
-
-
-def test_follow_loop_flushes_a_quiet_partial_line_on_time(tmp_path):
-    loop, th, got, events, tailer = _run_loop(tmp_path, [str(tmp_path / "r{rank}.log")],
-                                              partial_flush_s=0.3)
-    try:
-        time.sleep(0.1)
-        t0 = time.monotonic()
-        write(tmp_path / "r0.log", b"Fatal Python error: Aborted")  # the last words, no newline
-        assert _wait(lambda: datas(got) == [b"Fatal Python error: Aborted"])
-        assert 0.25 < time.monotonic() - t0 < 8  # on time, give or take a loaded CI machine
-    finally:
-        loop.stop()
-        th.join(10)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from firstfault.agent.columns import ColumnsBuilder, Runs
+from firstfault.agent.spool.columns import ColumnsBuilder, Runs
 
 
 def _model_update(values: list, changes: dict) -> list:

@@ -1,7 +1,7 @@
-"""Follow every file matching globs with a Tailer (firstfault/agent/tail.py), woken by inotify.
+"""Follow every file matching globs with a Tailer (firstfault/agent/tail/tailer.py), woken by inotify.
 
 ``FollowLoop(tailer, globs, on_lines, stop_event)`` drives a Tailer from inotify
-events (firstfault/agent/inotify.py: read in the loop's own thread, every pending event in one
+events (firstfault/agent/tail/inotify.py: read in the loop's own thread, every pending event in one
 read a wake); ``compile_glob`` turns ``/logs/{job}/rank{rank}.log`` into a glob and
 a regex with named parts. A FollowLoop runs in the thread that calls run(). Idle
 cost (bench/tail.py): ~0.06% CPU.
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 from glob import glob as _glob
 
-from firstfault.agent.inotify import (
+from firstfault.agent.tail.inotify import (
     IN_CREATE,
     IN_DELETE,
     IN_DELETE_SELF,
@@ -36,7 +36,8 @@ from firstfault.agent.inotify import (
     IN_Q_OVERFLOW,
     Inotify,
 )
-from firstfault.agent.tail import Event, Line, LineBatch, StateError, Tailer
+from firstfault.agent.tail.lines import FileChange, Line, LineBatch, StateError
+from firstfault.agent.tail.tailer import Tailer
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ class FollowLoop:
     as a StopEvent does; ``stop()`` sets it and wakes the loop at once), then closes its
     inotify descriptor and the tailer. A wake's lines (all its
     polls) go to ``on_lines(list[Line])`` (or ``on_batches(list[LineBatch])``) in
-    one call, a poll's events to ``on_events(list[Event])`` after the lines read
+    one call, a poll's events to ``on_events(list[FileChange])`` after the lines read
     before them (otherwise they are only logged); wakes are ``min_wake_s`` apart
     (events within it wait for the next: a poll, an append and a commit per wake,
     not per write; bench/agent.py measures the CPU it saves and the latency it adds);
@@ -157,7 +158,7 @@ class FollowLoop:
     def __init__(self, tailer: Tailer, globs: str | Iterable[str],
                  on_lines: Callable[[list[Line]], object] | None, stop_event: threading.Event, *,
                  on_batches: Callable[[list[LineBatch]], object] | None = None,
-                 on_events: Callable[[list[Event]], object] | None = None,
+                 on_events: Callable[[list[FileChange]], object] | None = None,
                  on_tick: Callable[[], float | None] | None = None,
                  safety_poll_s: float = 5.0, min_wake_s: float = 0.025):
         if (on_lines is None) == (on_batches is None):

@@ -8,7 +8,7 @@ list[InotifyEvent]`` (all that is queued, [] when nothing is), ``close()``.
 ``parse_events(buf)`` is the pure decoder of ``struct inotify_event`` records
 (``int wd; uint32 mask, cookie, len; char name[len]``, the name NUL-padded).
 
-Used by firstfault/agent/follow.py instead of watchdog's observer, whose three threads and two
+Used by firstfault/agent/tail/follow.py instead of watchdog's observer, whose three threads and two
 queues cost ~30 µs of Python per IN_MODIFY (bench/RESULTS.md, agent end to end).
 """
 

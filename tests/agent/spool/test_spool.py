@@ -1,4 +1,4 @@
-"""Tests of firstfault/agent/spool.py: round trips, restarts, acks, torn tails, corruption,
+"""Tests of firstfault/agent/spool/: round trips, restarts, acks, torn tails, corruption,
 overflow, disk full (a real 1 MiB tmpfs as root, and an injected failing write),
 a kill -9 loop (slow) and a random model check.
 
@@ -26,14 +26,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firstfault.agent import spool as spool_mod
-from firstfault.agent import spoolfile
-from firstfault.agent.columns import MESSAGE, Columns, Runs
 from firstfault.agent.spool import InvalidRecordError, Spool, SpoolError, SpoolFullError
-from firstfault.agent.spoolfile import HEADER, pack_column
+from firstfault.agent.spool import format as spoolformat
+from firstfault.agent.spool import writer as spool_writer
+from firstfault.agent.spool.columns import MESSAGE, Columns, Runs
+from firstfault.agent.spool.format import HEADER, pack_column
 from firstfault.wire import MAX_MESSAGE_BYTES, Record, encode_batch
 from firstfault.wiredecode import decode_batch, decode_batch_columns
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 T0 = 1796206319790113000
 LINE = ("[2026-12-02 10:11:59,782] [INFO] [logging.py:107:log_dist] [Rank 0] step={i}, "
         "skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]")
@@ -101,7 +102,7 @@ def covered(recs) -> list[int]:
 # --- the format ------------------------------------------------------------------
 
 def test_docstring_example_is_what_the_encoder_writes(tmp_path):
-    doc = spoolfile.__doc__  # the on-disk spec
+    doc = spoolformat.__doc__  # the on-disk spec
     block = doc[doc.index("len | crc | seq") - 60:doc.index("Known issues")]
     hexes = "".join(re.findall(r"^\s+((?:[0-9a-f]{2} )+[0-9a-f]{2})", block, re.M))
     example = bytes.fromhex(hexes.replace(" ", ""))
@@ -205,21 +206,21 @@ def test_frames_from_memory_are_the_frames_from_disk(tmp_path_factory, appends, 
             sp.append_columns(as_columns([row(k + i) for i in range(n)]))
             k += n
             if gap:  # a gap record (not kept in memory) breaks the chain
-                sp._pending.append({"reason": "corrupt", "dropped_records": None, "dropped_bytes": 1,
+                sp.state.pending.append({"reason": "corrupt", "dropped_records": None, "dropped_bytes": 1,
                                     "first_seq": 1, "last_seq": 1, "from_ns": None, "to_ns": None})
                 sp.append_columns(as_columns([row(k)]))
                 k += 1
             if n % 3:
-                sp._flush_once()  # durable up to here; what follows is not (yet)
+                sp.durability.flush_once()  # durable up to here; what follows is not (yet)
         for after, max_records, max_bytes in reads:  # each a shipper's walk from there
             a = after * 37 if after >= 0 else None
             while True:
                 got = sp.read_frame_after(a, max_records, max_bytes)
-                recent, sp._recent = sp._recent, type(sp._recent)()
+                recent, sp.reader.recent = sp.reader.recent, type(sp.reader.recent)()
                 try:
                     want = sp.read_frame_after(a, max_records, max_bytes)
                 finally:
-                    sp._recent = recent
+                    sp.reader.recent = recent
                 assert got == want
                 if got is None:
                     break
@@ -293,7 +294,7 @@ def test_invalid_records_write_nothing(tmp_path):
 
 
 def as_columns(rows: list[tuple], runs: bool = True):
-    """``rows`` as the ranklog hands them over (firstfault/agent/columns.py): every column
+    """``rows`` as the ranklog hands them over (firstfault/agent/spool/columns.py): every column
     but the message as Runs (a run per value, one object per run), messages as given."""
     cols = [list(c) for c in zip(*rows)]
     if runs:
@@ -330,7 +331,7 @@ def test_columns_are_spooled_as_the_same_rows_would_be(tmp_path_factory, n, path
         assert decode_batch(frames[0]) == [replace(r, stream=sp.stream)  # a valid wire batch
                                            for r in decode_batch(frames[1])]
         sizes = [b - a for s in segments(a) for a, b in entry_offsets(s)]
-        assert len(sizes) == -(-n // spoolfile.ENTRY_MAX_RECORDS)
+        assert len(sizes) == -(-n // spoolformat.ENTRY_MAX_RECORDS)
 
 
 @pytest.mark.parametrize("bad,match", [
@@ -564,7 +565,7 @@ def test_corrupt_last_entry_bounds_the_lost_seqs(tmp_path):
         got = read_all(sp)
         (g,) = gaps(got)
         assert g["first_seq"] == 5 and g["dropped_records"] is None
-        assert g["last_seq"] == 4 + (b - a) // spoolfile.MIN_RECORD_BYTES
+        assert g["last_seq"] == 4 + (b - a) // spoolformat.MIN_RECORD_BYTES
         assert [r.seq for r in data(got)] == [1, 2, 3, 4]
         assert sp.append([row(9)]) > g["last_seq"]
 
@@ -596,7 +597,7 @@ def test_gaps_found_at_open_survive_a_crash_before_they_are_written(tmp_path, mo
         raise KeyboardInterrupt  # the process dies after the repair, before the gap record
 
     with monkeypatch.context() as m:
-        m.setattr(Spool, "_flush_pending", crash)
+        m.setattr(spool_writer.Writer, "flush_pending", crash)
         with pytest.raises(KeyboardInterrupt):
             open_spool(tmp_path)
     assert json.loads((tmp_path / "meta").read_text())["pending_gaps"][0]["first_seq"] == 5
@@ -758,7 +759,7 @@ def test_disk_full_injected_partial_write(tmp_path, monkeypatch):
     real_write, budget = os.write, [None]
 
     def write(fd, data):
-        if budget[0] is None or fd != sp._fd:
+        if budget[0] is None or fd != sp.state.fd:
             return real_write(fd, data)
         if budget[0] <= 0:
             raise OSError(errno.ENOSPC, "No space left on device")
@@ -766,7 +767,7 @@ def test_disk_full_injected_partial_write(tmp_path, monkeypatch):
         budget[0] -= n
         return n
 
-    monkeypatch.setattr(spool_mod.os, "write", write)
+    monkeypatch.setattr(spool_writer.os, "write", write)
     with open_spool(tmp_path, segment_bytes=1 << 20) as sp:
         assert sp.append([row(i) for i in range(10)]) == 10
         budget[0] = 100
@@ -802,7 +803,7 @@ def _whole_writes_until_full(monkeypatch) -> list:
                 raise OSError(errno.ENOSPC, "No space left on device")
             budget[0] -= len(data)
         return real_write(fd, data)
-    monkeypatch.setattr(spool_mod.os, "write", write)
+    monkeypatch.setattr(spool_writer.os, "write", write)
     return budget
 
 
@@ -823,8 +824,8 @@ def test_disk_full_in_the_middle_of_an_append_keeps_what_was_written(tmp_path, m
 def test_a_disk_full_gap_says_from_which_files_its_records_came(tmp_path, monkeypatch):
     full = [False]
     real_write = os.write
-    monkeypatch.setattr(spool_mod.os, "write", lambda fd, data: (_ for _ in ()).throw(
-        OSError(errno.ENOSPC, "No space left on device")) if full[0] and fd == sp._fd
+    monkeypatch.setattr(spool_writer.os, "write", lambda fd, data: (_ for _ in ()).throw(
+        OSError(errno.ENOSPC, "No space left on device")) if full[0] and fd == sp.state.fd
         else real_write(fd, data))
     paths = [f"/scratch/job/rank{r}.log" for r in range(12)]
     with open_spool(tmp_path) as sp:

@@ -1,4 +1,4 @@
-"""The random model of a followed file stream, shared by tests/agent/test_tail.py (the
+"""The random model of a followed file stream, shared by tests/agent/tail/test_tailer.py (the
 tailer alone) and tests/agent/sources/test_ranklog.py (the ranklog source and a real spool).
 
 It follows Vector's file-source tests: random write / partial write / rename / copytruncate / truncate /

@@ -1,19 +1,31 @@
-"""The spool's readers (part of Spool, firstfault/agent/spool.py): records after a seq as
-columns, as a framed wire batch or as Records; a source's recent rows. Readers see only what
-is durable; a crc mismatch met while reading becomes one gap record. The on-disk format is
-specified in firstfault/agent/spoolfile.py's docstring."""
+"""The spool's read side: records after a seq as columns, as a framed wire batch or as
+Records (the shipper's reads); a source's recent rows; acks, which delete what the collector
+stored. Readers see only what is durable (below the horizon in the SpoolState); a crc
+mismatch met while reading becomes one gap record. The on-disk format is specified in
+firstfault/agent/spool/format.py's docstring. One reader thread at a time, beside the writer."""
 
 from __future__ import annotations
 
 import logging
 import os
 import time
-from typing import Any, Iterator
+from collections import deque
+from typing import Any, Callable, Iterator
 
 import msgpack
 
 from firstfault import wire
-from firstfault.agent.spoolfile import COLUMNS, HEADER, HEADER_BYTES, array_elements, column_elements, entry_at, resync
+from firstfault.agent.spool.format import (
+    COLUMNS,
+    HEADER,
+    HEADER_BYTES,
+    array_elements,
+    column_elements,
+    entry_at,
+    resync,
+)
+from firstfault.agent.spool.recovery import corrupt_gap
+from firstfault.agent.spool.state import SpoolState
 from firstfault.wire import BatchColumns, Record
 
 log = logging.getLogger("firstfault.agent.spool")
@@ -30,51 +42,84 @@ def _seqs(ranges: list[range]) -> range | list[int]:
 RECENT_BYTES = 1 << 20  # payload bytes of the latest entries a reader gets from memory
 
 
-class SpoolReads:
-    """The reading half, a base of Spool: it reads Spool's segments under its lock.
+class RecentEntries:
+    """The latest entries' column bytes (up to RECENT_BYTES), kept from their append: a
+    reader that keeps up (the shipper at a steady rate) takes them from here once they are
+    durable, without opening, reading and parsing the segment. Used under the spool's lock."""
 
-    The latest entries' column bytes (up to RECENT_BYTES) stay in memory from their
-    append: a reader that keeps up (the shipper at a steady rate) takes them from
-    there once they are durable, without opening, reading and parsing the segment."""
+    def __init__(self) -> None:
+        self.entries: deque[tuple[int, int, tuple[bytes, ...], int]] = deque()
+        self.bytes = 0
 
-    def _keep_recent(self, seq: int, count: int, packed: tuple[bytes, ...] | None,
-                     size: int) -> None:
-        """An entry of ``size`` bytes was written (under the lock): keep its columns for
-        the next read."""
-        recent = self._recent
+    def keep(self, seq: int, count: int, packed: tuple[bytes, ...] | None, size: int) -> None:
+        """An entry of ``size`` bytes was written: keep its columns for the next read."""
+        recent = self.entries
         if packed is None:  # (a gap record) the chain breaks: readers go to the file
             recent.clear()
-            self._recent_bytes = 0
+            self.bytes = 0
             return
         recent.append((seq, count, packed, size))
-        self._recent_bytes += size
-        while self._recent_bytes > RECENT_BYTES and len(recent) > 1:
-            self._recent_bytes -= recent.popleft()[3]
+        self.bytes += size
+        while self.bytes > RECENT_BYTES and len(recent) > 1:
+            self.bytes -= recent.popleft()[3]
 
-    def _from_recent(self, after: int, max_records: int, max_bytes: int
-                     ) -> tuple[list[range], list[list[bytes]]] | None:
-        """What _pick would take, when it is whole durable entries still in memory; else None."""
-        with self._lock:
-            recent, vis = self._recent, self._vis_seq
-            if not recent or recent[0][0] > after + 1 or recent[-1][0] <= after:
-                return None
-            ranges, cols, taken, nbytes = [], [[] for _ in COLUMNS], 0, 0
-            for seq, count, packed, size in recent:
-                if seq + count - 1 <= after:
-                    continue
-                if seq != after + 1 + taken or seq + count - 1 > vis:
-                    break  # part of an entry, or not durable yet
-                if taken and nbytes + size > max_bytes:
+    def take(self, after: int, max_records: int, max_bytes: int, vis: int
+             ) -> tuple[list[range], list[list[bytes]]] | None:
+        """What Reader._pick would take after ``after`` (durable up to seq ``vis``), when
+        it is whole entries still here; else None."""
+        recent = self.entries
+        if not recent or recent[0][0] > after + 1 or recent[-1][0] <= after:
+            return None
+        ranges, cols, taken, nbytes = [], [[] for _ in COLUMNS], 0, 0
+        for seq, count, packed, size in recent:
+            if seq + count - 1 <= after:
+                continue
+            if seq != after + 1 + taken or seq + count - 1 > vis:
+                break  # part of an entry, or not durable yet
+            if taken and nbytes + size > max_bytes:
+                break
+            if taken + count > max_records:
+                return None  # part of an entry: the file's way
+            for c, b in zip(cols, packed):
+                c.append(array_elements(b))
+            ranges.append(range(seq, seq + count))
+            taken, nbytes = taken + count, nbytes + size
+            if taken >= max_records or nbytes >= max_bytes:
+                break
+        return (ranges, cols) if ranges else None
+
+
+class Reader:
+    """Reads one spool's durable records and takes its acks. ``write_pending`` (the
+    writer's, called under the lock) writes a gap the reader queued in the state."""
+
+    def __init__(self, st: SpoolState, recent: RecentEntries,
+                 write_pending: Callable[[], None]) -> None:
+        self.st, self.recent, self._write_pending = st, recent, write_pending
+        self._cursor: tuple[int, str, int, int] | None = None  # after, path, offset, floor
+
+    def ack(self, seq: int) -> None:
+        """The collector stored every record <= ``seq``: delete the closed segments it covers."""
+        st = self.st
+        with st.lock:
+            st.check_open()
+            seq = min(seq, st.next_seq - 1)
+            if st.acked is not None and seq <= st.acked:
+                return
+            st.acked = seq
+            done = []
+            for s in st.segs[:-1]:
+                if s.last_seq is not None and s.last_seq > seq:
                     break
-                if taken + count > max_records:
-                    return None  # part of an entry: the file's way
-                for c, b in zip(cols, packed):
-                    c.append(array_elements(b))
-                ranges.append(range(seq, seq + count))
-                taken, nbytes = taken + count, nbytes + size
-                if taken >= max_records or nbytes >= max_bytes:
-                    break
-            return (ranges, cols) if ranges else None
+                done.append(s)
+            if not done:
+                return
+            try:
+                st.write_meta(st.pending)
+            except OSError as e:  # deleting is still safe: the active segment keeps the seq
+                log.warning("spool meta not saved path=%s error=%s", st.path, e)
+            for s in done:
+                st.delete(s)
 
     def read_batch_after(self, seq: int | None, max_records: int = wire.MAX_BATCH_RECORDS,
                          max_bytes: int = DEFAULT_READ_BYTES) -> BatchColumns | None:
@@ -101,7 +146,7 @@ class SpoolReads:
             for p in parts:
                 for c, values in zip(cols, p):
                     c += values
-        return BatchColumns(self.node, self.stream, _seqs(ranges), dict(zip(COLUMNS, cols)))
+        return BatchColumns(self.st.node, self.st.stream, _seqs(ranges), dict(zip(COLUMNS, cols)))
 
     def read_frame_after(self, seq: int | None, max_records: int = wire.MAX_BATCH_RECORDS,
                          max_bytes: int = DEFAULT_READ_BYTES
@@ -117,8 +162,13 @@ class SpoolReads:
             return None
         ranges, cols = got
         seqs = _seqs(ranges)
-        return seqs, wire.encode_packed_columns(self.node, self.stream, seqs,
+        return seqs, wire.encode_packed_columns(self.st.node, self.st.stream, seqs,
                                                 [b"".join(c) for c in cols])
+
+    def _from_recent(self, after: int, max_records: int, max_bytes: int
+                     ) -> tuple[list[range], list[list[bytes]]] | None:
+        with self.st.lock:
+            return self.recent.take(after, max_records, max_bytes, self.st.vis_seq)
 
     def _from_file(self, seq: int | None, max_records: int, max_bytes: int
                    ) -> tuple[list[range], list[list[bytes]]] | None:
@@ -179,14 +229,14 @@ class SpoolReads:
 
     def _plan(self, after: int) -> tuple[list[tuple[str, int, int, int]], Any]:
         """(path, base, readable end, ceil) of the segments holding seqs > ``after``; the cursor."""
-        with self._lock:
-            self._check_open()
+        st = self.st
+        with st.lock:
+            st.check_open()
             plan = []
-            for i, s in enumerate(self._segs):
-                end = s.size if i < len(self._segs) - 1 else self._vis_size
+            for i, s in enumerate(st.segs):
+                end = s.size if i < len(st.segs) - 1 else st.vis_size
                 if s.last_seq is not None and s.last_seq > after and end:
-                    ceil = (self._segs[i + 1].base if i + 1 < len(self._segs)
-                            else self._vis_seq + 1)
+                    ceil = st.segs[i + 1].base if i + 1 < len(st.segs) else st.vis_seq + 1
                     plan.append((s.path, s.base, end, ceil))
             return plan, self._cursor
 
@@ -247,17 +297,17 @@ class SpoolReads:
     def _corrupt_read(self, path: str, buf: bytes, off: int, nxt: int, floor: int,
                       ceil: int | None) -> None:
         """A reader met bytes that went bad after open: one gap, once."""
-        with self._lock:
-            if (path, off) in self._reported or self._closed:
+        st = self.st
+        with st.lock:
+            if (path, off) in st.reported or st.closed:
                 return
-            self._reported.add((path, off))
-            g = self._corrupt_gap(path, buf, 0, nxt, floor, ceil, [], None)
+            st.reported.add((path, off))
+            g = corrupt_gap(st, path, buf, 0, nxt, floor, ceil, [], None)
             if g is not None:
                 g["at_ns"] = time.time_ns()
-                self._next_seq = max(self._next_seq, g["last_seq"] + 1)
-                self._pending.append(g)
+                st.next_seq = max(st.next_seq, g["last_seq"] + 1)
+                st.pending.append(g)
                 try:
-                    self._flush_pending()
-                    self._sync()
+                    self._write_pending()
                 except OSError as e:
-                    log.error("spool gap not written yet path=%s error=%s", self.path, e)
+                    log.error("spool gap not written yet path=%s error=%s", st.path, e)

@@ -3,7 +3,7 @@
 Every record is written here before it counts as accepted; the shipper reads what
 is here after the collector's high mark, sends it, and trims the spool when the
 collector acks. This docstring is the on-disk specification, format version 1;
-firstfault/agent/spoolfile.py holds its pure side (encode, check, scan, resync, gap records).
+this module (firstfault/agent/spool/format.py) holds its pure side (encode, check, scan, resync).
 
 Directory
     meta        JSON, always replaced whole (meta.tmp, fsync, rename, fsync dir):
@@ -149,28 +149,25 @@ good one (its bytes count as lost); the bound of a corrupt newest tail assumes
 its seqs had no holes since the last meta save.
 
 This module is the format, pure (no I/O): encode, check, scan and resync a
-segment's bytes, and the gap records. The stateful queue over a directory of
-segments is firstfault/agent/spool.py (open and recovery: spoolopen.py; readers:
-spoolread.py).
+segment's bytes. The package's other modules (firstfault/agent/spool/): gaps.py (the gap
+records), state.py (what the writer, reader and recovery share: segments, seqs, meta),
+recovery.py (open), writer.py and durability.py (append, fsync), encode.py (records to
+entries), reader.py (reads, acks), queue.py (Spool: the whole, composed), intake.py (the
+sources' emit into the spool), columns.py (records as columns).
 """
 
 from __future__ import annotations
 
-import bisect
-import json
 import struct
-import time
 import zlib
 from collections.abc import Sequence
 from itertools import compress, islice
 from operator import is_not
-from typing import Any
 
 import msgpack
 
 from firstfault import wire
-from firstfault.agent.columns import Runs
-from firstfault.wire import KIND_AGENT_GAP, SOURCE_AGENT
+from firstfault.agent.spool.columns import Runs
 
 FORMAT_VERSION = 1
 HEADER = struct.Struct(">IIQ")  # len, crc, seq
@@ -181,7 +178,6 @@ ENTRY_MAX_RECORDS = 1000
 MIN_RECORD_BYTES = 15  # source and kind >= 2 payload bytes each, 11 columns >= 1
 COLUMNS = wire.COLUMNS  # the batch columns, in wire order
 OBSERVED = COLUMNS.index("observed_ns")
-GAP_KIND = msgpack.packb(KIND_AGENT_GAP)
 
 
 def count_at(buf: bytes, p: int, stop: int) -> int | None:
@@ -222,7 +218,7 @@ def column_elements(payload: memoryview) -> list[bytes | memoryview]:
 def pack_column(col: Sequence | Runs) -> tuple[bytes, Sequence]:
     """(``msgpack.packb(col)``, the values of ``col`` the wire checks must see).
 
-    Runs (firstfault/agent/columns.py) are packed a value per run, its bytes repeated,
+    Runs (firstfault/agent/spool/columns.py) are packed a value per run, its bytes repeated,
     and only the runs' values are checked. So is a column of maps that come in runs
     of one shared map (a source's fields: the ranklog shares one per path, and puts
     its position on each path's last row): a map costs ~175 ns to pack and ~600 to
@@ -370,71 +366,3 @@ def encode_entry(seq: int, payload: bytes) -> bytes:
     """Header + payload of one entry."""
     crc = zlib.crc32(payload, zlib.crc32(LEN_SEQ.pack(len(payload), seq)))
     return HEADER.pack(len(payload), crc, seq) + payload
-
-
-def iso(ns: int | None) -> str:
-    if ns is None:
-        return "?"
-    ms = ns % 10**9 // 10**6
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ms:03d}Z"
-
-
-def gap_row(g: dict[str, Any], now_ns: int) -> tuple:
-    n, a, b = g["dropped_records"], g["first_seq"], g["last_seq"]
-    what = {"overflow": "spool over max_bytes: dropped the oldest unshipped",
-            "corrupt": "spool corrupt on disk: lost",
-            "disk_full": "disk full: could not spool"}.get(g["reason"], "lost")
-    count = f"{n}" if n is not None else f"at most {b - a + 1}"
-    origins = sorted((g.get("origins") or {}).items(), key=lambda kv: (-kv[1], kv[0]))
-    where = f" from {', '.join(f'{o} ({k})' for o, k in origins[:8])}" if origins else ""
-    more = f" and {len(origins) - 8} more" if len(origins) > 8 else ""
-    msg = (f"{what} {count} records (seq {a}..{b}, {g['dropped_bytes']} bytes) observed "
-           f"{iso(g['from_ns'])} .. {iso(g['to_ns'])}{where}{more}")
-    occurred = None if g["reason"] == "corrupt" else g.get("at_ns", now_ns)
-    fields = {k: g[k] for k in ("reason", "dropped_records", "dropped_bytes", "first_seq",
-                                "last_seq", "from_ns", "to_ns")}
-    if origins:
-        fields["origins"] = origins_text(origins)
-    return (SOURCE_AGENT, KIND_AGENT_GAP, msg, occurred, now_ns, None, None, None, None,
-            None, None, 4, fields)
-
-
-def origins_text(origins: list[tuple[str, int]], limit: int = 1000) -> str:
-    """A gap's ``origins`` field: JSON ``{file or source: records lost}``, largest first,
-    within ``limit`` bytes; the records of what does not fit are counted under "(more)"."""
-    kept: dict[str, int] = {}
-    for i, (o, k) in enumerate(origins):
-        rest = sum(k2 for _, k2 in origins[i + 1:])
-        trial = {**kept, o: k, **({"(more)": rest} if rest else {})}
-        if len(json.dumps(trial, ensure_ascii=False).encode()) > limit:
-            kept["(more)"] = k + rest
-            break
-        kept[o] = k
-    return json.dumps(kept, ensure_ascii=False)
-
-
-def gaps_in(buf: bytes, entries: list[tuple[int, int, int, int]]) -> list[tuple[int, dict[str, Any]]]:
-    """(seq, fields) of the gap records among ``entries`` (found by their kind's bytes)."""
-    out, at, starts = [], 0, [e[0] for e in entries]
-    while (i := buf.find(GAP_KIND, at)) != -1:
-        k = bisect.bisect_right(starts, i) - 1
-        if k < 0 or i >= entries[k][1]:  # in bytes that are no entry
-            at = i + 1
-            continue
-        at = entries[k][1]
-        try:
-            cols = msgpack.unpackb(buf[entries[k][0] + HEADER_BYTES:entries[k][1]], raw=False,
-                                   strict_map_key=False)[1:]
-        except (ValueError, TypeError, msgpack.UnpackException):
-            continue
-        out += [(entries[k][2] + j, f) for j, (kind, f) in enumerate(zip(cols[1], cols[12]))
-                if kind == KIND_AGENT_GAP and gap_ok(f)]
-    return out
-
-
-def gap_ok(g: Any) -> bool:
-    """Whether ``g`` (from meta) has the fields of a gap."""
-    return (type(g) is dict and type(g.get("reason")) is str
-            and all(type(g.get(k)) is int for k in ("first_seq", "last_seq", "dropped_bytes"))
-            and all(g.get(k) is None or type(g.get(k)) is int
-                    for k in ("dropped_records", "from_ns", "to_ns")))

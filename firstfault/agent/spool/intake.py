@@ -1,10 +1,12 @@
-"""The sources' ``emit``: puts records into the spool and counts what went through.
+"""The spool's intake: the sources' ``emit``, which puts records into the spool and counts
+what went through. (Not a "sink": in Vector and Fluent Bit a sink is the outbound end; here
+that is the shipper.)
 
-``sink(draft)``, ``sink.many(rows)`` (firstfault/agent/sources/base.py ``emit_many``) and
-``sink.columns(records)`` (``emit_columns``) append to the spool in the caller's thread: when they return, the records are
+``intake(draft)``, ``intake.many(rows)`` (firstfault/agent/sources/base.py ``emit_many``) and
+``intake.columns(records)`` (``emit_columns``) append to the spool in the caller's thread: when they return, the records are
 spooled (durable as the spool's fsync setting says), so a source may commit its
 own position. A full disk is not the source's problem: the spool keeps a gap
-record naming what was lost (firstfault/agent/spool.py), the sink counts it, logs it (at most
+record naming what was lost (firstfault/agent/spool/), the intake counts it, logs it (at most
 once a minute) and returns -- unless the source holds (``many(rows, hold=True)``:
 it can read the rows again, as ranklog from its files): then nothing is lost and
 SinkFull says how many rows were taken. Any other spool error raises, and the
@@ -26,9 +28,10 @@ import threading
 import time
 from collections import Counter, deque
 
-from firstfault.agent.columns import FIELDS, MESSAGE, Columns, Runs
 from firstfault.agent.sources.base import Draft, SinkFull
-from firstfault.agent.spool import Spool, SpoolFullError
+from firstfault.agent.spool.columns import FIELDS, MESSAGE, Columns, Runs
+from firstfault.agent.spool.queue import Spool
+from firstfault.agent.spool.state import SpoolFullError
 from firstfault.common.redact import Redactor
 from firstfault.wire import KIND_AGENT_STATUS
 
@@ -38,7 +41,7 @@ MAX_MARKS = 10_000  # (seq, time) pairs kept for lag and latency
 MARK_EVERY_S = 0.005
 
 
-class SpoolSink:
+class SpoolIntake:
     def __init__(self, spool: Spool, redactor: Redactor | None = None) -> None:
         self.spool, self.redactor = spool, redactor
         self.redacted: Counter[str] = Counter()  # by pattern
@@ -70,7 +73,7 @@ class SpoolSink:
                     first.source if type(first) is Draft else first[0], hold)
 
     def columns(self, records: Columns, hold: bool = False) -> None:
-        """Spool ``records`` of one source given as columns (firstfault/agent/columns.py);
+        """Spool ``records`` of one source given as columns (firstfault/agent/spool/columns.py);
         ``hold`` as for many()."""
         if records.n:
             if self.redactor is not None:

@@ -1,4 +1,4 @@
-"""Follow growing log files byte-exactly across rotation and restarts: the tailer core.
+"""Follow growing log files byte-exactly across rotation and restarts: the Tailer.
 
 This docstring is the specification. The ranklog source wraps this module; it knows
 nothing of sources, records or the wire. It reads per-rank log files such as
@@ -15,7 +15,7 @@ API
     and returns the complete lines; ``poll_batches(path) -> list[LineBatch]`` is
     the same data in columns (one list of bytes per read chunk), for consumers
     that build columnar wire batches (no object per line: ~4x cheaper, see
-    bench/tail.py). ``take_events() -> list[Event]`` returns what happened to the
+    bench/tail.py). ``take_events() -> list[FileChange]`` returns what happened to the
     files. ``positions()``, ``commit(positions)``, ``commit_through(*lines)``
     confirm lines (below). ``next_deadline()`` / ``due_paths()`` tell when a poll
     would flush a quiet partial line. ``close()`` closes every file descriptor.
@@ -23,11 +23,12 @@ API
     (before ``add``), with ``committed_at_ns(state_path)``, let a consumer that
     keeps positions of its own (ranklog: in the spool) resume past the last commit;
     such a consumer commits everything it took at each commit.
-    One Tailer per state file; a Tailer is thread-safe (one lock). firstfault/agent/follow.py
+    One Tailer per state file; a Tailer is thread-safe (one lock). firstfault/agent/tail/follow.py
     drives a Tailer from inotify events (``FollowLoop``, ``compile_glob``).
 
-Modules: this one (the API, rotation), firstfault/agent/tailfile.py (value types, reading
-and splitting), firstfault/agent/tailstate.py (the state file, restart lookup).
+Modules (firstfault/agent/tail/): this one (the API, one poll of a path), lines.py (value
+types), file.py (reading and splitting one file), rotation.py (rotation, truncation, restart
+lookup), state.py (the state file).
 
 Lines
     ``Line(path, offset, data, observed_ns, end, file, fields)``: ``data`` is the
@@ -98,7 +99,7 @@ the fingerprint bytes)
       the fingerprint bytes changed. If a copy of the old content lies beside the
       path (a name starting with the path's, e.g. ``rank3.log.1``: its first
       ``fp_len`` bytes hash to ``fp``, it is at least the read offset long and holds
-      the partial line in memory; ``find_copy`` in tailstate.py), the old content
+      the partial line in memory; ``find_copy`` in rotation.py), the old content
       is read on from the copy to its end (drained, as a rotated file); else the
       partial line in memory is flushed. Either way the file is then read again
       from 0 as a new content (new ``serial``). Event ``rotated`` (a copy: nothing
@@ -117,7 +118,7 @@ the fingerprint bytes)
       returned lines are confirmed, so commits of its lines still count.
     * a path that does not exist yet is followed from its creation, from 0.
 
-Events ``Event(path, kind, file, offset, detail, observed_ns)``, kinds:
+Changes ``FileChange(path, kind, file, offset, detail, observed_ns)``, kinds:
     rotated, deleted, truncated, lost, error (an open/read failure; repeated
     identical errors of a path are reported once), state_reset. They are kept
     (at most max_events, oldest dropped) until ``take_events()``; a consumer turns
@@ -146,7 +147,7 @@ Known issues
       truncation (inherent to copytruncate: it is in neither file). Lines read but
       not confirmed before a truncation, or in a deleted file when the agent
       restarts, cannot come again (the bytes are gone). A restart while a copy is
-      being drained looks for it again by its first bytes (tailstate.py).
+      being drained looks for it again by its first bytes (rotation.py).
     * A rotated file is closed as soon as it is drained: a writer that still
       appends to the old inode after that (before reopening) loses those lines.
     * A file created and rotated away between two polls is never seen; so is a
@@ -173,40 +174,32 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
-from firstfault.agent.tailfile import (
-    _NO_FIELDS,
-    CUT_MARKER,
+from firstfault.agent.tail.file import OPEN_FLAGS, FileReader, PathFiles, TailedFile
+from firstfault.agent.tail.lines import (
     DELETED,
     ERROR,
-    LOST,
     MIN_LINE_BYTES,
+    NO_FIELDS,
     ROTATED,
-    STATE_RESET,
     TRUNCATED,
-    Event,
+    FileChange,
     FileKey,
     Line,
     LineBatch,
     Position,
     StateError,
     TailError,
-    _File,
-    _PathState,
-    _Reader,
-    cut_line,
-    to_text,
 )
-from firstfault.agent.tailstate import _OPEN_FLAGS, STATE_FORMAT, STATE_VERSION, _State, committed_at_ns
-
-__all__ = ["CUT_MARKER", "DELETED", "ERROR", "LOST", "ROTATED", "STATE_FORMAT", "STATE_RESET",
-           "STATE_VERSION", "TRUNCATED", "Event", "FileKey", "Line", "LineBatch", "Position",
-           "StateError", "TailError", "Tailer", "committed_at_ns", "cut_line", "to_text"]
+from firstfault.agent.tail.rotation import Rotation
+from firstfault.agent.tail.state import StateFile
 
 log = logging.getLogger(__name__)
 
 
-class Tailer(_Reader, _State):
-    """Follows files by path; see the module docstring for the contract."""
+class Tailer:
+    """Follows files by path; see the module docstring for the contract. Composed of a
+    FileReader (file.py: reading and splitting), a Rotation (rotation.py: rotation,
+    truncation, restarts) and a StateFile (state.py: the saved offsets)."""
 
     def __init__(self, state_path: str | os.PathLike[str] | None, *, max_line_bytes: int = 64 * 1024,
                  read_chunk: int = 256 << 10, fingerprint_bytes: int = 1024,
@@ -221,14 +214,17 @@ class Tailer(_Reader, _State):
         self.fingerprint_bytes, self.partial_flush_s = fingerprint_bytes, partial_flush_s
         self.clock, self.fsync = clock, fsync
         self._lock = threading.RLock()
-        self._paths: dict[str, _PathState] = {}
-        self._events: deque[Event] = deque(maxlen=max_events)
+        self._paths: dict[str, PathFiles] = {}
+        self._events: deque[FileChange] = deque(maxlen=max_events)
         self._serial = 0
         self._closed = False
-        self._last_saved = b""
-        self._committed_at = 0  # the state file's mtime when a commit last wrote it
         self._ahead: dict[str, tuple[int, int, int, int, str]] = {}  # path -> advance()'s
-        self._saved = self._load()  # path -> state entries not yet added
+        self._reader = FileReader(max_line_bytes=max_line_bytes, read_chunk=read_chunk,
+                                  fingerprint_bytes=fingerprint_bytes, clock=clock,
+                                  on_error=self._error)
+        self._rotation = Rotation(self._reader, self._event, self._error, self._key)
+        self._state = StateFile(self.state_path, fsync=fsync, on_change=self._events.append)
+        self._saved = self._state.load()  # path -> state entries not yet added
 
     # -- following ---------------------------------------------------------------
 
@@ -237,10 +233,10 @@ class Tailer(_Reader, _State):
         with self._lock:
             if path in self._paths:
                 return
-            ps = _PathState(path, MappingProxyType(dict(fields)) if fields else _NO_FIELDS)
+            ps = PathFiles(path, MappingProxyType(dict(fields)) if fields else NO_FIELDS)
             ahead = self._ahead.pop(path, None)
             for e in self._saved.pop(path, ()):
-                f = _File(self._key(e["dev"], e["ino"]), None, at_path=False,
+                f = TailedFile(self._key(e["dev"], e["ino"]), None, at_path=False,
                           offset=e["offset"], fp_len=e["fp_len"], fp=e["fp"])
                 if ahead is not None and ahead[:2] == (e["dev"], e["ino"]):
                     f.ahead = ahead[2:]
@@ -267,7 +263,7 @@ class Tailer(_Reader, _State):
         """The ``fields`` given to ``add(path)`` (empty if it is not followed)."""
         with self._lock:
             ps = self._paths.get(path)
-            return ps.fields if ps is not None else _NO_FIELDS
+            return ps.fields if ps is not None else NO_FIELDS
 
     def saved_paths(self) -> list[str]:
         """Paths in the state file that have not been added (yet)."""
@@ -311,7 +307,7 @@ class Tailer(_Reader, _State):
                     self._event(ps, ERROR, None, 0, f"{exc}; retried at the next change")
             return out
 
-    def take_events(self) -> list[Event]:
+    def take_events(self) -> list[FileChange]:
         with self._lock:
             events = list(self._events)
             self._events.clear()
@@ -390,25 +386,63 @@ class Tailer(_Reader, _State):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- catching up -------------------------------------------------------------
+
+    def fingerprint(self, path: str, file: FileKey) -> tuple[int, str] | None:
+        """(fp_len, fp) of a content of ``path`` that lines were returned from (None: not
+        known): with the file's (dev, ino) it names that content across restarts."""
+        with self._lock:
+            ps = self._paths.get(path)
+            for f in ps.files if ps is not None else ():
+                if f.key == file:
+                    return f.fp_len, f.fp
+            return None
+
+    def advance(self, path: str, dev: int, ino: int, offset: int, fp_len: int, fp: str) -> bool:
+        """Before ``add(path)``: the consumer durably took ``path``'s stream up to ``offset``
+        of the file (dev, ino) whose first ``fp_len`` bytes hash to ``fp`` (a position it
+        kept itself after the last commit, e.g. in its spool). The saved files before that
+        one are forgotten (a stream is taken in order); its committed offset moves there
+        when the restart finds it (as ``_resolve`` does) with those first bytes, at least
+        ``offset`` long; otherwise nothing moves. Only forward. False: no saved file of
+        the path has that (dev, ino) (stale, unknown): nothing changes."""
+        with self._lock:
+            if path in self._paths:
+                raise TailError(f"advance of path={path!r} after add()")
+            entries = self._saved.get(path, [])
+            i = next((i for i, e in enumerate(entries) if (e["dev"], e["ino"]) == (dev, ino)), -1)
+            if i < 0:
+                return False
+            del entries[:i]
+            if offset > entries[0]["offset"]:
+                self._ahead[path] = (dev, ino, offset, fp_len, fp)
+            return True
+
+    def _save(self, committed: bool = False) -> None:
+        """Write the state of every followed file and every saved one not yet added."""
+        files = [f.state(ps.path) for ps in self._paths.values() for f in ps.files if not f.gone]
+        files += [e for entries in self._saved.values() for e in entries]
+        self._state.save(files, committed)
+
     # -- reading -----------------------------------------------------------------
 
     def _key(self, dev: int, ino: int) -> FileKey:
         self._serial += 1
         return FileKey(dev, ino, self._serial)
 
-    def _event(self, ps: _PathState, kind: str, f: _File | None, offset: int, detail: str) -> None:
+    def _event(self, ps: PathFiles, kind: str, f: TailedFile | None, offset: int, detail: str) -> None:
         level = logging.INFO if kind in (ROTATED, DELETED, TRUNCATED) else logging.WARNING
         log.log(level, "tail %s path=%s file=%s offset=%d %s", kind, ps.path,
                 f and f"{f.key.dev}:{f.key.ino}", offset, detail)
-        self._events.append(Event(ps.path, kind, f.key if f else None, offset, detail, time.time_ns()))
+        self._events.append(FileChange(ps.path, kind, f.key if f else None, offset, detail, time.time_ns()))
 
-    def _error(self, ps: _PathState, f: _File | None, what: str, exc: OSError) -> None:
+    def _error(self, ps: PathFiles, f: TailedFile | None, what: str, exc: OSError) -> None:
         detail = f"{what}: {exc.strerror or exc}"
         if detail != ps.error:  # the same failure is reported once per path
             ps.error = detail
             self._event(ps, ERROR, f, f.read if f else 0, detail)
 
-    def _poll(self, ps: _PathState, budget: int, now_ns: int, out: list[LineBatch]) -> bool:
+    def _poll(self, ps: PathFiles, budget: int, now_ns: int, out: list[LineBatch]) -> bool:
         """One poll of a path; True if the set of files changed (save the state)."""
         changed = False
         try:
@@ -419,7 +453,7 @@ class Tailer(_Reader, _State):
             self._error(ps, None, "stat", exc)
             return False
         if not ps.resolved:
-            changed = self._resolve(ps, st)
+            changed = self._rotation.resolve(ps, st)
         files = ps.files
         cur = files[-1] if files and files[-1].at_path else None
         if cur is not None and (st is None or (st.st_ino, st.st_dev) != (cur.key.ino, cur.key.dev)):
@@ -434,18 +468,18 @@ class Tailer(_Reader, _State):
             f = files[i]
             if f.at_path or f.fd is None:
                 continue
-            f, truncated = self._recheck(ps, i, now_ns, out)
+            f, truncated = self._rotation.recheck(ps, i, now_ns, out)
             if f is None:
                 files[i].close()
                 continue
             changed |= truncated
             i += files[i] is not f  # truncated: the new content comes right after the old one
-            used, eof = self._read(ps, f, budget, now_ns, out)
+            used, eof = self._reader.read(ps, f, budget, now_ns, out)
             budget -= used
             if not eof:
                 ps.more = True
                 return changed
-            self._flush(ps, f, now_ns, out)
+            self._reader.flush(ps, f, now_ns, out)
             f.close()
         done = [f for f in files if f.fd is None and not f.restored and not f.at_path
                 and f.committed >= f.line_start]
@@ -469,13 +503,13 @@ class Tailer(_Reader, _State):
         # the path's stat names cur's inode: its size is cur's, no fstat (a file opened
         # since the stat may be another)
         same = st is not None and (st.st_ino, st.st_dev) == (cur.key.ino, cur.key.dev)
-        cur, truncated = self._recheck(ps, len(files) - 1, now_ns, out, st.st_size if same else None)
+        cur, truncated = self._rotation.recheck(ps, len(files) - 1, now_ns, out, st.st_size if same else None)
         changed |= truncated
         if cur is not None and not cur.at_path:  # the old content goes on in its copy: drain it
-            used, eof = self._read(ps, cur, budget, now_ns, out)
+            used, eof = self._reader.read(ps, cur, budget, now_ns, out)
             budget -= used
             if eof:
-                self._flush(ps, cur, now_ns, out)
+                self._reader.flush(ps, cur, now_ns, out)
                 cur.close()
             if not eof or budget <= 0:
                 ps.more = True
@@ -483,16 +517,16 @@ class Tailer(_Reader, _State):
             cur = files[-1]
         if cur is None:
             return changed
-        used, eof = self._read(ps, cur, budget, now_ns, out)
+        used, eof = self._reader.read(ps, cur, budget, now_ns, out)
         if not eof:
             ps.more = True
         elif (cur.pending or cur.cut_head) and self.clock() - cur.last_growth >= self.partial_flush_s:
-            self._flush(ps, cur, now_ns, out)
+            self._reader.flush(ps, cur, now_ns, out)
         return changed
 
-    def _open(self, ps: _PathState) -> _File | None:
+    def _open(self, ps: PathFiles) -> TailedFile | None:
         try:
-            fd = os.open(ps.path, _OPEN_FLAGS)
+            fd = os.open(ps.path, OPEN_FLAGS)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -500,9 +534,9 @@ class Tailer(_Reader, _State):
             return None
         try:
             st = os.fstat(fd)
-            f = _File(self._key(st.st_dev, st.st_ino), fd, at_path=True, now=self.clock())
+            f = TailedFile(self._key(st.st_dev, st.st_ino), fd, at_path=True, now=self.clock())
             f.restored = False
-            self._check_fingerprint(f)
+            self._reader.check_fingerprint(f)
         except OSError as exc:
             os.close(fd)
             self._error(ps, None, "open", exc)
