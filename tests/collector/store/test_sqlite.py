@@ -21,10 +21,8 @@ def keys(records):
 
 
 def stored(store) -> tuple[str, str, str]:
-    """(table, count, time): how the store's schema holds records (SQLite: blocks)."""
-    if isinstance(store, SqliteStore):
-        return "blocks", "sum(n)", "t_lo"
-    return "records", "count(*)", "t_ns"
+    """(table, count, time): how the store's schema holds records (both: blocks)."""
+    return "blocks", "sum(n)", "t_lo"
 
 
 def count(store) -> int:
