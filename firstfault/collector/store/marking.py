@@ -66,7 +66,8 @@ def mark_pending(store: BlockStore, max_records: int = MARK_STEP_RECORDS) -> int
     def work() -> int:
         mid, done, count = marker_id(store), 0, 0
         for (bid,) in d.execute("SELECT bid FROM pending ORDER BY bid LIMIT 1000").fetchall():
-            row = d.execute("SELECT seqs, data, idx FROM blocks WHERE bid = ?", (bid,)).fetchone()
+            row = d.execute(f"SELECT seqs, data, idx FROM blocks WHERE bid = ?{d.for_update}",
+                            (bid,)).fetchone()  # held: a prune waits
             d.execute("DELETE FROM pending WHERE bid = ?", (bid,))
             if row is None:
                 continue  # pruned

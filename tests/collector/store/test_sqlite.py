@@ -375,7 +375,7 @@ def test_a_failed_insert_rolls_back_and_keeps_the_store_usable(sqlite_store, rec
 
     def boom(*a, **kw):
         raise sqlite3.OperationalError("disk I/O error (test)")
-    monkeypatch.setattr(store, "_add_to_jobs", boom)
+    monkeypatch.setattr(store._ingest, "add_to_jobs", boom)
     with pytest.raises(StoreError, match="insert of 2 records"):
         store.insert([rec(1), rec(0, node="gpu-05")])
     monkeypatch.undo()
