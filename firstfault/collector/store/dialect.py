@@ -29,6 +29,10 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
+INSERT_BLOCK = ("INSERT INTO blocks (sid, jid, seq_lo, seq_hi, t_lo, t_hi, n, ranks, seqs, data, "
+                "idx) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+INSERT_MARKS = "INSERT INTO marks (bid, mid, seqs, data) VALUES (?, ?, ?, ?)"
+INSERT_PENDING = "INSERT INTO pending (bid) VALUES (?)"
 
 
 class Retry(Exception):
@@ -48,8 +52,9 @@ class Dialect(Protocol):
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
-    def insert_id(self, sql: str, args: Sequence[Any], key: str) -> int:
-        """Run an INSERT of one row; the value of its generated column ``key``."""
+    def insert_block(self, row: Sequence[Any], marks: Sequence[Any] | None) -> int:
+        """Insert a ``blocks`` row (INSERT_BLOCK's parameters) and its ``marks`` row's
+        (mid, seqs, data), or with None its ``pending`` row; the new bid."""
 
     def errors(self, what: str) -> AbstractContextManager[None]:
         """Driver errors inside as StoreError naming the database and ``what``."""

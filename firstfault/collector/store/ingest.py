@@ -32,12 +32,10 @@ if TYPE_CHECKING:
     from firstfault.collector.store.core import BlockStore
 
 T_MIN, T_MAX = -(2**63), 2**63 - 1
-INSERT_BLOCK = ("INSERT INTO blocks (sid, jid, seq_lo, seq_hi, t_lo, t_hi, n, ranks, seqs, data, "
-                "idx) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
 
 def block_row(sid: int, jid: int | None, b: Block) -> tuple:
-    """The ``blocks`` row of a Block (INSERT_BLOCK's parameters)."""
+    """The ``blocks`` row of a Block (dialect.INSERT_BLOCK's parameters)."""
     return (sid, jid, *b.bounds(), b.n, pack_ranks(b.ranks()), b.seqs_data(), b.data(),
             b.idx_data())
 
@@ -93,24 +91,21 @@ class Ingest:
         free: dict[int, list[int]] = {}
         for sid, _, blocks, _ in staged:
             for b in blocks:
-                bid = d.insert_id(INSERT_BLOCK, block_row(sid, None if b.job is None
-                                                          else names.jids[b.job], b), "bid")
-                if mid is not None:
-                    d.execute(marking.UPSERT_MARKS, (bid, mid, *b.marked_rows()))
-                else:
-                    d.execute("INSERT INTO pending (bid) VALUES (?)", (bid,))
+                d.insert_block(block_row(sid, None if b.job is None else names.jids[b.job], b),
+                               None if mid is None else (mid, *b.marked_rows()))
                 if b.job is None:
                     _, _, lo, hi = b.bounds()
                     f = free.setdefault(sid, [lo, hi])
                     f[0], f[1] = min(f[0], lo), max(f[1], hi)
         for sid in order:
-            d.execute("UPDATE streams SET high_seq = ? WHERE sid = ?", (high[sid], sid))
-            if sid in free:
-                lo, hi = free[sid]
-                d.execute("UPDATE streams SET free_first_ns = CASE WHEN free_first_ns IS NULL OR "
-                          "free_first_ns > ? THEN ? ELSE free_first_ns END, free_last_ns = CASE "
-                          "WHEN free_last_ns IS NULL OR free_last_ns < ? THEN ? ELSE free_last_ns "
-                          "END WHERE sid = ?", (lo, lo, hi, hi, sid))
+            if sid not in free:
+                d.execute("UPDATE streams SET high_seq = ? WHERE sid = ?", (high[sid], sid))
+                continue
+            lo, hi = free[sid]
+            d.execute("UPDATE streams SET high_seq = ?, free_first_ns = CASE WHEN free_first_ns IS "
+                      "NULL OR free_first_ns > ? THEN ? ELSE free_first_ns END, free_last_ns = CASE "
+                      "WHEN free_last_ns IS NULL OR free_last_ns < ? THEN ? ELSE free_last_ns END "
+                      "WHERE sid = ?", (high[sid], lo, lo, hi, hi, sid))
         return [new for _, new, _, _ in staged]
 
     def _only_new(self, sid: int, floor: int, seqs: Sequence[int], cols: dict[str, Sequence[Any]],

@@ -42,13 +42,16 @@ from typing import Any, TypeVar
 from firstfault.collector.store import display
 from firstfault.collector.store.base import Marker, StoreError
 from firstfault.collector.store.core import BlockStore
-from firstfault.collector.store.dialect import Retry
+from firstfault.collector.store.dialect import INSERT_BLOCK, Retry
 from firstfault.collector.store.postgres_schema import escape, migrate, unescape
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 ROW_BYTES = 100  # a block or marks row's tuple and index entries besides its values
+_BLOCK_MARKS = (f"WITH b AS ({INSERT_BLOCK} RETURNING bid) INSERT INTO marks (bid, mid, seqs, data) "
+                "SELECT bid, ?, ?, ? FROM b RETURNING bid")
+_BLOCK_PENDING = f"WITH b AS ({INSERT_BLOCK} RETURNING bid) INSERT INTO pending (bid) SELECT bid FROM b RETURNING bid"
 _USED = ("SELECT ((SELECT coalesce(sum(octet_length(seqs) + octet_length(data) + "
          "coalesce(octet_length(idx), 0) + coalesce(octet_length(ranks), 0)), 0) + "
          f"{ROW_BYTES} * count(*) FROM blocks) + (SELECT coalesce(sum(octet_length(seqs) + "
@@ -118,8 +121,11 @@ class PostgresDialect:
         with self.conn().cursor() as cur:
             cur.executemany(self._q(sql), rows)
 
-    def insert_id(self, sql: str, args: Sequence[Any], key: str) -> int:
-        return self.conn().execute(self._q(f"{sql} RETURNING {key}"), args).fetchone()[0]
+    def insert_block(self, row: Sequence[Any], marks: Sequence[Any] | None) -> int:
+        """The block and its marks (or pending) row in one statement: one round trip."""
+        if marks is None:
+            return self.execute(_BLOCK_PENDING, row).fetchone()[0]
+        return self.execute(_BLOCK_MARKS, (*row, *marks)).fetchone()[0]
 
     @contextmanager
     def errors(self, what: str) -> Iterator[None]:

@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 from firstfault.collector.store.base import Marker, StoreError
 from firstfault.collector.store.blocks import COLUMNS
 from firstfault.collector.store.core import BlockStore
+from firstfault.collector.store.dialect import INSERT_BLOCK, INSERT_MARKS, INSERT_PENDING
 from firstfault.collector.store.sqlite_schema import MIGRATIONS
 
 __all__ = ["COLUMNS", "MIGRATIONS", "SqliteDialect", "SqliteStore"]
@@ -153,8 +154,14 @@ class SqliteDialect:
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.conn().executemany(sql, rows)
 
-    def insert_id(self, sql: str, args: Sequence[Any], key: str) -> int:
-        return self.conn().execute(sql, args).lastrowid
+    def insert_block(self, row: Sequence[Any], marks: Sequence[Any] | None) -> int:
+        db = self.conn()
+        bid = db.execute(INSERT_BLOCK, row).lastrowid
+        if marks is None:
+            db.execute(INSERT_PENDING, (bid,))
+        else:
+            db.execute(INSERT_MARKS, (bid, *marks))
+        return bid
 
     @contextmanager
     def errors(self, what: str) -> Iterator[None]:
