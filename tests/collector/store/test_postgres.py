@@ -1,5 +1,5 @@
 """PostgresStore's own behaviour on a real server (the shared contract runs in
-test_sqlite.py on both backends): schema and migrations, writers on two connections,
+test_core.py on both backends): schema and migrations, writers on two connections,
 a server that is away or restarts, text PostgreSQL can not hold, byte accounting."""
 
 from __future__ import annotations

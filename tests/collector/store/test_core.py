@@ -1,4 +1,4 @@
-"""The stores (SqliteStore and PostgresStore, by the ``store`` fixture): idempotent
+"""The store core on both dialects (SqliteStore and PostgresStore, by the ``store`` fixture): idempotent
 inserts, ordering, selections, jobs, clocks, pruning; SqliteStore's own details."""
 
 import dataclasses
