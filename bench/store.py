@@ -248,7 +248,8 @@ def bench_postgres(args, data: Path | None, url: str) -> list[str]:
             wall += time.perf_counter() - w0
         srv = _server_cpu(data) - srv0
         n = args.records
-        disk = s._conn().execute("SELECT pg_total_relation_size('records')").fetchone()[0]
+        disk = sum(s._conn().execute(f"SELECT pg_total_relation_size('{t}')").fetchone()[0]
+                   for t in ("blocks", "marks"))
         lines += ["| store (marks at insert) | CPU µs/record, this process | CPU µs/record, server | records/s (wall) "
                   "| disk bytes/record | used_bytes / disk |", "|---|---|---|---|---|---|",
                   f"| PostgresStore, batches of {args.batch:,} | {cpu / n * 1e6:.2f} | "

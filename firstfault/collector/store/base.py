@@ -1,9 +1,10 @@
 """The Store protocol: what the collector's ingest and query sides need from storage.
 
-One implementation per backend (sqlite.py, the default; postgres.py, shared). Every
-method is synchronous and called from one thread at a time per Store object; the
-asyncio server runs them in a worker thread so a slow disk slows reading from
-sockets (backpressure) instead of growing memory.
+One core for every backend (core.py) over a dialect each (sqlite.py, the default;
+postgres.py, shared by several collectors). Every method is synchronous and called
+from one thread at a time per Store object; the asyncio server runs them in a worker
+thread so a slow disk slows reading from sockets (backpressure) instead of growing
+memory.
 
 Durability contract: when ``insert`` returns, the rows are committed so that a
 kill -9 of the collector loses none of them; only then may the server ack.

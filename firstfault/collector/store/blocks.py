@@ -1,8 +1,8 @@
-"""Blocks: how SqliteStore keeps records, many to a row. Pure: no SQL here.
+"""Blocks: how the stores (core.py) keep records, many to a row. Pure: no SQL here.
 
 A wire batch's records (firstfault/wire.py columns) become blocks: the records of one
 stream and one job (or of none) from one insert, each one row of the ``blocks`` table
-(sqlite.py): one INSERT per block instead of a 16-column row and three index entries
+(core.py): one INSERT per block instead of a 16-column row and three index entries
 per record (the bound bench/RESULTS.md measured: 11.3 µs a record as rows).
 
 Row layout (schema version 3)
@@ -28,9 +28,9 @@ of a block of job 12345: data holds ``[["ranklog"], ["rank.line"], ["[2026-12-02
 
 Invariants
     * A block's records are in (t_ns, seq) order, their seqs unique; seq_lo/seq_hi and
-      t_lo/t_hi (sqlite.py's columns) are the exact bounds of its records, ranks
+      t_lo/t_hi (core.py's columns) are the exact bounds of its records, ranks
       their sorted distinct non-null ranks.
-    * Its marks (sqlite_marks.py, table ``marks``): the records a report needs
+    * Its marks (marking.py, table ``marks``): the records a report needs
       (firstfault/analysis/reads.py decides which), packed as ``data`` with their own
       seqs array, in block order. Dropping records older than a time from a block
       keeps its marks exact (the marker keeps the latest of a kind, never an

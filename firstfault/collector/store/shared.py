@@ -1,4 +1,4 @@
-"""What both store backends (sqlite.py, postgres.py) mean alike, in one place.
+"""What the stores mean alike (core.py and its readers use it; so does the notifier).
 
 - Failure: a job has ``failed`` once a ``rank.traceback`` record, or a ``proc.exit`` whose
   fields hold a non-zero int under one of EXIT_CODE_KEYS or a non-empty ``signal``, was stored.

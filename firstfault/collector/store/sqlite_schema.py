@@ -4,16 +4,16 @@ Version 1 kept one row per record (``records``, three indexes); version 2 keeps
 blocks of records, one row each, their report marks in the row; version 3 keeps a
 batch's column bytes as received as its main job's block (blocks.py has the layout)
 and the marks in a table of their own, so a block's row is written once. Every
-migration runs inside the one transaction SqliteStore._migrate opens; never edit a
+migration runs inside the one transaction SqliteDialect._migrate opens; never edit a
 released one, append.
 
-Version 3, the tables (sqlite.py's docstring says what each holds):
+Version 3, the tables (core.py's docstring says what each holds):
     streams(sid, node, stream, high_seq, free_first_ns, free_last_ns)
     blocks(bid, sid, jid, seq_lo, seq_hi, t_lo, t_hi, n, ranks, seqs, data, idx)
         blocks_seq  (sid, seq_hi)                     idempotency look-ups of resends
         blocks_job  (jid, t_lo)                       a job's blocks in time order
         blocks_free (sid, t_lo) WHERE jid IS NULL     a stream's jobless blocks
-    marks(bid, mid, seqs, data): a block's marked records (sqlite_marks.py)
+    marks(bid, mid, seqs, data): a block's marked records (marking.py)
     pending(bid): blocks stored unmarked, waiting for a marker
     markers(mid, name), jobs(...), job_nodes, job_ranks, node_clocks (as in version 1)
 """
@@ -27,7 +27,7 @@ from itertools import groupby
 
 import msgpack
 
-from firstfault.collector.store.blocks import BLOCK_MAX, Block, pack, pack_ranks, pack_seqs
+from firstfault.collector.store.blocks import BLOCK_MAX, pack, pack_ranks, pack_seqs
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,6 @@ CREATE TABLE marks (bid INTEGER PRIMARY KEY, mid INTEGER NOT NULL, seqs BLOB NOT
 CREATE TABLE pending (bid INTEGER PRIMARY KEY);
 """
 
-INSERT_BLOCK = ("INSERT INTO blocks (sid, jid, seq_lo, seq_hi, t_lo, t_hi, n, ranks, seqs, data, "
-                "idx) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 INSERT_MARKS = "INSERT OR REPLACE INTO marks (bid, mid, seqs, data) VALUES (?, ?, ?, ?)"
 
 
@@ -133,12 +131,6 @@ def run_script(db: sqlite3.Connection, script: str) -> None:
     for statement in script.split(";"):
         if statement.strip():
             db.execute(statement)
-
-
-def block_row(sid: int, jid: int | None, b: Block) -> tuple:
-    """The ``blocks`` row of a Block (INSERT_BLOCK's parameters)."""
-    return (sid, jid, *b.bounds(), b.n, pack_ranks(b.ranks()), b.seqs_data(), b.data(),
-            b.idx_data())
 
 
 def _v1(db: sqlite3.Connection) -> None:

@@ -1,11 +1,12 @@
 """PostgresStore's own behaviour on a real server (the shared contract runs in
-test_sqlite.py on both backends): schema and migrations, writers on two connections,
+test_core.py on both backends): schema and migrations, writers on two connections,
 a server that is away or restarts, text PostgreSQL can not hold, byte accounting."""
 
 from __future__ import annotations
 
 import threading
 
+import msgpack
 import pytest
 
 psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed (pip install -e '.[postgres]')")
@@ -13,8 +14,7 @@ psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not ins
 from firstfault.collector.store import open_store  # noqa: E402 (after the importorskip)
 from firstfault.collector.store import postgres_schema as schema  # noqa: E402 (after the importorskip)
 from firstfault.collector.store.base import Selection, StoreError  # noqa: E402 (after the importorskip)
-from firstfault.collector.store.postgres import PostgresStore  # noqa: E402 (after the importorskip)
-from firstfault.collector.store.postgres_read import ROW_BYTES  # noqa: E402 (after the importorskip)
+from firstfault.collector.store.postgres import ROW_BYTES, PostgresStore  # noqa: E402 (after the importorskip)
 from firstfault.wire import COLUMNS  # noqa: E402 (after the importorskip)
 from tests.collector.store.conftest import T0, make_record, rows  # noqa: E402 (after the importorskip)
 
@@ -45,11 +45,11 @@ def test_an_older_version_is_migrated_in_order(pg_url, rec, monkeypatch):
 
     def v_next(db):
         done.append(len(done))
-        db.execute("ALTER TABLE records ADD COLUMN note text")
+        db.execute("ALTER TABLE blocks ADD COLUMN note text")
 
     def v_after(db):
         done.append(len(done))
-        db.execute("CREATE INDEX records_note ON records (note)")
+        db.execute("CREATE INDEX blocks_note ON blocks (note)")
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, v_next, v_after])
     with PostgresStore(pg_url) as s:
         assert [r.seq for r in s.records(Selection(job="job-1"))] == list(range(5))
@@ -60,34 +60,78 @@ def test_an_older_version_is_migrated_in_order(pg_url, rec, monkeypatch):
     assert done == [0, 1]  # applied once
 
 
-def test_jobs_from_before_report_marks_are_read_whole_and_new_ones_from_their_marks(pg_url, rec,
-                                                                                  monkeypatch):
+def version_2_database(url: str, monkeypatch, records: list) -> None:
+    """A database of schema version 2 (a row per record, text escaped as that version
+    did, fields a msgpack map) holding ``records`` (one job and jobless ones)."""
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
+    with psycopg.connect(url, autocommit=True) as db:
+        schema.migrate(db, url)
+    monkeypatch.undo()
+    e = schema.escape
+    sids, jids = {}, {}
+    db = psycopg.connect(url, autocommit=True)
+
+    def sql(url, query, *args):
+        db.execute(query, args)
+    for r in records:
+        if (r.node, r.stream) not in sids:
+            sids[(r.node, r.stream)] = len(sids) + 1
+            sql(url, "INSERT INTO streams (sid, node, stream, high_seq) VALUES (%s, %s, %s, %s)",
+                sids[(r.node, r.stream)], e(r.node), e(r.stream),
+                max(x.seq for x in records if (x.node, x.stream) == (r.node, r.stream)))
+        if r.job is not None and r.job not in jids:
+            jids[r.job] = len(jids) + 1
+            own = [x for x in records if x.job == r.job]
+            t = [x.occurred_ns if x.occurred_ns is not None else x.observed_ns for x in own]
+            sql(url, "INSERT INTO jobs (jid, job, first_ns, last_ns, records, failed, bytes, "
+                     "marked_by) VALUES (%s, %s, %s, %s, %s, %s, 0, -1)",
+                jids[r.job], e(r.job), min(t), max(t), len(own),
+                any(x.kind == "proc.exit" for x in own))
+            sql(url, "INSERT INTO job_nodes VALUES (%s, %s)", jids[r.job], e(r.node))
+        t = r.occurred_ns if r.occurred_ns is not None else r.observed_ns
+        escaped = any("\x00" in (v or "") or "\uffff" in (v or "")
+                      for v in (r.source, r.kind, r.message, r.boot_id))
+        esc = e if escaped else (lambda v: v)
+        sql(url, "INSERT INTO records (sid, seq, t_ns, jid, rank, source, kind, message, "
+                 "occurred_ns, observed_ns, boot_id, mono_ns, local_rank, pid, severity, fields, "
+                 "escaped, needed) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                 "%s, %s, %s, false)",
+            sids[(r.node, r.stream)], r.seq, t, jids.get(r.job), r.rank, esc(r.source),
+            esc(r.kind), esc(r.message), r.occurred_ns, r.observed_ns,
+            None if r.boot_id is None else esc(r.boot_id), r.mono_ns, r.local_rank, r.pid,
+            r.severity, msgpack.packb(r.fields) if r.fields else None, escaped)
+    db.close()
+
+
+def test_a_version_2_database_of_rows_is_migrated_to_blocks(pg_url, rec, monkeypatch):
+    """Rows of schema version 2 come back the same from blocks (text escaped for
+    PostgreSQL's text unescaped), idempotent; the blocks wait in ``pending`` until
+    marked, and then a report reads only their marks."""
     from firstfault.analysis.catalog import load_catalog
     from firstfault.analysis.reads import ReportMarker
 
     marker = ReportMarker(load_catalog())
-    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])  # version 1: no marks
-    PostgresStore(pg_url).close()
-    monkeypatch.undo()
-    sql(pg_url, "INSERT INTO streams (node, stream, high_seq) VALUES ('gpu-01', 's1', 49)")
-    sql(pg_url, "INSERT INTO jobs (job, first_ns, last_ns, records, failed, bytes) "
-                "VALUES ('job-1', %s, %s, 50, false, 5000)", T0, T0 + 49 * S)
-    sql(pg_url, "INSERT INTO records (sid, seq, t_ns, jid, rank, source, kind, message, observed_ns, "
-                "severity, escaped) SELECT 1, i, %s + i * %s::bigint, 1, 0, 'ranklog', 'rank.line', "
-                "'line ' || i, %s + i * %s::bigint, 6, false FROM generate_series(0, 49) i", T0, S, T0, S)
+    kept = [rec(i, rank=i % 3, t=T0 + (i % 7) * S, fields={"i": i} if i % 2 else {})
+            for i in range(2500)]
+    kept[3] = rec(3, message="cut by copytruncate \x00\x00 and \uffff0", boot_id="b\x00")
+    kept += [rec(3000 + i, job=None, stream="k") for i in range(3)]
+    kept.append(rec(2600, kind="proc.exit", source="procs", fields={"exitcode": -9}))
+    version_2_database(pg_url, monkeypatch, kept)
     with PostgresStore(pg_url, marker=marker) as s:
-        old = Selection(job="job-1")
-        assert len(list(s.needed(old, marker.name))) == 50  # marked_by -1: whole
-        s.insert([rec(i) for i in range(50, 60)])  # marked now, but the job stays mixed
-        assert len(list(s.needed(old, marker.name))) == 60
-        s.insert([rec(i, job="job-2") for i in range(60, 160)])
-        new = Selection(job="job-2")
-        marked = list(s.needed(new, marker.name))
-        assert 0 < len(marked) < 100 and marked[-1].seq == 159  # the block's last is marked
-        assert len(list(s.needed(new, "report-another-catalog"))) == 100
-        assert len(list(s.needed(Selection(job="job-2", since_ns=T0), marker.name))) == 100
-    assert sql(pg_url, "SELECT job, marked_by > 0 FROM jobs ORDER BY job") == [
-        ("job-1", False), ("job-2", True)]
+        want = sorted(kept, key=lambda r: (r.occurred_ns, r.node, r.stream, r.seq))
+        assert list(s.records(Selection(job="job-1"))) == want
+        assert s.insert(kept) == 0  # still idempotent over the migrated records
+        assert s.job("job-1").records == 2501 and s.job("job-1").status == "failed"
+        pending = rows(s, "SELECT count(*) FROM pending")[0][0]
+        assert pending == rows(s, "SELECT count(*) FROM blocks")[0][0] == 3  # 2000 + 501, k
+        assert len(list(s.needed(Selection(job="job-1"), marker.name))) == 2504  # unmarked: whole
+        assert s.mark_pending() == 3 and rows(s, "SELECT count(*) FROM pending") == [(0,)]
+        needed = list(s.needed(Selection(job="job-1"), marker.name))
+        by_key = {(r.node, r.stream, r.seq): r for r in want}
+        assert 0 < len(needed) < 2504 and all(by_key[(r.node, r.stream, r.seq)] == r for r in needed)
+        assert s.insert([rec(4000, t=T0 + 8 * S)]) == 1
+    assert sql(pg_url, "SELECT version FROM schema_version") == [(len(schema.MIGRATIONS),)] == [(3,)]
+    assert sql(pg_url, "SELECT to_regclass('records')") == [(None,)]
 
 
 def test_a_failed_migration_changes_nothing(pg_url, monkeypatch):
@@ -95,9 +139,9 @@ def test_a_failed_migration_changes_nothing(pg_url, monkeypatch):
 
     def v_bad(db):
         db.execute("CREATE TABLE half_done (x int)")
-        db.execute("CREATE TABLE records (x int)")  # already exists: fails
+        db.execute("CREATE TABLE blocks (x int)")  # already exists: fails
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, v_bad])
-    with pytest.raises(StoreError, match=r"opening the store failed: .*\"records\" already exists"):
+    with pytest.raises(StoreError, match=r"opening the store failed: .*\"blocks\" already exists"):
         PostgresStore(pg_url)
     monkeypatch.undo()
     assert sql(pg_url, "SELECT version FROM schema_version") == [(len(schema.MIGRATIONS),)]
@@ -118,7 +162,7 @@ def test_another_programs_tables_are_refused_and_left_alone(pg_url):
     with pytest.raises(StoreError, match=r"holds tables named like firstfault's \(jobs\).*not a "
                                          "firstfault store"):
         PostgresStore(pg_url)
-    assert sql(pg_url, "SELECT to_regclass('records')") == [(None,)]
+    assert sql(pg_url, "SELECT to_regclass('blocks')") == [(None,)]
     sql(pg_url, "DROP TABLE jobs")
     sql(pg_url, "CREATE TABLE schema_version (application text, version int)")
     sql(pg_url, "INSERT INTO schema_version VALUES ('flyway', 3)")
@@ -132,7 +176,7 @@ def test_a_store_in_its_own_schema_beside_other_tables(postgres, pg_url, rec):
     url = pg_url + "?options=-csearch_path%3Dff"
     with PostgresStore(url) as s:
         assert s.insert([rec(0)]) == 1
-    assert sql(pg_url, "SELECT count(*) FROM ff.records") == [(1,)]
+    assert sql(pg_url, "SELECT sum(n) FROM ff.blocks") == [(1,)]
     assert sql(pg_url, "SELECT count(*) FROM public.jobs") == [(0,)]
 
 
@@ -212,7 +256,9 @@ def test_two_collectors_write_one_job_and_one_stream_concurrently(pg_url, clock)
         t.join(120)
     assert not errors, errors
     assert news["a"] + news["b"] == 3 * 3000
-    assert sql(pg_url, "SELECT count(*), count(DISTINCT (sid, seq)) FROM records") == [(9000, 9000)]
+    assert sql(pg_url, "SELECT sum(n) FROM blocks") == [(9000,)]
+    every = [(r.node, r.stream, r.seq) for r in a.records(Selection())]
+    assert len(every) == len(set(every)) == 9000
     j = a.job("job-1")
     assert (j.records, j.first_ns, j.last_ns) == (6000, T0, T0 + 2999 * S)
     assert j.nodes == ("gpu-01", "gpu-02") and j.ranks == tuple(range(8))
@@ -254,40 +300,49 @@ def test_nul_and_ffff_in_any_text_round_trip_and_grep(store, rec):
     assert store.job("j\x00b").nodes == ("gpu\x00x",)
 
 
-def test_used_bytes_counts_every_row_and_follows_prune(pg_url, clock):
-    s = PostgresStore(pg_url, now_ns=clock)
-    s.insert([make_record(i, fields={"x": i} if i % 3 else {}) for i in range(1000)])
+def test_used_bytes_counts_every_block_and_follows_prune(pg_url, clock):
+    from firstfault.analysis.catalog import load_catalog
+    from firstfault.analysis.reads import ReportMarker
+
+    s = PostgresStore(pg_url, now_ns=clock, marker=ReportMarker(load_catalog()))
+    for k in range(0, 6000, 1000):
+        s.insert([make_record(i, fields={"x": i} if i % 3 else {}) for i in range(k, k + 1000)])
     s.insert([make_record(i, stream="k", job=None) for i in range(300)])
 
     def counted():
-        return rows(s, f"SELECT coalesce(sum(char_length(message) + coalesce(length(fields), "
-                       f"0)) + {ROW_BYTES} * count(*), 0)::bigint FROM records")[0][0]
-    assert s.used_bytes() == counted()
-    disk = sql(pg_url, "SELECT pg_total_relation_size('records')")[0][0]
+        return sum(rows(s, f"SELECT coalesce(sum({size}) + {ROW_BYTES} * count(*), 0)::bigint "
+                           f"FROM {table}")[0][0] for table, size in (
+            ("blocks", "octet_length(seqs) + octet_length(data) + coalesce(octet_length(idx), "
+                       "0) + coalesce(octet_length(ranks), 0)"),
+            ("marks", "octet_length(seqs) + octet_length(data)")))
+    assert s.used_bytes() == counted() > 0
+    disk = sum(sql(pg_url, f"SELECT pg_total_relation_size('{t}')")[0][0] for t in ("blocks", "marks"))
     assert 0.5 < s.used_bytes() / disk < 2, (s.used_bytes(), disk)  # ROW_BYTES is about right
     bound = s.used_bytes() // 2
     deleted = s.prune(max_age_s=None, max_bytes=bound)
-    assert 0 < deleted < 1300 and s.used_bytes() == counted() <= bound
+    assert 0 < deleted < 6300 and s.used_bytes() == counted() <= bound
     clock.now = T0 + 86400 * S
     s.prune(max_age_s=1, max_bytes=None)
     assert s.used_bytes() == counted() == 0 and s.jobs() == []
     s.close()
 
 
-def test_a_plain_grep_runs_in_sql_and_the_scans_use_the_indexes(pg_url):
+def test_the_scans_use_the_indexes(pg_url):
     s = PostgresStore(pg_url)
-    s.insert([make_record(i) for i in range(50)])
+    for k in range(100):  # a block each, of many jobs and streams: an index is worth it
+        s.insert([make_record(k * 5 + i, job=f"job-{k}" if k % 2 else None, stream=f"s{k % 7}")
+                  for i in range(5)])
     sql(pg_url, "ANALYZE")
+    meta = ("SELECT b.bid, b.sid, b.t_lo, b.t_hi, b.ranks, m.mid FROM blocks AS b "
+            "LEFT JOIN marks AS m ON m.bid = b.bid ")
     plans = {
-        "job": "jid = 1 AND t_ns BETWEEN 0 AND 9 AND rank = ANY('{1,2}') AND sid = ANY('{1}') "
-               "AND (t_ns, sid, seq) > (1, 1, 1) ORDER BY t_ns, sid, seq LIMIT 5000",
-        "free": "sid = 1 AND jid IS NULL AND t_ns BETWEEN 0 AND 9 AND (t_ns, seq) > (1, 1) "
-                "ORDER BY t_ns, seq LIMIT 5000",
+        "job": meta + "WHERE b.jid = 1 AND b.t_lo <= 9 AND b.t_hi >= 0",
+        "free": meta + "WHERE b.sid = 1 AND b.jid IS NULL AND b.t_lo <= 9 AND b.t_hi >= 0",
+        "seq": "SELECT seqs, idx, n FROM blocks WHERE sid = 1 AND seq_hi >= 1 AND seq_lo <= 2",
     }
-    for name, where in plans.items():
+    for name, query in plans.items():
         with psycopg.connect(pg_url, autocommit=True) as db:
             db.execute("SET enable_seqscan = off")  # a tiny table: ask which index fits
-            plan = "\n".join(r[0] for r in db.execute("EXPLAIN SELECT * FROM records WHERE "
-                                                      + where))
-        assert "Sort" not in plan and f"records_{name}" in plan, (name, plan)
+            plan = "\n".join(r[0] for r in db.execute("EXPLAIN " + query))
+        assert f"blocks_{name}" in plan, (name, plan)
     s.close()

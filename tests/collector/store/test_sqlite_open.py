@@ -1,5 +1,6 @@
 """Opening a store file: new, migrated, newer, foreign or corrupt."""
 
+import dataclasses
 import sqlite3
 
 import msgpack
@@ -206,3 +207,43 @@ def test_a_missing_directory_is_a_clear_error(tmp_path):
     with pytest.raises(StoreError) as e:
         SqliteStore(path)
     assert str(path) in str(e.value)
+
+
+def test_a_file_written_by_the_previous_code_opens_with_its_records_and_marks(tmp_path):
+    """tests/data/store/main-v3.db.gz was written by the SqliteStore of main before the
+    store became one core over dialects (its make.py says how): today's code reads the
+    same records, jobs, marks and pending blocks from it, and writes on."""
+    import gzip
+    import importlib.util
+    from pathlib import Path
+
+    from firstfault.analysis.catalog import load_catalog
+    from firstfault.analysis.reads import ReportMarker
+
+    data = Path(__file__).parents[2] / "data" / "store"
+    spec = importlib.util.spec_from_file_location("store_make", data / "make.py")
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    path = tmp_path / "ff.db"
+    path.write_bytes(gzip.decompress((data / "main-v3.db.gz").read_bytes()))
+    batches = make.records()
+    every = [r for b in batches for r in b]
+    marker = ReportMarker(load_catalog())
+    with SqliteStore(path, marker=marker) as s:
+        assert list(s.records(Selection())) == sorted(
+            every, key=lambda r: (r.occurred_ns if r.occurred_ns is not None else r.observed_ns,
+                                  r.node, r.stream, r.seq))
+        j1, j2 = s.job("job-1"), s.job("job-2")
+        assert (j1.records, j1.nodes, j1.ranks, j1.status) == (
+            sum(r.job == "job-1" for r in every), ("gpu-01", "gpu-02"), tuple(range(8)), "failed")
+        assert (j2.records, j2.status) == (2, "ended")
+        whole = list(s.records(Selection(job="job-1")))
+        needed = list(s.needed(Selection(job="job-1"), marker.name))
+        assert 0 < len(needed) < len(whole)  # the marks main's code wrote are read
+        assert needed[-1] == whole[-1]  # the exit, from the block stored unmarked: read whole
+        assert s.insert(every) == 0  # idempotent over what main stored
+        assert s._db.execute("SELECT count(*) FROM pending").fetchone()[0] == 1
+        assert s.mark_pending() == 1
+        assert s.insert([dataclasses.replace(every[-1], seq=1501)]) == 1
+        assert s.high_seq("gpu-02", "r") == 1501
+    assert pragma(path, "user_version") == len(sq.MIGRATIONS) == 3

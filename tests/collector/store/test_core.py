@@ -1,4 +1,4 @@
-"""The stores (SqliteStore and PostgresStore, by the ``store`` fixture): idempotent
+"""The store core on both dialects (SqliteStore and PostgresStore, by the ``store`` fixture): idempotent
 inserts, ordering, selections, jobs, clocks, pruning; SqliteStore's own details."""
 
 import dataclasses
@@ -21,10 +21,8 @@ def keys(records):
 
 
 def stored(store) -> tuple[str, str, str]:
-    """(table, count, time): how the store's schema holds records (SQLite: blocks)."""
-    if isinstance(store, SqliteStore):
-        return "blocks", "sum(n)", "t_lo"
-    return "records", "count(*)", "t_ns"
+    """(table, count, time): how the store's schema holds records (both: blocks)."""
+    return "blocks", "sum(n)", "t_lo"
 
 
 def count(store) -> int:
@@ -377,7 +375,7 @@ def test_a_failed_insert_rolls_back_and_keeps_the_store_usable(sqlite_store, rec
 
     def boom(*a, **kw):
         raise sqlite3.OperationalError("disk I/O error (test)")
-    monkeypatch.setattr(store, "_job_add", boom)
+    monkeypatch.setattr(store._ingest, "add_to_jobs", boom)
     with pytest.raises(StoreError, match="insert of 2 records"):
         store.insert([rec(1), rec(0, node="gpu-05")])
     monkeypatch.undo()
