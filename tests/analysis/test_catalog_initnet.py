@@ -265,3 +265,26 @@ def test_env_rendezvous_without_master_addr():
     ff = _answer(log)
     assert ff["signature"] == "c10d.env_var_not_set"
     assert (ff["category"], ff["phase"]) == ("config", "init")
+
+
+BOOTSTRAP = [
+    ("gpu-05:3120:3190 [0] bootstrap.cc:140 NCCL WARN Bootstrap Root : mismatch in rank count from procs 16 : 8",
+     "nccl.bootstrap_rank_mismatch", {"nranks": "16", "other_nranks": "8"}),
+    ("gpu-05:3120:3190 [0] bootstrap.cc:145 NCCL WARN Bootstrap Root : rank 2 of 16 ranks has already checked in",
+     "nccl.bootstrap_rank_twice", {"dup_rank": "2"}),
+]
+
+
+@pytest.mark.parametrize("line,sig,facts", BOOTSTRAP, ids=[s for _, s, _ in BOOTSTRAP])
+def test_bootstrap_root_names_no_rank_of_its_own(line, sig, facts):
+    m = CATALOG.match(line)
+    assert m.signature.id == sig and (m.role, m.category) == ("root", "config")
+    assert "rank" not in m.groups  # the rank claimed twice is not the rank that printed the line
+    for k, v in facts.items():
+        assert m.groups[k] == v
+
+
+def test_a_store_broken_pipe_is_a_survivor_but_python_s_own_is_not():
+    assert CATALOG.match("RuntimeError: Broken pipe").role == "cascade"
+    m = CATALOG.match("BrokenPipeError: [Errno 32] Broken pipe")
+    assert m is None or m.signature.id != "net.broken_pipe"
