@@ -288,3 +288,30 @@ def test_a_store_broken_pipe_is_a_survivor_but_python_s_own_is_not():
     assert CATALOG.match("RuntimeError: Broken pipe").role == "cascade"
     m = CATALOG.match("BrokenPipeError: [Errno 32] Broken pipe")
     assert m is None or m.signature.id != "net.broken_pipe"
+
+
+def test_a_failed_connect_attempt_that_c10d_retried_is_no_failure():
+    """socket.cpp warns once per address it tries (IPv6 first, errno 99) and then connects over
+    IPv4: the failure of this log is the later error, not the warning."""
+    log = "\n".join([
+        "[W1203 10:01:02.123456789 socket.cpp:752] [c10d] The client socket has failed to connect to "
+        "[localhost]:29500 (errno: 99 - Cannot assign requested address).",
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "/w/train.py", line 50, in <module>',
+        "[rank1]:     loss = model(batch)",
+        "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total "
+        "capacity of 79.10 GiB of which 1.20 GiB is free.",
+        "",
+    ])
+    ff = _answer(log)
+    assert (ff["rank"], ff["category"]) == (1, "gpu-memory")
+
+
+def test_the_connect_error_c10d_raises_after_its_attempts_is_network_at_init():
+    m = CATALOG.match("torch.distributed.DistNetworkError: The client socket has failed to connect to any network "
+                      "address of (node-0, 29500). The client socket has failed to connect to [node-0]:29500 "
+                      "(errno: 113 - No route to host).")
+    assert (m.signature.id, m.role, m.category) == ("c10d.store_connect_failed", "root", "network")
+    w = CATALOG.match("[W socket.cpp:601] [c10d] The client socket has failed to connect to [node-0]:29500 "
+                      "(errno: 113 - No route to host).")
+    assert (w.signature.id, w.role) == ("c10d.store_connect_attempt_failed", "context")
