@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from firstfault.analysis.catalog import load_catalog
-from firstfault.analysis.lasterror import MAX_GAP, WRAPPER, prefer_details
+from firstfault.analysis.lasterror import MAX_GAP, TRACE, TRACE_REACH, WRAPPER, prefer_details
 from tests.offline.scoring import Case
 from tests.offline.scoring import analyze as analyze_case
 
@@ -128,6 +128,7 @@ class _Ev:
     seq: int
     rank: int | None
     text: str
+    pid: int | None = None
 
 
 @dataclass
@@ -315,3 +316,33 @@ def test_the_connect_error_c10d_raises_after_its_attempts_is_network_at_init():
     w = CATALOG.match("[W socket.cpp:601] [c10d] The client socket has failed to connect to [node-0]:29500 "
                       "(errno: 113 - No route to host).")
     assert (w.signature.id, w.role) == ("c10d.store_connect_attempt_failed", "context")
+
+
+def _trace(seq: int, text: str, pid: int | None = None) -> _F:
+    return _F(_Ev("-", seq, None, text, pid), "root", frozenset({TRACE}))
+
+
+def _line(seq: int, text: str, role: str, pid: int | None = None) -> _F:
+    return _F(_Ev("-", seq, None, text, pid), role)
+
+
+def test_a_back_trace_under_its_process_s_warn_gives_way():
+    """NCCL 2.10-2.12 returned a peer's closed socket as ncclSystemError: the survivor's back trace
+    is its WARN's (a cascade), not a network root of its own."""
+    warn = _line(5, "node-b:3101:3150 [1] misc/socket.cc:50 NCCL WARN Net : Connection closed by remote peer "
+                    "10.0.0.7<40123>", "cascade")
+    t1 = _trace(6, "node-b:3101:3150 [1] NCCL INFO include/socket.h:423 -> 2")
+    t2 = _trace(7, "node-b:3101:3150 [1] NCCL INFO transport/net_socket.cc:414 -> 2")
+    assert prefer_details([warn, t1, t2]) == [warn]
+
+
+def test_a_back_trace_of_another_process_or_alone_stays():
+    ctx = _line(3, "node-b:3101:3101 [1] NCCL INFO Channel 00/0 : 1[1b000] -> 0[1b000] [send] via NET/Socket/0",
+                "context")
+    other = _line(5, "node-c:4200:4250 [0] misc/socket.cc:50 NCCL WARN Net : Connection closed by remote peer x",
+                  "cascade")
+    t = _trace(6, "node-b:3101:3150 [1] NCCL INFO transport/net.cc:590 -> 2")
+    assert prefer_details([ctx, other, t]) == [ctx, other, t]
+    far = _line(1, "node-b:3101:3150 [1] init.cc:737 NCCL WARN something", "root")
+    late = _trace(1 + TRACE_REACH + 1, "node-b:3101:3150 [1] NCCL INFO init.cc:1120 -> 5")
+    assert prefer_details([far, late]) == [far, late]
