@@ -346,3 +346,14 @@ def test_a_back_trace_of_another_process_or_alone_stays():
     far = _line(1, "node-b:3101:3150 [1] init.cc:737 NCCL WARN something", "root")
     late = _trace(1 + TRACE_REACH + 1, "node-b:3101:3150 [1] NCCL INFO init.cc:1120 -> 5")
     assert prefer_details([far, late]) == [far, late]
+
+
+def test_gloo_full_mesh_over_loopback_is_config_and_a_peer_reset_is_a_survivor():
+    m = CATALOG.match("[E ProcessGroupGloo.cpp:138] Gloo connectFullMesh failed with "
+                      "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error")
+    assert (m.signature.id, m.category) == ("gloo.full_mesh_loopback", "config")
+    m = CATALOG.match("RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:799] "
+                      "connect [10.1.2.8]:41277: Connection refused")
+    assert (m.signature.id, m.category) == ("gloo.connect_failed", "network")
+    m = CATALOG.match("[E ProcessGroupGloo.cpp:138] Gloo connectFullMesh failed with Connection reset by peer")
+    assert m.role == "cascade"
