@@ -357,3 +357,36 @@ def test_gloo_full_mesh_over_loopback_is_config_and_a_peer_reset_is_a_survivor()
     assert (m.signature.id, m.category) == ("gloo.connect_failed", "network")
     m = CATALOG.match("[E ProcessGroupGloo.cpp:138] Gloo connectFullMesh failed with Connection reset by peer")
     assert m.role == "cascade"
+
+
+def test_a_distbackenderror_traceback_is_named_by_its_last_error():
+    """Inside one traceback the catalog sees the ncclResult text and its 'Last error:' cause
+    together, and the cause's signature comes first in the file."""
+    log = "\n".join([
+        "[rank2]: Traceback (most recent call last):",
+        '[rank2]:   File "/w/train.py", line 20, in <module>',
+        "[rank2]:     dist.barrier()",
+        '[rank2]:   File "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py", line 4159, in barrier',
+        "[rank2]:     work = group.barrier(opts=opts)",
+        "[rank2]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:3356, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+        "[rank2]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. ",
+        "[rank2]: Last error:",
+        "[rank2]: socketStartConnect: Connect to 10.4.0.9<45123> failed : No route to host",
+        "",
+    ])
+    ff = _answer(log)
+    assert ff["signature"] == "nccl.socket_connect_failed"
+    assert (ff["rank"], ff["category"]) == (2, "network")
+
+
+def test_a_slurm_step_whose_program_is_missing():
+    log = "\n".join([
+        "srun: job 4242 queued and waiting for resources",
+        "srun: job 4242 has been allocated resources",
+        "slurmstepd: error: execve(): python3.11: No such file or directory",
+        "srun: error: gpu-07: task 0: Exited with exit code 2",
+        "",
+    ])
+    ff = _answer(log)
+    assert (ff["signature"], ff["category"], ff["phase"]) == ("slurm.task_execve_failed", "config", "init")
