@@ -74,6 +74,8 @@ TRAITS = {
     "generic": "a last resort that names no failure of its own: its message is its fingerprint",
     "cut-traceback": "a traceback whose exception line is missing",
     "mention": "words in prose that name a class of failure",
+    "nccl-result": "names only an ncclResult code; a 'Last error:' line below it names the cause (lasterror.py)",
+    "nccl-trace": "NCCL's error back trace (file:line -> code): an earlier line of the same process says more (lasterror.py)",
 }
 NAMES_RANK_OF = ("next-traceback",)
 _TOP = ("version", "signature", "xid", "category_rule")

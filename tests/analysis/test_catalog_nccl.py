@@ -206,7 +206,8 @@ NEAR_MISSES = [
     ("node-1:3301:3390 [0] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)", None),
     ("[I ProcessGroupWrapper.cpp:562] [Rank 0] Running collective: CollectiveFingerPrint(SequenceNumber=12, "
      "OpType=ALLREDUCE, TensorShape=[4], TensorDtypes=Float)", None),
-    ("node-1:3301:3390 [0] NCCL INFO Channel 03/0 : 0[90000] -> 1[1000] [send] via NET/Socket/3", None),
+    # (a set-up line: only the context that maps host:pid to its communicator rank)
+    ("node-1:3301:3390 [0] NCCL INFO Channel 03/0 : 0[90000] -> 1[1000] [send] via NET/Socket/3", "nccl.comm_rank"),
     # a timeout of the NCCL socket is not a dead peer
     ("node-1:3301:3390 [1] misc/socket.cc:30 NCCL WARN socketProgressOpt: Call to recv from 10.9.8.7<50123> "
      "failed : Connection timed out", "nccl.warn"),

@@ -1,0 +1,108 @@
+"""An ncclResult wrapper and the NCCL cause printed under it. Pure.
+
+PyTorch 2.x reports a failed NCCL call as one message over several lines (NCCLUtils.cpp
+getNcclErrorDetailStr, ProcessGroupNCCL C10D_NCCL_CHECK):
+
+    torch.distributed.DistBackendError: NCCL error in: .../ProcessGroupNCCL.cpp:1970, internal error - ...
+    ncclInternalError: Internal check failed.
+    Last error:
+    NET/OFI Unable to insert remote address into address vector for device 1. RC: 0
+
+The first lines only name the ncclResult code (signatures with the trait ``nccl-result``); the
+line after "Last error:" (``ncclGetLastError``) names the cause, and a signature of its own matches
+it (a socket connect, an IB or OFI failure, a duplicate GPU, a CUDA failure). When the message
+is a Python traceback the catalog sees it whole and the specific signature wins by file order;
+when it is not (a paste of the message alone, a watchdog's C++ exception text), each line is a
+finding of its own and the wrapper, one line earlier, would be taken for the failure.
+
+``prefer_details`` drops such a wrapper when its cause follows it in the same stream within
+``MAX_GAP`` lines, from the same rank (or both without one), and is a root of a specific
+signature: the cause stands for the failure, with the wrapper's words in its links.
+
+The same holds of NCCL's own back trace (``<file>:<line> -> <code>``, trait ``nccl-trace``): it only
+says which ncclResult climbed out of the calls, and the WARN that a process printed just before it
+(a cascade like "Connection closed by remote peer" as much as a root) says what happened; NCCL up to
+2.12 returned a peer's closed socket as a system error (2), so a survivor's back trace would read
+as a network root of its own. ``prefer_details`` drops a back trace when an earlier finding of the
+same process (stream and pid) lies within ``TRACE_REACH`` lines above it; a back trace with none
+(a paste cut below the WARN) stays, the only sign of the failure.
+
+Invariants: the order of the findings kept is unchanged; a wrapper with no such cause below it,
+a back trace with no finding of its process above it, and every other finding, are returned as
+they came.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
+
+WRAPPER = "nccl-result"  # the catalog trait of a signature that only names an ncclResult code
+MAX_GAP = 4  # lines from the wrapper to its cause: the code's detail line, "Last error:", the cause
+TRACE = "nccl-trace"  # the catalog trait of NCCL's error back trace lines
+TRACE_REACH = 40  # lines a back trace climbs (one line per call) above which its WARN may be
+_ORIGIN = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] ")  # NCCL's "host:pid:tid [cudaDev] "
+
+
+class _Event(Protocol):
+    stream: str
+    seq: int
+    rank: int | None
+    pid: int | None
+    text: str
+
+
+class _Finding(Protocol):  # verdict.Finding, as much of it as is read here
+    ev: _Event
+    links: list[str]
+
+    @property
+    def role(self) -> str: ...
+
+    def has(self, trait: str) -> bool: ...
+
+
+F = TypeVar("F", bound=_Finding)
+
+
+def _specific_cause(f: _Finding) -> bool:
+    return f.role == "root" and not f.has(WRAPPER) and not f.has(TRACE) and not f.has("generic") and not f.has("mention")
+
+
+def prefer_details(findings: Sequence[F]) -> list[F]:
+    """``findings`` without each wrapper whose "Last error:" cause follows it, and without each NCCL
+    back trace whose process printed a failure shortly above it (module doc)."""
+    causes: dict[tuple[str, int | None], list[F]] = {}
+    for f in findings:
+        if _specific_cause(f):
+            causes.setdefault((f.ev.stream, f.ev.rank), []).append(f)
+    dropped: set[int] = set()
+    for w in findings:
+        if not w.has(WRAPPER):
+            continue
+        below = [c for c in causes.get((w.ev.stream, w.ev.rank), ()) if 0 < c.ev.seq - w.ev.seq <= MAX_GAP]
+        if below:
+            cause = min(below, key=lambda c: c.ev.seq)
+            dropped.add(id(w))
+            words = w.ev.text.strip().splitlines()[0][:160] if w.ev.text.strip() else ""
+            cause.links.append(f"the NCCL error it explains: {words}")
+    seen: dict[tuple[str, str], list[int]] = {}  # (stream, process) -> lines of its failures that are no back trace
+    for f in findings:
+        proc = _process(f.ev)
+        if proc is not None and f.role in ("root", "cascade") and not f.has(TRACE):
+            seen.setdefault((f.ev.stream, proc), []).append(f.ev.seq)
+    for t in findings:
+        proc = _process(t.ev) if t.has(TRACE) else None
+        if proc is not None and any(0 < t.ev.seq - s <= TRACE_REACH for s in seen.get((t.ev.stream, proc), ())):
+            dropped.add(id(t))
+    return [f for f in findings if id(f) not in dropped]
+
+
+def _process(ev: _Event) -> str | None:
+    """The process that printed an NCCL line: its "host:pid" (from the line: a WARN line's pid is not
+    always on the Event), else the Event's pid."""
+    m = _ORIGIN.search(ev.text)
+    if m is not None:
+        return f"{m.group('host')}:{m.group('pid')}"
+    return f"?:{ev.pid}" if ev.pid is not None else None
