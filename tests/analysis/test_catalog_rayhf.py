@@ -30,6 +30,14 @@ SYSTEM_ERROR = ("The actor is dead because its worker process has died. Worker e
                 "unexpected errors.")
 
 
+# the driver's side of a remote failure, up to Ray's re-raise (ray/_private/worker.py get_objects)
+DRIVER_TB = ("Traceback (most recent call last):\n"
+             "  File \"/opt/verl/verl/trainer/main_ppo.py\", line 64, in main\n"
+             "    run_ppo(config)\n"
+             "  File \"/opt/venv/lib/python3.10/site-packages/ray/_private/worker.py\", line 873, in get_objects\n"
+             "    raise value.as_instanceof_cause()\n")
+
+
 def _match(text: str):
     m = CATALOG.match(text)
     assert m is not None, f"nothing matches {text!r}"
@@ -76,6 +84,17 @@ LINES = [
      "1.0}. This is likely due to all cluster resources being claimed by actors. Consider creating fewer actors or "
      "adding more nodes to this Ray cluster.", "ray.resources_pending", "root", "config",
      {"request": "{'CPU': 1.0, 'GPU': 1.0}"}),
+    # a remote error whose own traceback is cut: the wrapped class decides, except OutOfMemoryError (GPU or host)
+    (DRIVER_TB + "ray.exceptions.RayTaskError(FileNotFoundError): ray::WorkerDict.actor_rollout_save_checkpoint() "
+     "(pid=5151, ip=10.1.2.3)", "ray.task_error_unresolved", "root", "config", {"exc_type": "FileNotFoundError"}),
+    (DRIVER_TB + "ray.exceptions.RayTaskError(DistBackendError): ray::TrainRayActor.async_train() (pid=5151, "
+     "ip=10.1.2.3)", "ray.task_error_unresolved", "root", "unknown", {"pid": "5151"}),
+    (DRIVER_TB + "ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.actor_rollout_update_actor() "
+     "(pid=5151, ip=10.1.2.3)", "ray.task_oom_unresolved", "root", "unknown", {"pid": "5151"}),
+    ("2026-12-03 08:00:01,002\tERROR serialization.py:533 -- Failed to unpickle serialized exception",
+     "ray.exception_unpicklable", "root", "unknown", {}),
+    ("ValueError: Total available GPUs 8.0 is less than total desired GPUs 16", "ray.unschedulable", "root", "config",
+     {}),
     # Lightning
     ("[rank: 2] Child process with PID 31337 terminated with code -9. Forcefully terminating all other processes to "
      "avoid zombies 🧟", "lightning.child_killed", "root", "unknown", {"pid": "31337", "exitcode": "-9"}),
