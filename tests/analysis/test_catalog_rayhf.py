@@ -130,6 +130,12 @@ LINES = [
      {"ckpt_dp": "4", "dp": "2"}),
     ("AttributeError: 'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'", "deepspeed.cpu_adam_unbuilt", "root",
      "config", {"optimizer": "DeepSpeedCPUAdam"}),
+    ("ValueError: [deepspeed] failed to resume from checkpoint /ckpt/run7/checkpoint-1200", "deepspeed.resume_failed",
+     "root", "config", {"path": "/ckpt/run7/checkpoint-1200"}),
+    ("[2026-12-03 08:00:01,002] [WARNING] [engine.py:2957:load_checkpoint] Unable to find latest file at "
+     "/ckpt/run7/checkpoint-1200/latest, if trying to load latest checkpoint please ensure this file exists or pass an "
+     "explicit checkpoint tag when loading a checkpoint.", "deepspeed.latest_file_missing", "context", "unknown",
+     {"path": "/ckpt/run7/checkpoint-1200/latest"}),
     ("RuntimeError: Unable to proceed, no GPU resources available", "deepspeed.no_gpu", "root", "config", {}),
     ("[2026-12-03 08:00:01,002] [WARNING] [stage3.py:2117:step] 2 pytorch allocator cache flushes since last step. "
      "this happens when there is high memory pressure and is detrimental to performance.",
