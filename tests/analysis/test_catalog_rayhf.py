@@ -95,6 +95,9 @@ LINES = [
      "ray.exception_unpicklable", "root", "unknown", {}),
     ("ValueError: Total available GPUs 8.0 is less than total desired GPUs 16", "ray.unschedulable", "root", "config",
      {}),
+    ("(raylet) [2026-12-03 08:00:01,002 E 3000 3000] (raylet) worker_pool.cc:589: Some workers of the worker "
+     "process(44123) have not registered within the timeout. The process is dead, probably it crashed during start.",
+     "ray.worker_register_timeout", "root", "config", {"pid": "44123", "state": "dead"}),
     # Lightning
     ("[rank: 2] Child process with PID 31337 terminated with code -9. Forcefully terminating all other processes to "
      "avoid zombies 🧟", "lightning.child_killed", "root", "unknown", {"pid": "31337", "exitcode": "-9"}),
