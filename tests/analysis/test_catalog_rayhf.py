@@ -126,6 +126,11 @@ LINES = [
      'torch.Size([0])), this looks incorrect.', "accelerate.tensor_shape_mismatch", "root", "config",
      {"model_shape": "torch.Size([0])"}),
     ("RuntimeError: 'weight' must be 2-D", "torch.embedding_not_2d", "root", "user-code", {}),
+    ("ValueError: The global train batch size (7 x 1) must be evenly divisible by the number of generations per "
+     "prompt (8). Given the current train batch size, the valid values for the number of generations are: [7].",
+     "trl.grpo_generations_batch", "root", "config", {"processes": "7", "generations": "8"}),
+    ("ValueError: When using `deepspeed_config_file`, the following accelerate config variables will be ignored: "
+     "['gradient_accumulation_steps', 'zero_stage'].", "accelerate.prepare_config", "root", "config", {}),
     # DeepSpeed's own messages
     ("deepspeed.runtime.zero.utils.ZeRORuntimeException: The checkpoint being loaded used a DP world size of 4 but "
      "the current world size is 2. Automatic adjustment of ZeRO's optimizer state partitioning with a new world "
