@@ -297,3 +297,22 @@ def test_corrupt_checkpoint_at_resume_with_frames():
     ]) + "\n"
     ff = _analyze(text)
     assert (ff["category"], ff["phase"]) == ("storage", "checkpoint-load")
+
+
+def test_a_worker_killed_while_the_trainer_saves():
+    text = "\n".join([
+        "{'loss': 1.2034, 'grad_norm': 0.51, 'learning_rate': 1e-05, 'epoch': 0.5}",
+        "[INFO|trainer.py:3984] 2026-05-02 10:12:00,101 >> Saving model checkpoint to /out/run1/checkpoint-500",
+        "E1202 11:57:01.000000 140 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: -9) "
+        "local_rank: 0 (pid: 3301) of binary: /usr/bin/python3",
+    ]) + "\n"
+    ff = _analyze(text)
+    assert (ff["rank"], ff["phase"]) == (0, "checkpoint-save")
+    assert ff["confidence"] != "high"
+
+
+def test_trainer_staging_rename_race():
+    m = CATALOG.match("[rank8]: FileNotFoundError: [Errno 2] No such file or directory: "
+                      "'/out/tmp-checkpoint-1000' -> '/out/checkpoint-1000'")
+    assert (m.signature.id, m.category) == ("hf.trainer_checkpoint_rename", "framework")
+    assert m.groups["src"] == "/out/tmp-checkpoint-1000"
