@@ -20,14 +20,14 @@ CATALOG = load_catalog()
 
 # (line, signature id, role, category, facts it must carry)
 LINES = [
-    ("[rank2]: RuntimeError: CUDA error: device-side assert triggered", "cuda.device_assert", "root", "user-code", {}),
+    ("[rank2]: RuntimeError: CUDA error: device-side assert triggered", "cuda.device_assert", "root", "config", {}),
     ("/pytorch/aten/src/ATen/native/cuda/Indexing.cu:1308: indexSelectLargeIndex: block: [7,0,0], thread: [3,0,0] "
-     "Assertion `srcIndex < srcSelectDimSize` failed.", "cuda.device_assert", "root", "user-code",
+     "Assertion `srcIndex < srcSelectDimSize` failed.", "cuda.device_assert", "root", "config",
      {"assertion": "srcIndex < srcSelectDimSize"}),
     ("/tmp/torchinductor_ab/q3/cq3x.py:40: unknown: block: [5,0,0], thread: [9,0,0] "
-     "Assertion `index out of bounds: 0 <= tmp7 < 151936` failed.", "cuda.device_assert", "root", "user-code",
+     "Assertion `index out of bounds: 0 <= tmp7 < 151936` failed.", "cuda.device_assert", "root", "config",
      {"assertion": "index out of bounds: 0 <= tmp7 < 151936"}),
-    ("RuntimeError: HIP error: device-side assert triggered", "cuda.device_assert", "root", "user-code", {}),
+    ("RuntimeError: HIP error: device-side assert triggered", "cuda.device_assert", "root", "config", {}),
     ("[rank1]: torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device",
      "cuda.no_kernel_image", "root", "config", {}),
     ("NVIDIA B200 with CUDA capability sm_100 is not compatible with the current PyTorch installation.",
@@ -243,9 +243,9 @@ def _ff(name: str) -> dict:
     return analyze_case(Case("paste", ["-"], {}, stdin=LOGS[name].encode()))["first_failure"]
 
 
-def test_a_megatron_embedding_assert_is_the_inputs_in_forward_not_high():
+def test_a_megatron_embedding_assert_is_a_size_mismatch_in_forward_not_high():
     ff = _ff("assert")
-    assert (ff["rank"], ff["signature"], ff["category"], ff["phase"]) == (0, "cuda.device_assert", "user-code", "forward")
+    assert (ff["rank"], ff["signature"], ff["category"], ff["phase"]) == (0, "cuda.device_assert", "config", "forward")
     assert ff["confidence"] != "high"
 
 
