@@ -74,6 +74,8 @@ LINES = [
     ("[ 7001.000700] Out of memory: Killed process 4242 (python3) total-vm:9000000kB, anon-rss:8000000kB, "
      "file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:20000kB oom_score_adj:0", "kernel.oom_kill", "root", "host-memory",
      {"pid": "4242"}),
+    ("[ 9123.000001] Kernel panic - not syncing: Fatal machine check", "kernel.fatal_machine_check", "root",
+     "hardware", {}),
     # the NVIDIA driver: Xid 13/31/43 are the program's, 45 only reports an earlier one, 48/79/94/95 the GPU
     ("NVRM: Xid (PCI:0000:b3:00): 13, pid=4242, name=python3, Graphics SM Warp Exception on (GPC 1, TPC 0, SM 1): "
      "Misaligned Address", "nvidia.xid", "root", "user-code", {"xid": "13"}),
@@ -97,6 +99,9 @@ LINES = [
     # TE's own CUDA Error words: the CUDA meaning first
     ("RuntimeError: /opt/te/transformer_engine/common/util/cuda_runtime.cpp:40 in function sm_count: "
      "CUDA Error: an illegal memory access was encountered", "cuda.illegal_memory_access", "root", "framework", {}),
+    ("megatron.core.dist_checkpointing.core.CheckpointingException: Global shape mismatch for loaded ((4096, 1024)) "
+     "and expected ((8192, 1024)) tensor for key decoder.layers.self_attention.linear_qkv.weight",
+     "megatron.dist_ckpt_shape_mismatch", "root", "config", {"key": "decoder.layers.self_attention.linear_qkv.weight"}),
     # FSDP, DeviceMesh, torchtitan
     ("ValueError: Must flatten tensors with uniform dtype but got torch.float32 and torch.uint8",
      "fsdp.mixed_dtype_flatten", "root", "config", {"dtype": "torch.float32", "other": "torch.uint8"}),
