@@ -56,7 +56,9 @@ LINES = [
      "cuda.illegal_memory_access", "root", "framework", {}),
     ("node-4:881:902 [5] enqueue.cc:1556 NCCL WARN Cuda failure 'initialization error'", "nccl.cuda_failure",
      "root", "unknown", {}),
-    ("RuntimeError: CUDA error: unknown error", "cuda.error", "root", "unknown", {"error": "unknown error"}),
+    ("RuntimeError: CUDA error: unknown error", "cuda.unknown_error", "root", "hardware", {}),
+    ("RuntimeError: CUDA error: operation not permitted when stream is capturing", "cuda.error", "root", "unknown",
+     {"error": "operation not permitted when stream is capturing"}),
     # the kernel
     ("[ 7001.000100] EXT4-fs error (device md0): ext4_lookup:1786: inode #5506: comm python3: iget: bad extra_isize 6",
      "kernel.fs_error", "root", "storage", {"device": "md0", "function": "ext4_lookup"}),
