@@ -37,6 +37,15 @@ def test_shipped_catalog_loads_with_unique_ids():
     assert CATALOG.get("no.such_signature") is None
 
 
+def test_a_pattern_belongs_to_one_signature():
+    """Two signatures with one pattern: only the first can ever win with it (the rules are
+    read in file order), so the second's summary and advice are dead text."""
+    owners: dict[str, str] = {}
+    for s in CATALOG.signatures:
+        for p in s.patterns:
+            assert owners.setdefault(p.pattern, s.id) == s.id, f"{s.id} repeats a pattern of {owners[p.pattern]}"
+
+
 def test_vocabularies():
     for s in CATALOG.signatures:
         assert s.role in ROLES, s.id

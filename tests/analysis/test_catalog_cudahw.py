@@ -34,8 +34,8 @@ LINES = [
      "cuda.no_kernel_image", "root", "config", {"arch": "sm_100"}),
     ("RuntimeError: CUDA error: misaligned address", "cuda.misaligned_address", "root", "framework", {}),
     ("RuntimeError: CUDA error: the launch timed out and was terminated", "cuda.launch_timeout", "root", "unknown", {}),
-    ("[rank4]: RuntimeError: CUDA error: invalid device ordinal", "cuda.device_unavailable", "root", "config",
-     {"error": "invalid device ordinal"}),
+    ("[rank4]: RuntimeError: CUDA error: invalid device ordinal", "cuda.invalid_device_ordinal", "root", "config",
+     {}),
     ("RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed "
      "a driver from http://www.nvidia.com/Download/index.aspx", "cuda.device_unavailable", "root", "config", {}),
     ("RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use "
@@ -268,7 +268,7 @@ def test_torchtitan_parallel_dims_is_config_at_init():
 
 def test_more_ranks_than_gpus_is_config_at_init():
     ff = _ff("ordinal")
-    assert (ff["rank"], ff["signature"], ff["category"], ff["phase"]) == (7, "cuda.device_unavailable", "config", "init")
+    assert (ff["rank"], ff["signature"], ff["category"], ff["phase"]) == (7, "cuda.invalid_device_ordinal", "config", "init")
 
 
 def test_fsdp_mixed_dtypes_is_config_at_init():

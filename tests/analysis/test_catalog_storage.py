@@ -64,8 +64,8 @@ LINES = [
     # DeepSpeed
     ("[rank2]: deepspeed.runtime.zero.utils.ZeRORuntimeException: The checkpoint being loaded used a DP world size of "
      "4 but the current world size is 8. Automatic adjustment of ZeRO's optimizer state partitioning with a new world "
-     "size is not currently supported.", "deepspeed.checkpoint_dp_world_size_mismatch", "root", "config",
-     {"saved": "4", "current": "8"}),
+     "size is not currently supported.", "deepspeed.zero_dp_world_size_changed", "root", "config",
+     {"ckpt_dp": "4", "dp": "8"}),
     ("ValueError: Expected 16 of '*_optim_states.pt' under '/ckpt/global_step900' but found 15 files. Possibly due to "
      "an overwrite of an old checkpoint, or a checkpoint didn't get saved by one or more processes.",
      "deepspeed.checkpoint_incomplete", "root", "storage", {"expected": "16", "found": "15"}),
@@ -75,7 +75,7 @@ LINES = [
     # Megatron
     ("megatron.core.dist_checkpointing.core.CheckpointingException: Global shape mismatch for loaded "
      "(torch.Size([4096])) and expected ((8192,)) tensor for key decoder.final_layernorm.weight",
-     "megatron.dist_checkpoint_mismatch", "root", "config", {"key": "decoder.final_layernorm.weight"}),
+     "megatron.dist_ckpt_shape_mismatch", "root", "config", {"key": "decoder.final_layernorm.weight"}),
     ("megatron.core.dist_checkpointing.core.CheckpointingException: Checkpoint directory /ckpt/llama/iter_0000100 "
      "does not exist", "megatron.dist_checkpoint_not_found", "root", "config", {"path": "/ckpt/llama/iter_0000100"}),
     # resuming from nothing
