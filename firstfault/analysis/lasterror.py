@@ -17,7 +17,8 @@ finding of its own and the wrapper, one line earlier, would be taken for the fai
 
 ``prefer_details`` drops such a wrapper when its cause follows it in the same stream within
 ``MAX_GAP`` lines, from the same rank (or both without one), and is a root of a specific
-signature: the cause stands for the failure, with the wrapper's words in its links.
+signature: the cause stands for the failure, with the wrapper's words added to its links (a new
+finding: the ones given are not changed).
 
 The same holds of NCCL's own back trace (``<file>:<line> -> <code>``, trait ``nccl-trace``): it only
 says which ncclResult climbed out of the calls, and the WARN that a process printed just before it
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol, TypeVar
 
 WRAPPER = "nccl-result"  # the catalog trait of a signature that only names an ncclResult code
@@ -53,7 +55,7 @@ class _Event(Protocol):
     text: str
 
 
-class _Finding(Protocol):  # verdict.Finding, as much of it as is read here
+class _Finding(Protocol):  # findings.Finding (a dataclass), as much of it as is read here
     ev: _Event
     links: list[str]
 
@@ -78,6 +80,7 @@ def prefer_details(findings: Sequence[F]) -> list[F]:
         if _specific_cause(f):
             causes.setdefault((f.ev.stream, f.ev.rank), []).append(f)
     dropped: set[int] = set()
+    explained: dict[int, list[str]] = {}  # id(cause) -> the wrappers' words, for its links
     for w in findings:
         if not w.has(WRAPPER):
             continue
@@ -86,7 +89,7 @@ def prefer_details(findings: Sequence[F]) -> list[F]:
             cause = min(below, key=lambda c: c.ev.seq)
             dropped.add(id(w))
             words = w.ev.text.strip().splitlines()[0][:160] if w.ev.text.strip() else ""
-            cause.links.append(f"the NCCL error it explains: {words}")
+            explained.setdefault(id(cause), []).append(f"the NCCL error it explains: {words}")
     seen: dict[tuple[str, str], list[int]] = {}  # (stream, process) -> lines of its failures that are no back trace
     for f in findings:
         proc = _process(f.ev)
@@ -96,7 +99,8 @@ def prefer_details(findings: Sequence[F]) -> list[F]:
         proc = _process(t.ev) if t.has(TRACE) else None
         if proc is not None and any(0 < t.ev.seq - s <= TRACE_REACH for s in seen.get((t.ev.stream, proc), ())):
             dropped.add(id(t))
-    return [f for f in findings if id(f) not in dropped]
+    return [replace(f, links=[*f.links, *explained[id(f)]]) if id(f) in explained else f
+            for f in findings if id(f) not in dropped]
 
 
 def _process(ev: _Event) -> str | None:

@@ -51,7 +51,10 @@ _ISO = re.compile(
 )
 _SYSLOG = re.compile(r"(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) (?P<dd>[ \d]\d) (?P<t>\d\d:\d\d:\d\d)\b")
 _MONTH_NUMBER = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
-_NCCL = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL ")
+# NCCL's origin prefix "host:pid:tid [cudaDev] ", then on WARN lines (debug.cc ncclDebugLog) the
+# "file:line " of the call, sometimes with its function, before "NCCL".
+_NCCL = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+                   r"(?:[\w./+-]+:\d+(?: \(\w+\))? )?NCCL ")
 _LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "FATAL"}
 
 
@@ -189,7 +192,7 @@ class NcclOrigin:
 
 
 def parse_nccl_origin(text: str) -> NcclOrigin | None:
-    """Host, pid and CUDA device of an NCCL debug line (``host:pid:tid [dev] NCCL ...``)."""
+    """Host, pid and CUDA device of an NCCL debug line (``host:pid:tid [dev] [file:line ]NCCL ...``)."""
     m = _NCCL.match(text)
     if not m:
         return None

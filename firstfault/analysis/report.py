@@ -29,6 +29,7 @@ from firstfault.analysis.hang import Inference, ranges
 from firstfault.analysis.hostlist import HostlistError, expand_hostlist
 from firstfault.analysis.identify import identify
 from firstfault.analysis.judge import judge
+from firstfault.analysis.lasterror import prefer_details
 from firstfault.analysis.lanes import LaneWatcher, timeline_report
 from firstfault.analysis.memory import MemoryWatcher
 from firstfault.analysis.rankstate import Facts, RankState, rank_state
@@ -99,7 +100,8 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     lanes = LaneWatcher() if inp.timeline else None
     events = placed(events, inp.clocks)  # one clock, once
     read = read_findings(watch(events, *filter(None, (mem, lanes))), catalog)  # catalog -> findings
-    ident = identify(read.findings, inp.rank_nodes, read.procs)  # ranks, nodes, pids
+    found = prefer_details(read.findings)  # an NCCL wrapper or back trace gives way to its cause
+    ident = identify(found, inp.rank_nodes, read.procs)  # ranks, nodes, pids
     findings = judge(ident.findings, read.procs, read.kernel_span, ident.nodes)  # deaths, signals
     state = rank_state(findings, ident, read.dumps)  # firsts, stack dumps, progress, exits, saves
     dec = decide(findings, state, read, ident.nodes, inp.world_size)  # first failure, cascades, hang
