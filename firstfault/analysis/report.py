@@ -29,8 +29,8 @@ from firstfault.analysis.hang import Inference, ranges
 from firstfault.analysis.hostlist import HostlistError, expand_hostlist
 from firstfault.analysis.identify import identify
 from firstfault.analysis.judge import judge
-from firstfault.analysis.lasterror import prefer_details
 from firstfault.analysis.lanes import LaneWatcher, timeline_report
+from firstfault.analysis.lasterror import prefer_details
 from firstfault.analysis.memory import MemoryWatcher
 from firstfault.analysis.rankstate import Facts, RankState, rank_state
 from firstfault.analysis.timeline import NodeClock, placed
