@@ -7,7 +7,8 @@ Every source the report may take a phase from is here, in the order they are tru
   elsewhere; the hints that are not frames (phase.phase_hint); the signature's one phase; a
   checkpoint save under way; the stacks of the ranks that waited for it;
 - an inferred hang (``hang_phase``): the stack dump of the rank that stopped; a checkpoint save
-  under way; the collective the survivors waited in; the one phase their errors belong to; then
+  under way; the collective the survivors waited in; a save, load or set-up begun before they
+  waited and never ended (save_phase); the one phase their errors belong to; then
   the frames where the Flight Recorder saw that rank's last collective called;
 - last, for a failure a line names whose phase is still unknown: the phase DeepSpeed's own marks
   (memory_breakdown) open around the failure's time (bands.marked_phase, read by the memory
@@ -26,6 +27,7 @@ from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.hang import Inference
 from firstfault.analysis.phase import phase_from_frames, phase_hint
 from firstfault.analysis.rankstate import RankState
+from firstfault.analysis.save_phase import phase_while_waiting
 from firstfault.analysis.verdict import Decision
 
 Phase = tuple[str, str]  # (phase, where it came from)
@@ -38,7 +40,8 @@ def failure_phase(dec: Decision, state: RankState, findings: list[Finding], savi
     parameters); ``marked``: the phase DeepSpeed's marks put the failure's time in (memory report)."""
     if dec.inference is not None:
         dump = state.dumps.at_hang.get(dec.inference.rank) if dec.inference.rank is not None else None
-        return hang_phase(dec.inference, dec.cascades, dump, dec.flight, saving, sharded)
+        waiting = before(dec.cascades[0], findings) if dec.cascades else []
+        return hang_phase(dec.inference, dec.cascades, dump, dec.flight, saving, sharded, waiting)
     if dec.first is not None:
         peers = [h for h in state.errors if h.role == "cascade" and h.ev.frames]
         got = phase_of(dec.first, saving, peers, state.errors, before(dec.first, findings), sharded)
@@ -52,14 +55,15 @@ def failure_phase(dec: Decision, state: RankState, findings: list[Finding], savi
 
 
 def hang_phase(inf: Inference, cascades: list[Finding], dump: Event | None, flight: FRAnalysis | None,
-               saving: int | None, sharded: bool | None) -> Phase:
-    """Where the ranks stood when the job hung."""
+               saving: int | None, sharded: bool | None, waiting: Iterable[str] = ()) -> Phase:
+    """Where the ranks stood when the job hung. ``waiting``: the lines kept before the first
+    survivor's error, oldest first (a save or load begun there and never ended: save_phase)."""
     dump_phase = dump and phase_from_frames(dump.frames)
     waited = next((h for c in cascades if (h := phase_hint(c.ev.text, (), sharded))), None)  # the collective they waited in
     hinted = {c.match.signature.phases[0] for c in cascades if len(c.match.signature.phases) == 1}
     said = (hinted.pop(), "the phase the survivors' errors belong to") if len(hinted) == 1 else None
     got = ((dump_phase, "stack dump") if dump_phase else ("checkpoint-save", "checkpoint save under way")
-           if saving is not None else waited or said or ("unknown", "no evidence"))
+           if saving is not None else waited or phase_while_waiting(waiting) or said or ("unknown", "no evidence"))
     rank = inf.rank
     if flight and rank is not None and got[0] == "unknown":  # where its last collective was called
         ph = phase_from_frames([Frame(f.file, f.line, f.func) for f in reversed(flight.frames_of(rank))])

@@ -61,7 +61,7 @@ STEP_PHASES = ("forward", "backward", "param-gather", "optimizer-step", "data")
 _TOP = ("version", "holds", "enclosing", "step", "imports", "collective", "marker", "task")
 _RULE_KEYS = ("phase", "reference", "funcs", "files", "in_files")
 _COLLECTIVE_KEYS = ("ops", "seq", "sharded", "phase", "reference")
-_MARKER_KEYS = ("phase", "progress", "only_before_progress", "needles", "pattern", "reference")
+_MARKER_KEYS = ("phase", "progress", "only_before_progress", "ends_in_log", "needles", "pattern", "reference")
 _TASK_KEYS = ("methods", "phase", "reference")
 
 
@@ -107,6 +107,7 @@ class MarkerRule:
     pattern: re.Pattern[str] | None
     only_before_progress: bool
     reference: str
+    ends_in_log: bool = False  # the framework prints where what this opens ends: left open, it is still under way
 
     def matches(self, text: str) -> bool:
         return any(n in text for n in self.needles) and (self.pattern is None or self.pattern.search(text) is not None)
@@ -295,6 +296,9 @@ def _markers(doc: dict, problems: list[str]) -> Iterable[MarkerRule]:
         only = e.get("only_before_progress", False)
         if not isinstance(only, bool):
             problems.append(f"{where}: only_before_progress must be true or false")
+        ends = e.get("ends_in_log", False)
+        if not isinstance(ends, bool):
+            problems.append(f"{where}: ends_in_log must be true or false")
         needles = _strings(where, e, "needles", problems, required=True)
         pattern = None
         raw = e.get("pattern")
@@ -306,7 +310,7 @@ def _markers(doc: dict, problems: list[str]) -> Iterable[MarkerRule]:
             except re.error as err:
                 problems.append(f"{where}: pattern does not compile: {err}")
         if len(problems) == before:
-            yield MarkerRule(None if progress else phase, needles, pattern, bool(only), ref)
+            yield MarkerRule(None if progress else phase, needles, pattern, bool(only), ref, bool(ends))
 
 
 def _tasks(doc: dict, problems: list[str]) -> Iterable[TaskRule]:
@@ -385,14 +389,18 @@ def phase_from_marker(text: str, phase_rules: PhaseRules | None = None) -> str |
     return PROGRESS if progress else None
 
 
-def phase_before_failure(lines: Iterable[str], phase_rules: PhaseRules | None = None) -> str | None:
+def phase_before_failure(lines: Iterable[str], phase_rules: PhaseRules | None = None,
+                         ended_only: bool = False) -> str | None:
     """The phase the last marker in ``lines`` (the text before a failure, oldest first) names
     when no progress line follows it, else None. Markers marked ``only_before_progress``
-    (NCCL communicator set-up) count only while no progress has been seen at all."""
+    (NCCL communicator set-up) count only while no progress has been seen at all.
+    ``ended_only``: of the checkpoint markers only those whose end the framework prints
+    (``ends_in_log``): for a silence, where a start without its end line means something."""
     r = phase_rules or rules()
     current, seen_progress = None, False
     for line in lines:
         named = next((m.phase for m in r.markers if m.phase is not None
+                      and not (ended_only and m.phase.startswith("checkpoint") and not m.ends_in_log)
                       and not (m.only_before_progress and seen_progress) and m.matches(line)), None)
         if named is not None:
             current = named

@@ -10,11 +10,15 @@ checkpoint to ...", "saving checkpoint at iteration ...", DeepSpeed's "is about 
 saved!") names checkpoint-save until its end line ("successfully saved checkpoint ...",
 "Finished saving the checkpoint") or training progress lets it go.
 
-Call site (report.py, the ``_inferred`` branch), given the lines the findings kept before the
-earliest cascade of the same stream (report._before(casc[0], findings))::
+Only a save or load whose framework prints its end (markers with ``ends_in_log``: Megatron,
+torchtitan, torchtune, accelerate, DeepSpeed's loads) counts here. DeepSpeed 0.17.1 and later
+and the HF Trainer print nothing when a save ends, and a hang in the step after it (as the real
+run tests/data/real/torchrun-hang-rank1-of-2 shows: a data loader blocked in step 3 after a
+finished save at step 2) reads exactly like a hang in the save.
 
-    marked = phase_while_waiting(before)  # between ``waited`` and ``said``
-    phase = (... else waited or marked or said or ("unknown", "no evidence"))
+Read by failure_phase.hang_phase over the lines the findings kept before the earliest cascade
+of its stream (failure_phase.before), after the collective the survivors waited in and before
+the one phase their errors belong to.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ def phase_while_waiting(lines: Iterable[str], phase_rules: PhaseRules | None = N
     """(the phase, where it came from) that the marker lines printed before the ranks started
     waiting name (``lines``: the text before the first cascade, oldest first), or None when no
     marker is open at that point (none seen, or progress or a save's end came after it)."""
-    phase = phase_before_failure(lines, phase_rules)
+    phase = phase_before_failure(lines, phase_rules, ended_only=True)
     if phase is None:
         return None
     return phase, WHY.get(phase, "marker lines before the ranks waited")

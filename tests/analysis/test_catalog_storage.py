@@ -213,6 +213,18 @@ def test_phase_while_waiting():
     assert phase_while_waiting([], RULES) is None
 
 
+@pytest.mark.parametrize("start", [SAVE_START[0], SAVE_START[4], SAVE_START[5]])
+def test_a_save_whose_end_is_never_printed_says_nothing_of_a_silence(start):
+    """The HF Trainer, DeepSpeed 0.17.1+ and Lightning print no end of a save: a hang after a save
+    that finished reads like a hang in it, so the silence names no phase (a failure line right
+    after the start still does: phase_before_failure)."""
+    assert phase_before_failure([start], RULES) == "checkpoint-save"
+    assert phase_while_waiting([start], RULES) is None
+    # the set-up before it still counts for a silence that began before training
+    assert phase_while_waiting([" loading distributed checkpoint from /ckpt at iteration 500"], RULES)[0] == \
+        "checkpoint-load"
+
+
 # ------------------------------------------------------------------------- whole pasted logs
 
 
