@@ -23,8 +23,8 @@ from firstfault.analysis.catalog import Catalog
 from firstfault.analysis.checkpoint import DiskCheckpoint
 from firstfault.analysis.events import Event
 from firstfault.analysis.failure_phase import failure_phase
-from firstfault.analysis.findings import MAX_KEPT, Finding, Read, fingerprint, read_findings
-from firstfault.analysis.frames import failing_frame
+from firstfault.analysis.findings import MAX_KEPT, Finding, Read, exit_of, fingerprint, read_findings
+from firstfault.analysis.frames import failing_frame, no_frame_reason
 from firstfault.analysis.hang import Inference, ranges
 from firstfault.analysis.hostlist import HostlistError, expand_hostlist
 from firstfault.analysis.identify import identify
@@ -126,6 +126,9 @@ def report(inp: Inputs, read: Read, findings: list[Finding], rank_nodes: Mapping
     if dec.first is not None:
         first = _first(dec.first, dec.groups[0].ranks, dec.tied, phase, rank_nodes)
         first["failing_frame"] = failing_frame(dec.first.ev.frames)  # the line that failed (analysis/frames.py)
+        if first["failing_frame"] is None:
+            first["failing_frame_note"] = no_frame_reason((exit_of(dec.first) or {}).get("signal"),
+                                                          dec.first.has("oom-kill"))
         blame = BLAME.get(dec.first.category, "unknown")
     elif dec.inference is not None:
         first = _inferred(dec.inference, dec.cascades, facts, phase, rank_nodes, dec.outside)
@@ -136,6 +139,7 @@ def report(inp: Inputs, read: Read, findings: list[Finding], rank_nodes: Mapping
         exited = dec.exited
         first = _first(exited, [exited.ev.rank] if exited.ev.rank is not None else [], [], phase, rank_nodes)
         first["failing_frame"] = None
+        first["failing_frame_note"] = no_frame_reason((exit_of(exited) or {}).get("signal"), exited.has("oom-kill"))
     ranks_out = {}
     for r in sorted(dec.known_ranks | set(firsts) | set(facts.exits)):
         fe = firsts.get(r)

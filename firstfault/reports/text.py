@@ -71,10 +71,11 @@ def _memory(rep: dict) -> list[str]:
 
 def frame_line(ff: dict) -> str | None:
     """``train.py line 12, in backward (raised in .../torch/_tensor.py line 626, in backward)``, raw text
-    (each format escapes it), or None when the first failure has no frames."""
+    (each format escapes it); without frames why there are none (``failing_frame_note``), else None."""
     fr = ff.get("failing_frame")
     if not fr:
-        return None
+        note = ff.get("failing_frame_note")
+        return f"no Python frame: {note}" if note else None
     where = f"{fr['file']} line {fr['line']}, in {fr['function']}"
     if not fr.get("in_user_code"):
         return f"{where} (no frame in your own code)"

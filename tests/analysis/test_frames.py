@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from firstfault.analysis.events import Frame
-from firstfault.analysis.frames import failing_frame, is_user_frame
+from firstfault.analysis.frames import failing_frame, is_user_frame, no_frame_reason
 
 SITE = "/usr/lib/python3.11/site-packages"
 
@@ -23,3 +23,13 @@ def test_frames_of_the_framework_and_the_standard_library_are_not_the_users():
     assert is_user_frame(Frame("train.py", 3, "main")) and is_user_frame(Frame("/home/me/models/torchvision_like.py", 1, "f"))
     only = (Frame(f"{SITE}/torch/nn/modules/module.py", 1501, "_call_impl"),)
     assert failing_frame(only)["in_user_code"] is False and failing_frame(()) is None
+
+
+def test_a_kill_or_a_native_fault_says_why_it_has_no_frame():
+    assert "SIGKILL" in no_frame_reason(None, oom_kill=True)
+    assert no_frame_reason("SIGKILL", oom_kill=False) == no_frame_reason(None, oom_kill=True)
+    for sig in ("SIGSEGV", "SIGBUS", "SIGABRT"):
+        assert "PYTHONFAULTHANDLER=1" in no_frame_reason(sig, oom_kill=False)
+    # a plain exit, a polite stop or nothing known: the log may just be cut, so no excuse is made
+    assert no_frame_reason(None, oom_kill=False) is None
+    assert no_frame_reason("SIGTERM", oom_kill=False) is None

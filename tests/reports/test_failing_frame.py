@@ -32,3 +32,20 @@ def test_json_has_the_failing_frame_object(reports):
 def test_text_markdown_and_html_show_it(reports, fmt):
     where = WHERE.replace("_", "\\_") if fmt == "md" else WHERE  # Markdown escapes the underscore
     assert "failing at" in reports[fmt] and where in reports[fmt]
+
+
+OOM = Path(__file__).resolve().parents[1] / "data" / "real" / "torchrun-oom-rank1-of-2"
+
+
+@pytest.mark.parametrize("fmt", ["json", "text", "md", "html"])
+def test_a_rank_the_kernel_killed_says_why_no_frame_is_shown(tmp_path, fmt):
+    """A real memcg OOM kill (no traceback): the report says why there is no failing line instead
+    of leaving it out."""
+    out = tmp_path / f"r.{fmt}"
+    assert main(["analyze", str(OOM), "--kernel", str(OOM / "kmsg.txt"), "--format", fmt, "--output", str(out)]) == 0
+    text = out.read_text()
+    if fmt == "json":
+        ff = json.loads(text)["first_failure"]
+        assert ff["failing_frame"] is None and ff["failing_frame_note"].startswith("SIGKILL ends a process")
+    else:
+        assert "no Python frame: SIGKILL ends a process" in text
