@@ -22,7 +22,7 @@ from firstfault.analysis.findings import Finding, Read, read_findings
 from firstfault.analysis.identify import Identity, identify
 from firstfault.analysis.judge import judge
 from firstfault.analysis.memory import MemoryWatcher
-from firstfault.analysis.rankstate import Facts, RankState, StackDumps, rank_state
+from firstfault.analysis.rankstate import RankActivity, RankState, StackDumps, rank_state
 from firstfault.analysis.reads import scan_needles
 from firstfault.analysis.records import events_from_records
 from firstfault.analysis.report import Inputs, build_report, report, watch
@@ -119,7 +119,7 @@ def test_no_stage_changes_what_it_was_given_and_the_row_is_build_report(make):
 
 
 def test_every_stage_output_is_a_frozen_dataclass():
-    for cls in (Event, Finding, Read, Identity, Facts, StackDumps, RankState, Group, Decision, Assessment):
+    for cls in (Event, Finding, Read, Identity, RankActivity, StackDumps, RankState, Group, Decision, Assessment):
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls.__name__
     events, inp = read_real("torchrun-oom-rank1-of-2")
     read = read_findings(timeline.placed(events), CAT)

@@ -100,7 +100,7 @@ import re
 import threading
 from collections.abc import Callable
 
-from firstfault.agent.sources.base import Emit, SinkFull, Source, emit_columns, emit_many, printable, register
+from firstfault.agent.sources.base import Emit, IntakeFull, Source, emit_columns, emit_many, printable, register
 from firstfault.agent.spool.columns import ColumnsBuilder, as_text
 from firstfault.agent.tail import (
     ERROR,
@@ -394,7 +394,7 @@ class RankLines:
             try:
                 self.emit_columns(cols)  # returns once the spool has them: only then commit
                 break
-            except SinkFull as e:  # disk full: the rows wait here, the files keep the rest
+            except IntakeFull as e:  # disk full: the rows wait here, the files keep the rest
                 cols = cols.cut(e.accepted, cols.n)
                 if not self._holding:
                     log.warning("ranklog: the spool's disk is full; reading waits until there "
@@ -618,7 +618,7 @@ class RanklogSource(Source):
             raise
         try:
             loop.run()  # closes the tailer
-        except SinkFull:
+        except IntakeFull:
             if not stop.is_set():
                 raise  # (hold returns True only when stopping)
         finally:
