@@ -32,15 +32,15 @@ class Assessment:
 def assess(dec: Decision, state: RankState, mem: MemoryWatcher, *, pids: Mapping[int, int],
            rank_nodes: Mapping[int, str | None], disk: DiskCheckpoint | None) -> Assessment:
     """The checkpoint's safety and memory by phase, around the decided failure."""
-    facts = state.facts
-    clean = {r for r, ex in facts.exits.items() if ex.get("code") == 0}
+    activity = state.activity
+    clean = {r for r, ex in activity.exits.items() if ex.get("code") == 0}
     ckpt = checkpoint_report(
-        facts.marks, failure_at_ns=dec.failure_ns, world_size=dec.world, ranks_progress=facts.alive,
-        clean_exit_ranks=clean, disk=disk, ranks_in_save=facts.in_save,
-        ranks_steps={r: max(facts.steps.get(r, 0), facts.reached.get(r, 0)) for r in {*facts.steps, *facts.reached}})
+        activity.saves, failure_at_ns=dec.failure_ns, world_size=dec.world, ranks_progress=activity.alive,
+        clean_exit_ranks=clean, disk=disk, ranks_in_save=activity.in_save,
+        ranks_steps={r: max(activity.steps.get(r, 0), activity.reached.get(r, 0)) for r in {*activity.steps, *activity.reached}})
     saved = frozenset(t["tag"] for t in ckpt["tags"] if t["verdict"] == "safe")
     memory = memory_report(mem, pids=pids, rank_nodes=rank_nodes,
                            failed=dec.named is not None or dec.inference is not None, failure_ns=dec.failure_ns,
                            failure_unc_ns=dec.first.ev.uncertainty_ns if dec.first else 0,
                            local_is_global=len({n for n in rank_nodes.values() if n}) <= 1, saved=saved)
-    return Assessment(ckpt, saved, saving_since(facts.marks, facts.alive, set(saved)), memory)
+    return Assessment(ckpt, saved, saving_since(activity.saves, activity.alive, set(saved)), memory)

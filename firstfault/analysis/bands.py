@@ -1,6 +1,6 @@
 """Lifecycle phase bands from the marks a rank's log leaves. Pure.
 
-Marks (``Mark``, kept by memory.MemoryWatcher): DeepSpeed's see_memory_usage messages that
+Marks (``PhaseMark``, kept by memory.MemoryWatcher): DeepSpeed's see_memory_usage messages that
 open and close a phase (``Engine before forward`` ... ``Engine after step`` with
 ``"memory_breakdown": true``; memlines.point), its resolved-config print (initialize is
 over), a checkpoint save's start, and the throughput line that ends a step. DeepSpeed
@@ -24,7 +24,9 @@ MARKED_PHASES = ("forward", "backward", "optimizer-step", "param-gather")  # pha
 
 
 @dataclass(slots=True)
-class Mark:
+class PhaseMark:
+    """A log line that opens, closes or points at a lifecycle phase (not a job's start/end mark)."""
+
     ev: Event  # the placed Event that marks it (its text dropped)
     phase: str  # a phase name, "step" (a step ended), "init-end"
     what: str  # open | close | point
@@ -42,7 +44,7 @@ class Band:
     open_end: bool = False  # the stream ended inside it: its rank stopped in this phase
 
 
-def phase_bands(marks: list[tuple[int, int, Mark]], first_ns: int | None, end_ns: int | None,
+def phase_bands(marks: list[tuple[int, int, PhaseMark]], first_ns: int | None, end_ns: int | None,
                 saved: frozenset[str] = frozenset()) -> tuple[list[Band], str | None]:
     """The job's phase bands from one stream's placed marks (time, uncertainty, mark), and that stream.
 
@@ -50,7 +52,7 @@ def phase_bands(marks: list[tuple[int, int, Mark]], first_ns: int | None, end_ns
     a checkpoint save whose tag is known complete (``saved``): it ended, when is not logged."""
     if not marks:
         return [], None
-    by_stream: dict[str, list[tuple[int, Mark]]] = defaultdict(list)
+    by_stream: dict[str, list[tuple[int, PhaseMark]]] = defaultdict(list)
     for t, _, m in marks:
         by_stream[m.stream].append((t, m))
     stream, own = max(by_stream.items(), key=lambda kv: (sum(m.what != "point" for _, m in kv[1]), len(kv[1]),
@@ -68,7 +70,7 @@ def phase_bands(marks: list[tuple[int, int, Mark]], first_ns: int | None, end_ns
         return bands, stream
     fine = any(m.what == "open" and m.phase not in ("init", "checkpoint-save") for _, m in own)
     t_prev = init_end
-    open_: tuple[int, Mark] | None = None
+    open_: tuple[int, PhaseMark] | None = None
     for t, m in own[cut + (1 if ends else 0):]:
         if m.phase in ("init", "init-end"):
             continue

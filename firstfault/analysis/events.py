@@ -2,9 +2,10 @@
 
 Every reader (log files offline, records stored by the collector) turns what it
 read into Events; the analysis (catalog, timeline, verdict, checkpoint) works on
-Events only and never does I/O. A reader builds its Events; from the place stage on
-(timeline.placed) nothing changes one: a stage that learns more of an Event (its
-placed time, its rank) makes a new one (``dataclasses.replace``).
+Events only and never does I/O. An Event is frozen and made whole: a reader passes
+its finished ``fields`` to the constructor (the scanner holds an untimed line until
+the next stamp bounds it), and a stage that learns more of an Event (its placed
+time, its rank) makes a new one (``dataclasses.replace``).
 
 Time: ``occurred_ns`` is when the thing happened on the (corrected) wall clock,
 ``observed_ns`` when a reader saw it (file mtime, the agent's receipt time). They
@@ -43,7 +44,7 @@ class Frame:
     func: str
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     """One observation: a log line, an assembled traceback or a kernel message.
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 from statistics import median
 
 from firstfault.analysis import memlines
-from firstfault.analysis.bands import Band, Bands, Mark, marked_phase, phase_bands
+from firstfault.analysis.bands import Band, Bands, PhaseMark, marked_phase, phase_bands
 from firstfault.analysis.context import CONFIG_NEEDLE
 from firstfault.analysis.events import KIND_KERNEL, KIND_RECORD, KIND_STREAM, Event
 from firstfault.analysis.sampling import Bounded, Staircase
@@ -151,7 +151,7 @@ class MemoryWatcher:
     _timers: dict[tuple, TimerLines] = field(default_factory=dict)
     clocks: Mapping[str, NodeClock] | None = None  # the clock corrections the Events were placed with
 
-    def _timer_lines(self) -> list[tuple[Mark, Sample]]:
+    def _timer_lines(self) -> list[tuple[PhaseMark, Sample]]:
         """The kept throughput lines, in (time, seq, origin) order."""
         return [e[2] for e in sorted((e for t in self._timers.values() for e in t.entries()), key=lambda e: e[0])]
 
@@ -160,7 +160,7 @@ class MemoryWatcher:
         return [s for b in self._samples.values() for s in b.items()] + [s for _, s in self._timer_lines()]
 
     @property
-    def marks(self) -> list[Mark]:
+    def marks(self) -> list[PhaseMark]:
         return [m for b in self._marks.values() for m in b.items()] + [m for m, _ in self._timer_lines()]
 
     def _sample(self, s: Sample) -> None:
@@ -170,7 +170,7 @@ class MemoryWatcher:
             box = self._samples[key] = Bounded(*SAMPLES_KEPT)
         box.add(s, max(s.value, s.peak or 0))
 
-    def _mark(self, m: Mark) -> None:
+    def _mark(self, m: PhaseMark) -> None:
         box = self._marks.get(m.stream)
         if box is None:
             box = self._marks[m.stream] = Bounded(*MARKS_KEPT)
@@ -187,7 +187,7 @@ class MemoryWatcher:
         if (fig := timer_figure(text)) is not None:
             # DeepSpeed's throughput line, once a step on a long run: the step's end and its allocator figure
             kept = _kept(ev, text=False)
-            mark = Mark(kept, "step", "point", f"training to the end of step {fig[0]}", ev.stream)
+            mark = PhaseMark(kept, "step", "point", f"training to the end of step {fig[0]}", ev.stream)
             sample = Sample(kept, "allocated", fig[1], None, fig[2], ev.rank, ev.pid, "log", ev.stream)
             own = own_ns(ev, self.clocks)  # seconds of the line's own clock, as the store's marks count them
             if own is None:  # no time to put it in a second by: kept as other lines are
@@ -205,7 +205,7 @@ class MemoryWatcher:
             if "is about to be saved!" in text or CONFIG_NEEDLE in text:
                 self._progress_mark(ev)
             elif (p := memlines.point(text)) is not None:
-                self._mark(Mark(_kept(ev, text=False), p[0], p[1], p[2], ev.stream))
+                self._mark(PhaseMark(_kept(ev, text=False), p[0], p[1], p[2], ev.stream))
         for fig in memlines.figures(text):
             s = Sample(_kept(ev, text=ev.kind == KIND_KERNEL), fig.series, fig.value, fig.limit, fig.peak, ev.rank, fig.pid or ev.pid,
                        "kernel OOM report" if ev.kind == KIND_KERNEL else "log", ev.stream)
@@ -222,10 +222,10 @@ class MemoryWatcher:
     def _progress_mark(self, ev: Event) -> None:
         text = ev.text
         if CONFIG_NEEDLE in text:
-            self._mark(Mark(_kept(ev, text=False), "init-end", "point", "DeepSpeed printed its resolved config", ev.stream))
+            self._mark(PhaseMark(_kept(ev, text=False), "init-end", "point", "DeepSpeed printed its resolved config", ev.stream))
         elif "is about to be saved!" in text:
             tag = text.partition(" is about to be saved!")[0].rpartition(" ")[2]
-            self._mark(Mark(_kept(ev, text=False), "checkpoint-save", "open", f"checkpoint {tag} save started", ev.stream,
+            self._mark(PhaseMark(_kept(ev, text=False), "checkpoint-save", "open", f"checkpoint {tag} save started", ev.stream,
                                    tag))
 
     def _record(self, ev: Event) -> None:

@@ -4,7 +4,7 @@ checkpoint saves and signs of life. Pure.
 ``rank_state`` is the stage (one typed output, RankState) between judging the findings and
 deciding the first failure; the verdict, the hang inference and the checkpoint rules read it.
 
-Facts (``collect``): each rank's latest progress and step, its exit (the agents' own exit
+RankActivity (``collect``): each rank's latest progress and step, its exit (the agents' own exit
 records first, exits.best_exits), the checkpoint save marks, and each rank's last sign of life
 outside a checkpoint save (progress, or an error or stack dump whose frames are elsewhere),
 which tells whether the rank returned from a save. Stack dumps (``stack_dumps``, one pass):
@@ -30,10 +30,10 @@ STEP_PHASES = frozenset({"forward", "backward", "param-gather", "optimizer-step"
 
 
 @dataclass(frozen=True, slots=True)
-class Facts:
+class RankActivity:
     progress: dict[int, Event] = field(default_factory=dict)
     steps: dict[int, int] = field(default_factory=dict)
-    marks: list[SaveMark] = field(default_factory=list)
+    saves: list[SaveMark] = field(default_factory=list)  # the checkpoint save lines
     exits: dict[int, dict] = field(default_factory=dict)
     alive: dict[int, int] = field(default_factory=dict)  # rank -> last sign of life outside a save (ns, at least)
     in_save: dict[int, int] = field(default_factory=dict)  # rank -> last seen inside a save (ns)
@@ -78,11 +78,11 @@ class RankState:
     errors: list[Finding]  # the root and cascade findings, in timeline order
     firsts: dict[int, Finding]  # each rank's first error (verdict.rank_firsts)
     dumps: StackDumps
-    facts: Facts
+    activity: RankActivity
 
 
 def rank_state(findings: list[Finding], ident: Identity, dumps: Iterable[Event]) -> RankState:
-    """Each rank's first error, stack dumps and facts, from the judged findings (judge.judge)."""
+    """Each rank's first error, stack dumps and activity, from the judged findings (judge.judge)."""
     errors = [f for f in findings if f.role in ("root", "cascade")]
     firsts = rank_firsts(errors)
     stacks = stack_dumps(dumps, ident.pids, ident.single_node, firsts)
@@ -105,10 +105,10 @@ def rank_firsts(findings: Iterable[Finding]) -> dict[int, Finding]:
 
 
 def collect(findings: list[Finding], rank_nodes: Mapping[int, str | None], pids: Mapping[int, int],
-            dumps: Mapping[int, Event], agent_exits: Mapping[int, tuple[dict, str | None]] | None = None) -> Facts:
+            dumps: Mapping[int, Event], agent_exits: Mapping[int, tuple[dict, str | None]] | None = None) -> RankActivity:
     """Progress, checkpoint saves, exits and signs of life of each rank; ``agent_exits``: the
     exits the agents saw (identify.Identity.exits), which come first (exits.best_exits)."""
-    facts = Facts()
+    activity = RankActivity()
     for f in findings:
         ev = f.ev
         save = next((SAVE_MARKS[t] for t in f.match.signature.traits if t in SAVE_MARKS), None)
@@ -116,30 +116,30 @@ def collect(findings: list[Finding], rank_nodes: Mapping[int, str | None], pids:
             # DeepSpeed logs progress on rank 0 only; an unlabelled line is rank 0's on one node
             r = ev.rank if ev.rank is not None else (0 if len(rank_nodes) <= 1 else None)
             if r is not None:
-                facts.progress[r] = ev
+                activity.progress[r] = ev
                 if f.match.groups.get("step") is not None:
-                    facts.steps[r] = max(facts.steps.get(r, 0), int(f.match.groups["step"]))
+                    activity.steps[r] = max(activity.steps.get(r, 0), int(f.match.groups["step"]))
         elif save is not None and f.match.groups.get("tag"):
-            facts.marks.append(SaveMark(ev.rank, f.match.groups["tag"], save, ev.occurred_ns,
-                                        f.match.groups.get("path"), f.match.groups.get("engine")))
+            activity.saves.append(SaveMark(ev.rank, f.match.groups["tag"], save, ev.occurred_ns,
+                                           f.match.groups.get("path"), f.match.groups.get("engine")))
         elif f.has("launcher-ok"):
             r = ev.rank if ev.rank is not None else pids.get(int(f.match.groups.get("pid", "-1")))
             if r is not None:
-                facts.exits.setdefault(r, {"code": 0, "signal": None})
+                activity.exits.setdefault(r, {"code": 0, "signal": None})
         elif f.has("group-ok"):
             for r, node in rank_nodes.items():
                 if node == ev.node or len({n for n in rank_nodes.values()}) <= 1:
-                    facts.exits.setdefault(r, {"code": 0, "signal": None})
+                    activity.exits.setdefault(r, {"code": 0, "signal": None})
         ex = exit_of(f)
         if ex and ev.rank is not None and ev.source != "kernel":
-            facts.exits.setdefault(ev.rank, ex)
+            activity.exits.setdefault(ev.rank, ex)
     for f in findings:  # the kernel OOM killer ends a process with SIGKILL
         if f.ev.source == "kernel" and f.category == "host-memory" and f.role == "root" and f.ev.rank is not None:
-            facts.exits.setdefault(f.ev.rank, {"code": -9, "signal": "SIGKILL", "by": "kernel OOM killer"})
+            activity.exits.setdefault(f.ev.rank, {"code": -9, "signal": "SIGKILL", "by": "kernel OOM killer"})
     # Progress that names its step speaks through the step (a line placed by its neighbours in a console
     # where ranks interleave may land after another rank's save line it came before); times count only
     # by their lower bound.
-    lives = [ev for r, ev in facts.progress.items() if r not in facts.steps]
+    lives = [ev for r, ev in activity.progress.items() if r not in activity.steps]
     stacks = [f.ev for f in findings if f.role in ("root", "cascade") and f.ev.frames and not launcher_act(f)]
     stacks += [d for d in dumps.values() if d.frames]
     rank_of = {id(d): r for r, d in dumps.items()}
@@ -147,18 +147,18 @@ def collect(findings: list[Finding], rank_nodes: Mapping[int, str | None], pids:
         r = ev.rank if ev.rank is not None else rank_of.get(id(ev))
         if r is None or ev.occurred_ns is None:
             continue
-        held = facts.in_save if phase_from_frames(ev.frames) == "checkpoint-save" else facts.alive
-        at = ev.occurred_ns - ev.uncertainty_ns if held is facts.alive else ev.occurred_ns
+        held = activity.in_save if phase_from_frames(ev.frames) == "checkpoint-save" else activity.alive
+        at = ev.occurred_ns - ev.uncertainty_ns if held is activity.alive else ev.occurred_ns
         held[r] = max(held.get(r, at), at)
-    _steps_reached(findings, facts)
+    _steps_reached(findings, activity)
     if agent_exits:
-        exits = best_exits(facts.exits, agent_exits)
-        facts.exits.clear()
-        facts.exits.update(exits)
-    return facts
+        exits = best_exits(activity.exits, agent_exits)
+        activity.exits.clear()
+        activity.exits.update(exits)
+    return activity
 
 
-def _steps_reached(findings: list[Finding], facts: Facts) -> None:
+def _steps_reached(findings: list[Finding], activity: RankActivity) -> None:
     """A rank's error whose frames are in a training step, after its last progress line of step S
     in the same log, is in a step after S: the rank had returned from a save made after step S."""
     last: dict[tuple, tuple[int, int]] = {}  # (stream, rank) -> (seq, step) of its latest progress line
@@ -169,7 +169,7 @@ def _steps_reached(findings: list[Finding], facts: Facts) -> None:
         got = last.get((f.ev.stream, f.ev.rank))
         if (got and f.ev.frames and f.ev.seq > got[0] and f.role in ("root", "cascade") and not launcher_act(f)
                 and phase_from_frames(f.ev.frames) in STEP_PHASES):
-            facts.reached[f.ev.rank] = max(facts.reached.get(f.ev.rank, 0), got[1] + 1)
+            activity.reached[f.ev.rank] = max(activity.reached.get(f.ev.rank, 0), got[1] + 1)
 
 
 def nccl_work(findings: Iterable[Finding]) -> list[Work]:

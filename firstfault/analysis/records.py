@@ -70,48 +70,52 @@ def rank_text(message: str) -> tuple[Prefixes, str]:
 
 def _rank_event(r: Record, tz: tzinfo) -> Event:
     pre, text = rank_text(r.message)
-    ev = Event(
-        text=text, source="ranklog", kind=KIND_LINE, node=r.node,
-        rank=r.rank if r.rank is not None else pre.rank,
-        local_rank=r.local_rank if r.local_rank is not None else pre.local_rank,
-        pid=r.pid, job=r.job, observed_ns=r.observed_ns, origin=_origin(r),
-        stream=f"{r.node}:{r.fields.get('path') or r.stream}", seq=r.seq,
-    )
     year = datetime.fromtimestamp(r.observed_ns / 1e9, tz=timezone.utc).year
     st = parse_stamp(pre.text, year=year, tz=tz)
+    level = None
     if r.occurred_ns is not None:
-        ev.occurred_ns, ev.clock, ev.uncertainty_ns = r.occurred_ns, "line", st.uncertainty_ns if st else 0
+        occurred, clock, uncertainty = r.occurred_ns, "line", st.uncertainty_ns if st else 0
     elif st is not None:
-        ev.occurred_ns, ev.clock, ev.uncertainty_ns, ev.level = st.ns, "line", st.uncertainty_ns, st.level
+        occurred, clock, uncertainty, level = st.ns, "line", st.uncertainty_ns, st.level
     else:
-        ev.occurred_ns, ev.clock, ev.uncertainty_ns = r.observed_ns, "agent", AGENT_UNCERTAINTY_NS
+        occurred, clock, uncertainty = r.observed_ns, "agent", AGENT_UNCERTAINTY_NS
+    pid = r.pid
     nccl = parse_nccl_origin(pre.text)
-    if nccl and ev.pid is None:
-        ev.pid = nccl.pid
+    if nccl and pid is None:
+        pid = nccl.pid
+    kind, frames, exc_type, fields = KIND_LINE, (), None, {}
     res = tb.assemble([tb.split_prefix(ln)[1] for ln in r.message.split("\n")]) if (
         r.kind == KIND_RANK_TRACEBACK or tb.is_start(pre.text)) else None
     if res is not None:  # a traceback as the agent grouped it (its first line may be glued to other output)
-        ev.kind, ev.text, ev.frames, ev.exc_type = KIND_TRACEBACK, res.text, res.frames, res.exc_type
-        ev.fields["message"] = res.message
-    return ev
+        kind, text, frames, exc_type, fields = KIND_TRACEBACK, res.text, res.frames, res.exc_type, {"message": res.message}
+    return Event(
+        text=text, source="ranklog", kind=kind, node=r.node,
+        rank=r.rank if r.rank is not None else pre.rank,
+        local_rank=r.local_rank if r.local_rank is not None else pre.local_rank,
+        pid=pid, job=r.job, occurred_ns=occurred, observed_ns=r.observed_ns, clock=clock,
+        uncertainty_ns=uncertainty, origin=_origin(r),
+        stream=f"{r.node}:{r.fields.get('path') or r.stream}", seq=r.seq, level=level,
+        frames=frames, exc_type=exc_type, fields=fields,
+    )
 
 
 def _stacks_event(r: Record) -> Event:
     lines = [strip_prefixes(ln).text for ln in r.message.split("\n")]
-    ev = Event(text="\n".join(lines), source="agent" if r.source != "ranklog" else "ranklog", kind=KIND_STACK,
-               node=r.node, rank=r.rank, local_rank=r.local_rank, pid=r.pid, job=r.job,
-               occurred_ns=r.occurred_ns or r.observed_ns, observed_ns=r.observed_ns, clock="agent",
-               uncertainty_ns=AGENT_UNCERTAINTY_NS, origin=_origin(r), stream=f"{r.node}:stacks:{r.pid or r.rank}:{r.fields.get('trigger')}",
-               seq=r.seq, fields={k: r.fields[k] for k in ("tool", "trigger") if k in r.fields})
+    frames, pid = (), r.pid
     first = next((i for i, ln in enumerate(lines) if stacks.is_start(ln)), None)
     if first is not None:
         asm = stacks.Assembler(lines[first])
         for ln in lines[first + 1:]:
             if not asm.feed(ln):
                 break
-        ev.frames = asm.result().frames
-        ev.pid = ev.pid or asm.pid
-    return ev
+        frames = asm.result().frames
+        pid = pid or asm.pid
+    return Event(text="\n".join(lines), source="agent" if r.source != "ranklog" else "ranklog", kind=KIND_STACK,
+                 node=r.node, rank=r.rank, local_rank=r.local_rank, pid=pid, job=r.job,
+                 occurred_ns=r.occurred_ns or r.observed_ns, observed_ns=r.observed_ns, clock="agent",
+                 uncertainty_ns=AGENT_UNCERTAINTY_NS, origin=_origin(r),
+                 stream=f"{r.node}:stacks:{r.pid or r.rank}:{r.fields.get('trigger')}",
+                 seq=r.seq, frames=frames, fields={k: r.fields[k] for k in ("tool", "trigger") if k in r.fields})
 
 
 def _flight_recorder_event(r: Record) -> Event:
@@ -128,19 +132,20 @@ def _flight_recorder_event(r: Record) -> Event:
 
 
 def _kernel_event(r: Record) -> Event:
-    ev = Event(
-        text=unescape_kmsg(r.message) if r.source == "kmsg" else r.message, source="kernel", kind=KIND_KERNEL, node=r.node, pid=None, job=r.job,
+    fields = {k: v for k, v in (("mono_ns", r.mono_ns), ("boot_id", r.boot_id)) if v is not None}
+    rank = None
+    if r.rank is not None and r.fields.get("rank_from") == "pod":  # an OOM kill in a rank's pod (agent's pods source)
+        rank = r.rank
+        fields["rank_from"] = f"pod {r.fields.get('namespace')}/{r.fields.get('pod')}"
+    return Event(
+        text=unescape_kmsg(r.message) if r.source == "kmsg" else r.message, source="kernel", kind=KIND_KERNEL,
+        node=r.node, rank=rank, pid=None, job=r.job,
         occurred_ns=r.occurred_ns if r.occurred_ns is not None else r.observed_ns,
         observed_ns=r.observed_ns, clock=("journal" if r.source == "journal" else "kmsg")
         if r.occurred_ns is not None else "agent",
         uncertainty_ns=int(r.fields.get("clock_error_ns") or 0) if r.occurred_ns is not None else AGENT_UNCERTAINTY_NS,
-        origin=_origin(r), stream=f"{r.node}:kernel", seq=r.seq,
-        fields={k: v for k, v in (("mono_ns", r.mono_ns), ("boot_id", r.boot_id)) if v is not None},
+        origin=_origin(r), stream=f"{r.node}:kernel", seq=r.seq, fields=fields,
     )
-    if r.rank is not None and r.fields.get("rank_from") == "pod":  # an OOM kill in a rank's pod (agent's pods source)
-        ev.rank = r.rank
-        ev.fields["rank_from"] = f"pod {r.fields.get('namespace')}/{r.fields.get('pod')}"
-    return ev
 
 
 def _proc_event(r: Record) -> Event:

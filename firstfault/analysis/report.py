@@ -32,7 +32,7 @@ from firstfault.analysis.judge import judge
 from firstfault.analysis.lanes import LaneWatcher, timeline_report
 from firstfault.analysis.lasterror import prefer_details
 from firstfault.analysis.memory import MemoryWatcher
-from firstfault.analysis.rankstate import Facts, RankState, rank_state
+from firstfault.analysis.rankstate import RankActivity, RankState, rank_state
 from firstfault.analysis.timeline import NodeClock, placed
 from firstfault.analysis.verdict import BLAME, HANG_ID, MAX_EVIDENCE, Decision, confidence, decide
 
@@ -120,7 +120,7 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
 def report(inp: Inputs, read: Read, findings: list[Finding], rank_nodes: Mapping[int, str | None], state: RankState, dec: Decision,
            ass: Assessment, phase: tuple[str, str] | None) -> dict:
     """The report's dict (REPORT.md) from the stages' outputs."""
-    facts, firsts = state.facts, state.firsts
+    activity, firsts = state.activity, state.firsts
     first = None
     blame = "unknown"
     if dec.first is not None:
@@ -131,7 +131,7 @@ def report(inp: Inputs, read: Read, findings: list[Finding], rank_nodes: Mapping
                                                           dec.first.has("oom-kill"))
         blame = BLAME.get(dec.first.category, "unknown")
     elif dec.inference is not None:
-        first = _inferred(dec.inference, dec.cascades, facts, phase, rank_nodes, dec.outside)
+        first = _inferred(dec.inference, dec.cascades, activity, phase, rank_nodes, dec.outside)
         if dec.fr_decided:
             first["confidence"] = "medium"
         first["failing_frame"] = None  # none for an inferred hang
@@ -141,7 +141,7 @@ def report(inp: Inputs, read: Read, findings: list[Finding], rank_nodes: Mapping
         first["failing_frame"] = None
         first["failing_frame_note"] = no_frame_reason((exit_of(exited) or {}).get("signal"), exited.has("oom-kill"))
     ranks_out = {}
-    for r in sorted(dec.known_ranks | set(firsts) | set(facts.exits)):
+    for r in sorted(dec.known_ranks | set(firsts) | set(activity.exits)):
         fe = firsts.get(r)
         ranks_out[str(r)] = {
             "node": rank_nodes.get(r),
@@ -149,9 +149,9 @@ def report(inp: Inputs, read: Read, findings: list[Finding], rank_nodes: Mapping
                 "signature": fe.sig, "category": fe.category, "role": fe.role,
                 "at": iso(fe.ev.occurred_ns), "origin": fe.ev.origin, "text": _text(fe.ev),
                 "fingerprint": fingerprint(fe)},
-            "last_progress": None if r not in facts.progress else {
-                "step": facts.steps.get(r), "at": iso(facts.progress[r].occurred_ns)},
-            "exit": facts.exits.get(r),
+            "last_progress": None if r not in activity.progress else {
+                "step": activity.steps.get(r), "at": iso(activity.progress[r].occurred_ns)},
+            "exit": activity.exits.get(r),
         }
     gaps = [*inp.gaps, *dec.gaps]
     if read.dropped:
@@ -248,11 +248,11 @@ def _first(f: Finding, ranks: list[int], tied: list[Finding], phase: tuple[str, 
     }
 
 
-def _inferred(inf: Inference, casc: list[Finding], facts: Facts, phase: tuple[str, str], rank_nodes,
+def _inferred(inf: Inference, casc: list[Finding], activity: RankActivity, phase: tuple[str, str], rank_nodes,
               outside: list[Finding]) -> dict:
     rank = inf.rank
-    last = facts.progress.get(rank) if rank is not None else None
-    where = "" if last is None else f" after step {facts.steps.get(rank)}" if facts.steps.get(rank) is not None else ""
+    last = activity.progress.get(rank) if rank is not None else None
+    where = "" if last is None else f" after step {activity.steps.get(rank)}" if activity.steps.get(rank) is not None else ""
     if outside:
         sig = outside[0].match.groups.get("death_signal") or "a signal"
         killed = f"The job was stopped from outside (its launcher received {sig}: a cancel, a time limit, an operator)"

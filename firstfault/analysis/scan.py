@@ -11,16 +11,20 @@ lines (bench/analyze.py measures the rate).
 Time of a line without a timestamp of its own (a traceback, a gloo error): it
 happened after the nearest earlier timestamped line of the stream and before
 the nearest later one. ``fields["after_ns"]``/``fields["before_ns"]`` keep
-those bounds; the timeline turns them into an occurred time and uncertainty.
+those bounds; the timeline turns them into an occurred time and uncertainty. An
+Event is made whole: one that waits for its later bound is held (and the Events
+after it with it, to keep their order) until the stamp comes or the stream ends.
 
 Invariants: bytes are decoded as UTF-8 with invalid bytes replaced; a line
 longer than MAX_LINE_BYTES is cut with a marker; memory stays bounded by the
-chunk size plus open tracebacks (traceback.MAX_LINES each).
+chunk size plus open tracebacks (traceback.MAX_LINES each) plus MAX_WAITING
+held Events.
 """
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timezone, tzinfo
@@ -35,6 +39,7 @@ from firstfault.analysis.prefixes import Peeled
 
 MAX_LINE_BYTES = 64 * 1024
 _WINDOW = 16 * 1024  # how far back/forward to look for a neighbouring timestamp
+MAX_WAITING = 100_000  # events held for a later timestamp; past it the oldest goes on with its earlier bound alone
 MAX_PREFIXES = 64  # launcher prefixes whose last progress line is kept in a stretch of a mixed stream
 # a line that starts with a launcher prefix: ranks interleave in the stream (a launcher's console)
 _PREFIXED = re.compile(rb"(?m)^(?: {0,5}\d{1,5}: )?\[(?:rank\d+|[A-Za-z_][\w.-]{0,62}?\d+)\]:")
@@ -124,6 +129,24 @@ class Needles:
         return out
 
 
+class _Draft:
+    """An Event being built: its constructor's arguments, until the Event is settled.
+
+    An Event without a timestamp waits for the stream's next one (``before_ns``)
+    and a traceback or stack dump for its last line; the scanner builds the frozen
+    Event only then, so nothing changes an Event after it was made."""
+
+    __slots__ = ("args", "fields", "waiting")
+
+    def __init__(self, args: dict, fields: dict) -> None:
+        self.args = args
+        self.fields = fields
+        self.waiting = False  # for a later timestamp (in _Scanner.pending)
+
+    def event(self) -> Event:
+        return Event(**self.args, fields=self.fields)
+
+
 class _Scanner:
     def __init__(self, info: StreamInfo, needles: Needles) -> None:
         self.info = info
@@ -131,7 +154,8 @@ class _Scanner:
         self.groups = Assembly(READER)  # open tracebacks and dumps, by launcher prefix (the agent's machine)
         self.last_stamp: Stamp | None = None  # the last timestamp seen before the current position
         self.lineno = 0  # lines before the start of the current body
-        self.pending: list[Event] = []  # events waiting for a later timestamp (before_ns)
+        self.pending: list[_Draft] = []  # events waiting for a later timestamp (before_ns)
+        self.ready: deque[_Draft] = deque()  # events in the order they are yielded, once none waits
         self.first_ns: int | None = None  # the stream's first timestamp
         self.mixed: bool | None = None  # ranks interleave in this stream (decided on its first lines)
         self.labels: set[str] = set()  # word labels (srun tasks, pdsh hosts) seen leading known lines
@@ -176,55 +200,70 @@ class _Scanner:
                 self._close_pending(st)
 
     def _close_pending(self, st: Stamp) -> None:
-        for ev in self.pending:
-            ev.fields["before_ns"] = st.ns
+        for d in self.pending:
+            d.fields["before_ns"] = st.ns
+            d.waiting = False
         self.pending.clear()
 
+    def _flush(self) -> Iterator[Event]:
+        """The queued events up to the first that still waits for a timestamp, in order."""
+        while self.ready and (not self.ready[0].waiting or len(self.ready) > MAX_WAITING):
+            d = self.ready.popleft()
+            if d.waiting:  # too many wait: this one goes on with its earlier bound alone
+                d.waiting = False
+                self.pending.remove(d)
+            yield d.event()
+
     # -- events -------------------------------------------------------------
-    def _event(self, pre: Peeled, text: str, lineno: int) -> Event:
+    def _event(self, pre: Peeled, text: str, lineno: int, kind: str = KIND_LINE, pid: int | None = None) -> _Draft:
         info = self.info
-        ev = Event(
+        args = dict(
             text=text,
             source=info.source,
-            kind=KIND_LINE,
+            kind=kind,
             node=info.node or pre.node,
             rank=pre.rank if pre.rank is not None else info.rank,
             local_rank=pre.local_rank if pre.local_rank is not None else info.local_rank,
+            pid=pid,
             job=info.job,
             observed_ns=info.observed_ns,
             origin=f"{info.stream}:{lineno}",
             stream=info.stream,
             seq=lineno,
         )
+        fields: dict = {}
         if pre.prose:
-            ev.fields["prose"] = True
+            fields["prose"] = True
         if pre.rank is not None:
-            ev.fields["rank_from"] = "line prefix"
+            fields["rank_from"] = "line prefix"
         elif info.rank is not None:
-            ev.fields["rank_from"] = "the file it was read from"
+            fields["rank_from"] = "the file it was read from"
+        d = _Draft(args, fields)
         st = self._stamp_of(text) or (self._stamp_of(pre.stamp) if pre.stamp else None)
         if st:
-            ev.occurred_ns, ev.clock, ev.uncertainty_ns, ev.level = st.ns, "line", st.uncertainty_ns, st.level
+            args.update(occurred_ns=st.ns, clock="line", uncertainty_ns=st.uncertainty_ns, level=st.level)
             self._close_pending(st)
             self.last_stamp = st
         else:
             if self.last_stamp:
-                ev.fields["after_ns"] = self.last_stamp.ns
-            self.pending.append(ev)
+                fields["after_ns"] = self.last_stamp.ns
+            d.waiting = True
+            self.pending.append(d)
         nccl = parse_nccl_origin(text)
         if nccl:
-            ev.pid = nccl.pid
-            ev.node = ev.node or nccl.host
-        return ev
+            args["pid"] = pid or nccl.pid
+            args["node"] = args["node"] or nccl.host
+        return d
 
-    def _finish(self, group: Group) -> Event:
-        ev = group.data
+    def _finish(self, group: Group) -> None:
+        """Queue a traceback or stack dump that ended, whole."""
+        d = group.data
         res = group.grouping.result()
-        ev.text, ev.frames, ev.exc_type = res.text, res.frames, res.exc_type
-        ev.fields["message"] = res.message
-        return ev
+        d.args.update(text=res.text, frames=res.frames, exc_type=res.exc_type)
+        d.fields["message"] = res.message
+        self.ready.append(d)
 
-    def _line(self, raw: bytes, lineno: int, hit: bool) -> Iterator[Event]:
+    def _line(self, raw: bytes, lineno: int, hit: bool) -> None:
         """Handle one line: a needle hit, or any line while a traceback is open."""
         if len(raw) > MAX_LINE_BYTES:
             raw = raw[:MAX_LINE_BYTES] + b" [line cut by firstfault]"
@@ -234,20 +273,17 @@ class _Scanner:
         # tracebacks are followed per key (who printed the line), by the agent's machine
         ended, group, opened = self.groups.feed(pre)
         if ended is not None:
-            yield self._finish(ended)
+            self._finish(ended)
         if opened and group is not None:
             if group.kind == TRACEBACK:
-                ev = group.data = self._event(pre, pre.text[group.at:], lineno)
-                ev.kind = KIND_TRACEBACK
+                group.data = self._event(pre, pre.text[group.at:], lineno, KIND_TRACEBACK)
             else:
-                ev = group.data = self._event(pre, pre.text, lineno)
-                ev.kind = KIND_STACK
-                ev.pid = group.grouping.pid or ev.pid
+                group.data = self._event(pre, pre.text, lineno, KIND_STACK, group.grouping.pid)
             return
         if group is not None:
             return
         if hit or self.needles.positions(raw) or self.needles.holds_progress(raw):
-            yield self._event(pre, pre.text, lineno)
+            self.ready.append(self._event(pre, pre.text, lineno))
             return
         st = self._peeled_stamp(pre)
         if st:
@@ -293,17 +329,21 @@ class _Scanner:
             if end < 0:
                 end = n
             lineno += 1
-            yield from self._line(body[pos:end], lineno, hit)
+            self._line(body[pos:end], lineno, hit)
+            yield from self._flush()
             pos = end + 1
         self.lineno = lineno
+        yield from self._flush()
 
     def end(self) -> Iterator[Event]:
         for group in self.groups.close_all():
-            yield self._finish(group)
-        for ev in self.pending:  # after the stream's last stamp: the file's last write bounds them too
-            if self.info.observed_ns is not None and ev.fields.get("after_ns") is not None:
-                ev.fields.setdefault("before_ns", self.info.observed_ns)
+            self._finish(group)
+        for d in self.pending:  # after the stream's last stamp: the file's last write bounds them too
+            if self.info.observed_ns is not None and d.fields.get("after_ns") is not None:
+                d.fields.setdefault("before_ns", self.info.observed_ns)
+            d.waiting = False
         self.pending.clear()  # with no stamp at all they get no occurred time: an mtime alone says nothing
+        yield from self._flush()
         info = self.info
         yield Event(
             text="", source=info.source, kind=KIND_STREAM, node=info.node, rank=info.rank,
@@ -318,7 +358,8 @@ def scan_stream(chunks: Iterable[bytes], info: StreamInfo, needles: Needles) -> 
     """Events of one stream: lines holding a needle, and whole tracebacks.
 
     ``chunks`` are consecutive pieces of the stream (any sizes). Events come in
-    stream order, except that a traceback is yielded when it ends.
+    stream order, except that a traceback is yielded when it ends; an Event without a
+    timestamp (and those after it) once the stream's next timestamp bounds it.
     """
     sc = _Scanner(info, needles)
     carry = b""

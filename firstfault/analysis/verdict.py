@@ -121,7 +121,7 @@ class Decision:
 def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Mapping[int, str | None],
            world_size: int | None = None) -> Decision:
     """The first distinct failure of the judged ``findings`` (rules 1-4 of the module)."""
-    errors, firsts, facts = state.errors, state.firsts, state.facts
+    errors, firsts, activity = state.errors, state.firsts, state.activity
     groups = distinct_failures(errors, firsts, read.counts)
     world = read.ctx.world_size or world_size or max(
         (ev.fields["world_size"] for ev in read.procs if "world_size" in ev.fields), default=None) or read.ctx.seen_size
@@ -138,7 +138,7 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
     fr_decided = False
     dumps = state.dumps.at_hang
     if groups:
-        first = with_mentioned_category(_with_exit_rank(_with_rank(groups[0].findings), facts.exits), findings)
+        first = with_mentioned_category(_with_exit_rank(_with_rank(groups[0].findings), activity.exits), findings)
         failure_ns = first.ev.occurred_ns
         # a tie is another distinct failure that can not be ordered after this one; the
         # same failure on other ranks at the same time is "ranks_sharing", not a tie
@@ -149,7 +149,7 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
         failure_ns = min((c.ev.occurred_ns for c in casc if c.ev.occurred_ns is not None), default=None)
     if first is None and (casc or dumps or (fr and fr.culprits)):
         inf, fr_decided = _with_flight_recorder(
-            stopped_first(errors, known_ranks, facts.progress, dumps, nccl_work(findings)), fr)
+            stopped_first(errors, known_ranks, activity.progress, dumps, nccl_work(findings)), fr)
     elif first is None:
         exited = exit_failure(findings)
     return Decision(groups, first, tied, exited, inf, fr_decided, casc, outside, fr, failure_ns, world, known_ranks,

@@ -479,12 +479,12 @@ def events(evs: Iterable[Any], redactor: Redactor | None, counts: Counter) -> It
         yield from evs
         return
     for ev in evs:
-        ev.text = redactor.text(ev.text, counts)
-        if ev.fields:
-            got = redactor._fields([ev.fields], counts)
-            if got:
-                ev.fields = got[0][0]
-        yield ev
+        text = redactor.text(ev.text, counts)
+        got = redactor._fields([ev.fields], counts) if ev.fields else None
+        if got:
+            yield replace(ev, text=text, fields=got[0][0])
+        else:
+            yield ev if text == ev.text else replace(ev, text=text)
 
 
 def report(rep: dict, redactor: Redactor | None, earlier: Counter | None = None) -> dict:

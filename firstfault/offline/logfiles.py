@@ -317,9 +317,8 @@ def _kernel(f, src: Source, year: int, tz, boot_ns, res: ReadResult, progress) -
         boot, unc = _this_boot()
         last = max(e.fields.get("mono_ns") or 0 for e in events)
         if last <= time.clock_gettime_ns(time.CLOCK_BOOTTIME):
-            for e in events:
-                if e.fields.get("mono_ns") is not None:
-                    e.occurred_ns, e.clock, e.uncertainty_ns = boot + e.fields["mono_ns"], "kmsg", unc
+            events = [replace(e, occurred_ns=boot + e.fields["mono_ns"], clock="kmsg", uncertainty_ns=unc)
+                      if e.fields.get("mono_ns") is not None else e for e in events]
             reason = ("monotonic kernel times were converted with this machine's boot time; pass "
                       "--kernel-boot-time if this log comes from another machine or boot")
         else:
@@ -353,13 +352,11 @@ def _error_json(f, src: Source, rank: int | None, mtime: int | None, res: ReadRe
         res.gaps.append({"file": src.path, "reason": f"not a torchelastic error file: {e}"})
         return
     occurred = int(ts) * 1_000_000_000 if str(ts or "").isdigit() else None
-    ev = Event(
-        text=str(text).rstrip("\n"), source="ranklog", kind=KIND_RECORD, node=src.node, rank=rank,
+    text = str(text).rstrip("\n")
+    r = tb.assemble(text.splitlines())
+    yield Event(
+        text=text, source="ranklog", kind=KIND_TRACEBACK if r else KIND_RECORD, node=src.node, rank=rank,
         local_rank=src.local_rank, occurred_ns=occurred, observed_ns=mtime, clock="line" if occurred else None,
         uncertainty_ns=1_000_000_000 if occurred else 0, origin=src.path, stream=src.path,
+        frames=r.frames if r else (), exc_type=r.exc_type if r else None, fields={"message": r.message} if r else {},
     )
-    r = tb.assemble(ev.text.splitlines())
-    if r is not None:
-        ev.kind, ev.frames, ev.exc_type = KIND_TRACEBACK, r.frames, r.exc_type
-        ev.fields["message"] = r.message
-    yield ev

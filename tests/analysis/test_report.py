@@ -25,10 +25,8 @@ def ev(text, rank=None, t=0.0, unc=0.001, **kw):
 
 
 def tb(msg, rank, t, frames=(("/w/train.py", 5, "<module>"),), **kw):
-    e = ev(f"Traceback (most recent call last):\n{msg}", rank, t, kind=KIND_TRACEBACK, **kw)
-    e.frames = tuple(Frame(*f) for f in frames)
-    e.fields["message"] = msg
-    return e
+    return ev(f"Traceback (most recent call last):\n{msg}", rank, t, kind=KIND_TRACEBACK,
+              frames=tuple(Frame(*f) for f in frames), fields={"message": msg}, **kw)
 
 
 def report(events, **kw):

@@ -22,10 +22,11 @@ from firstfault.analysis.findings import Finding, Read, read_findings
 from firstfault.analysis.identify import Identity, identify
 from firstfault.analysis.judge import judge
 from firstfault.analysis.memory import MemoryWatcher
-from firstfault.analysis.rankstate import Facts, RankState, StackDumps, rank_state
+from firstfault.analysis.rankstate import RankActivity, RankState, StackDumps, rank_state
 from firstfault.analysis.reads import scan_needles
 from firstfault.analysis.records import events_from_records
 from firstfault.analysis.report import Inputs, build_report, report, watch
+from firstfault.analysis.scan import StreamInfo, scan_stream
 from firstfault.analysis.timeline import NodeClock
 from firstfault.analysis.verdict import Decision, Group, decide
 from firstfault.offline import logfiles
@@ -118,7 +119,7 @@ def test_no_stage_changes_what_it_was_given_and_the_row_is_build_report(make):
 
 
 def test_every_stage_output_is_a_frozen_dataclass():
-    for cls in (Finding, Read, Identity, Facts, StackDumps, RankState, Group, Decision, Assessment):
+    for cls in (Event, Finding, Read, Identity, RankActivity, StackDumps, RankState, Group, Decision, Assessment):
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls.__name__
     events, inp = read_real("torchrun-oom-rank1-of-2")
     read = read_findings(timeline.placed(events), CAT)
@@ -127,6 +128,32 @@ def test_every_stage_output_is_a_frozen_dataclass():
         f.cap = "low"
     with pytest.raises(dataclasses.FrozenInstanceError):
         read.findings = []
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        events[0].occurred_ns = 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        f.ev.text = ""
+
+
+def test_the_scanner_makes_an_untimed_line_whole_before_it_yields_it():
+    """An untimed line learns its later bound from the stream's next stamp: the scanner holds
+    it (and what follows it) until then, so no Event's fields change after it was yielded."""
+    body = (b"2026-01-02 03:04:05,000 INFO start\n"
+            b"RuntimeError: untimed\n"
+            b"[rank0]: Traceback (most recent call last):\n"
+            b'[rank0]:   File "t.py", line 1, in <module>\n'
+            b"[rank0]: ValueError: boom\n"
+            b"2026-01-02 03:04:09,000 ERROR later\n")
+    info = StreamInfo(stream="s", rank=0, year=2026)
+    got = []
+    for ev in scan_stream([body], info, scan_needles(CAT)):
+        got.append((ev, copy.deepcopy(ev.fields)))
+    assert [ev.text.partition("\n")[0] for ev, _ in got] == ["RuntimeError: untimed", "Traceback (most recent call last):", ""]
+    for ev, fields_when_yielded in got:
+        assert ev.fields == fields_when_yielded, ev.text
+    first, tb = got[0][0], got[1][0]
+    later = 1_767_323_049 * S  # 2026-01-02 03:04:09 UTC
+    assert first.fields["before_ns"] == later and tb.fields["before_ns"] == later
+    assert tb.fields["message"] == "ValueError: boom"
 
 
 def test_an_untimed_line_is_placed_between_its_stamps_once_the_later_one_came():

@@ -116,7 +116,7 @@ class Draft:
 Emit = Callable[[Draft], None]
 
 
-class SinkFull(Exception):
+class IntakeFull(Exception):
     """The intake cannot take more now (the spool's disk is full); the first ``accepted``
     rows were taken. Raised only to a source that asked to hold (``emit_many(emit,
     hold=True)``): it offers the rest again later. Others lose them in a gap record."""
@@ -128,7 +128,7 @@ class SinkFull(Exception):
 
 def emit_many(emit: Emit, *, hold: bool = False) -> Callable[[list], None]:
     """The batch form of ``emit``: the agent's intake takes a whole list (one spool append)
-    through its ``many`` method (with ``hold``, where ``many`` takes it: SinkFull when
+    through its ``many`` method (with ``hold``, where ``many`` takes it: IntakeFull when
     the disk is full, instead of a gap); any other callable (a test's list.append) gets
     the rows one by one."""
     many = getattr(emit, "many", None)

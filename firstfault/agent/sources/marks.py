@@ -81,7 +81,9 @@ class MarkError(SourceError):
     """A marks file that is not a version-1 mark; the message says what is wrong."""
 
 
-class Mark(NamedTuple):
+class JobMark(NamedTuple):
+    """A job's start or end on this node, as ``firstfault mark`` wrote it (not a phase or save mark)."""
+
     event: str
     job: str
     step: str | None
@@ -101,8 +103,8 @@ def _name(value: object, what: str, limit: int, nullable: bool) -> str | None:
     return value
 
 
-def check_mark(m: object) -> Mark:
-    """The Mark a decoded JSON object holds; MarkError naming the first problem."""
+def check_mark(m: object) -> JobMark:
+    """The JobMark a decoded JSON object holds; MarkError naming the first problem."""
     if not isinstance(m, dict):
         raise MarkError("a mark is a JSON object")
     unknown = set(m) - _KEYS
@@ -115,13 +117,13 @@ def check_mark(m: object) -> Mark:
     at_ns = m.get("at_ns")
     if type(at_ns) is not int or not 0 <= at_ns < 2**63:
         raise MarkError(f"at_ns must be an int of ns since the epoch, got {at_ns!r:.40}")
-    return Mark(m["event"], _name(m.get("job"), "job", MAX_NAME_BYTES, False),
+    return JobMark(m["event"], _name(m.get("job"), "job", MAX_NAME_BYTES, False),
                 _name(m.get("step"), "step", MAX_NAME_BYTES, True),
                 _name(m.get("nodes"), "nodes", MAX_TEXT_BYTES, True), at_ns)
 
 
-def parse_mark(data: bytes) -> Mark:
-    """A marks file's content as a Mark. Pure; MarkError if it is not one."""
+def parse_mark(data: bytes) -> JobMark:
+    """A marks file's content as a JobMark. Pure; MarkError if it is not one."""
     if len(data) > MAX_MARK_BYTES:
         raise MarkError(f"larger than {MAX_MARK_BYTES} bytes")
     try:
@@ -164,7 +166,7 @@ def write_mark(state_dir: str, event: str, job: str, *, step: str | None = None,
     return path
 
 
-def read_mark_file(path: str) -> tuple[Mark, int]:
+def read_mark_file(path: str) -> tuple[JobMark, int]:
     """The mark in ``path`` and the uid that owns it. Never follows a symlink and reads
     only a small regular file. MarkError if it is not a mark, FileNotFoundError if gone."""
     try:
@@ -184,7 +186,7 @@ def read_mark_file(path: str) -> tuple[Mark, int]:
         os.close(fd)
 
 
-def mark_draft(mark: Mark, uid: int, file: str, observed_ns: int | None = None) -> Draft:
+def mark_draft(mark: JobMark, uid: int, file: str, observed_ns: int | None = None) -> Draft:
     text = f"job {mark.job} {mark.event}" + (f" step {mark.step}" if mark.step else "") + (
         f" on {mark.nodes}" if mark.nodes else "")
     return Draft(source=SOURCE_MARKS, kind=KIND_JOB_MARK, message=text, job=mark.job,

@@ -9,7 +9,7 @@ own position. A full disk is not the source's problem: the spool keeps a gap
 record naming what was lost (firstfault/agent/spool/), the intake counts it, logs it (at most
 once a minute) and returns -- unless the source holds (``many(rows, hold=True)``:
 it can read the rows again, as ranklog from its files): then nothing is lost and
-SinkFull says how many rows were taken. Any other spool error raises, and the
+IntakeFull says how many rows were taken. Any other spool error raises, and the
 source's runner reports it and retries.
 
 Before anything is spooled, secrets in the messages are redacted (``redactor``,
@@ -28,7 +28,7 @@ import threading
 import time
 from collections import Counter, deque
 
-from firstfault.agent.sources.base import Draft, SinkFull
+from firstfault.agent.sources.base import Draft, IntakeFull
 from firstfault.agent.spool.columns import FIELDS, MESSAGE, Columns, Runs
 from firstfault.agent.spool.queue import Spool
 from firstfault.agent.spool.state import SpoolFullError
@@ -63,7 +63,7 @@ class SpoolIntake:
 
     def many(self, rows: list, hold: bool = False) -> None:
         """Spool ``rows`` (Drafts or tuples of the wire columns) of one source; with
-        ``hold``, SinkFull when the disk is full (the caller keeps what was not taken)."""
+        ``hold``, IntakeFull when the disk is full (the caller keeps what was not taken)."""
         if not rows:
             return
         if self.redactor is not None:
@@ -107,7 +107,7 @@ class SpoolIntake:
             if e.held:
                 self.spool_full_held += 1
                 self.records[source] += n - e.dropped_records
-                raise SinkFull(str(e), n - e.dropped_records) from e
+                raise IntakeFull(str(e), n - e.dropped_records) from e
             self.spool_full_records += e.dropped_records
             now = time.monotonic()
             if now - self._warned >= 60:

@@ -1,9 +1,9 @@
 """Following growing log files byte-exactly across rotation and restarts (tailer.py's
-docstring is the specification): tailer.py (the Tailer: its API and one poll), file.py
-(reading one file, splitting lines), rotation.py (rotation, truncation, restarts), state.py
-(the saved offsets), lines.py (what the Tailer hands out), follow.py (the loop that drives a
-Tailer from inotify), inotify.py (inotify(7) by ctypes). The names the rest of the agent uses
-are here (follow.py's are imported from it).
+docstring is the specification): tailer.py (the Tailer: its API), poll.py (one poll of a
+path), file.py (reading one file, splitting lines), rotation.py (rotation, truncation,
+restarts), state.py (the saved offsets), lines.py (what the Tailer hands out), follow.py
+(the loop that drives a Tailer from inotify), inotify.py (inotify(7) by ctypes). The names
+the rest of the agent uses are here (follow.py's are imported from it).
 """
 
 from firstfault.agent.tail.lines import (

@@ -165,23 +165,17 @@ Known issues
 
 from __future__ import annotations
 
-import logging
 import os
-import stat as _stat
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
-from firstfault.agent.tail.file import OPEN_FLAGS, FileReader, PathFiles, TailedFile
+from firstfault.agent.tail.file import PathFiles, TailedFile
 from firstfault.agent.tail.lines import (
-    DELETED,
     ERROR,
     MIN_LINE_BYTES,
     NO_FIELDS,
-    ROTATED,
-    TRUNCATED,
     FileChange,
     FileKey,
     Line,
@@ -190,16 +184,14 @@ from firstfault.agent.tail.lines import (
     StateError,
     TailError,
 )
-from firstfault.agent.tail.rotation import Rotation
+from firstfault.agent.tail.poll import PathPoller
 from firstfault.agent.tail.state import StateFile
-
-log = logging.getLogger(__name__)
 
 
 class Tailer:
     """Follows files by path; see the module docstring for the contract. Composed of a
-    FileReader (file.py: reading and splitting), a Rotation (rotation.py: rotation,
-    truncation, restarts) and a StateFile (state.py: the saved offsets)."""
+    PathPoller (poll.py: one poll of a path, over file.py's FileReader and rotation.py's
+    Rotation) and a StateFile (state.py: the saved offsets)."""
 
     def __init__(self, state_path: str | os.PathLike[str] | None, *, max_line_bytes: int = 64 * 1024,
                  read_chunk: int = 256 << 10, fingerprint_bytes: int = 1024,
@@ -215,14 +207,12 @@ class Tailer:
         self.clock, self.fsync = clock, fsync
         self._lock = threading.RLock()
         self._paths: dict[str, PathFiles] = {}
-        self._events: deque[FileChange] = deque(maxlen=max_events)
-        self._serial = 0
         self._closed = False
         self._ahead: dict[str, tuple[int, int, int, int, str]] = {}  # path -> advance()'s
-        self._reader = FileReader(max_line_bytes=max_line_bytes, read_chunk=read_chunk,
-                                  fingerprint_bytes=fingerprint_bytes, clock=clock,
-                                  on_error=self._error)
-        self._rotation = Rotation(self._reader, self._event, self._error, self._key)
+        self._poller = PathPoller(max_line_bytes=max_line_bytes, read_chunk=read_chunk,
+                                  fingerprint_bytes=fingerprint_bytes, partial_flush_s=partial_flush_s,
+                                  clock=clock, max_events=max_events)
+        self._events = self._poller.events
         self._state = StateFile(self.state_path, fsync=fsync, on_change=self._events.append)
         self._saved = self._state.load()  # path -> state entries not yet added
 
@@ -236,7 +226,7 @@ class Tailer:
             ps = PathFiles(path, MappingProxyType(dict(fields)) if fields else NO_FIELDS)
             ahead = self._ahead.pop(path, None)
             for e in self._saved.pop(path, ()):
-                f = TailedFile(self._key(e["dev"], e["ino"]), None, at_path=False,
+                f = TailedFile(self._poller.key(e["dev"], e["ino"]), None, at_path=False,
                           offset=e["offset"], fp_len=e["fp_len"], fp=e["fp"])
                 if ahead is not None and ahead[:2] == (e["dev"], e["ino"]):
                     f.ahead = ahead[2:]
@@ -300,11 +290,11 @@ class Tailer:
             if ps is None:
                 raise TailError(f"path={path!r} is not followed: add() it first")
             out: list[LineBatch] = []
-            if self._poll(ps, max_bytes or self.read_chunk, time.time_ns(), out):
+            if self._poller.poll(ps, max_bytes or self.read_chunk, time.time_ns(), out):
                 try:  # only the set of files changed: the lines read must still be returned
                     self._save()
                 except StateError as exc:
-                    self._event(ps, ERROR, None, 0, f"{exc}; retried at the next change")
+                    self._poller.event(ps, ERROR, None, 0, f"{exc}; retried at the next change")
             return out
 
     def take_events(self) -> list[FileChange]:
@@ -423,124 +413,3 @@ class Tailer:
         files = [f.state(ps.path) for ps in self._paths.values() for f in ps.files if not f.gone]
         files += [e for entries in self._saved.values() for e in entries]
         self._state.save(files, committed)
-
-    # -- reading -----------------------------------------------------------------
-
-    def _key(self, dev: int, ino: int) -> FileKey:
-        self._serial += 1
-        return FileKey(dev, ino, self._serial)
-
-    def _event(self, ps: PathFiles, kind: str, f: TailedFile | None, offset: int, detail: str) -> None:
-        level = logging.INFO if kind in (ROTATED, DELETED, TRUNCATED) else logging.WARNING
-        log.log(level, "tail %s path=%s file=%s offset=%d %s", kind, ps.path,
-                f and f"{f.key.dev}:{f.key.ino}", offset, detail)
-        self._events.append(FileChange(ps.path, kind, f.key if f else None, offset, detail, time.time_ns()))
-
-    def _error(self, ps: PathFiles, f: TailedFile | None, what: str, exc: OSError) -> None:
-        detail = f"{what}: {exc.strerror or exc}"
-        if detail != ps.error:  # the same failure is reported once per path
-            ps.error = detail
-            self._event(ps, ERROR, f, f.read if f else 0, detail)
-
-    def _poll(self, ps: PathFiles, budget: int, now_ns: int, out: list[LineBatch]) -> bool:
-        """One poll of a path; True if the set of files changed (save the state)."""
-        changed = False
-        try:
-            st: os.stat_result | None = os.stat(ps.path)
-        except FileNotFoundError:
-            st = None
-        except OSError as exc:
-            self._error(ps, None, "stat", exc)
-            return False
-        if not ps.resolved:
-            changed = self._rotation.resolve(ps, st)
-        files = ps.files
-        cur = files[-1] if files and files[-1].at_path else None
-        if cur is not None and (st is None or (st.st_ino, st.st_dev) != (cur.key.ino, cur.key.dev)):
-            cur.at_path = False
-            self._event(ps, DELETED if st is None else ROTATED, cur, cur.read,
-                        "the file at the path is gone" if st is None else
-                        f"a new file (inode {st.st_ino}) is at the path; draining the old one")
-            cur = None
-        ps.more = False
-        i = -1
-        while (i := i + 1) < len(files):  # drain rotated files first, in stream order
-            f = files[i]
-            if f.at_path or f.fd is None:
-                continue
-            f, truncated = self._rotation.recheck(ps, i, now_ns, out)
-            if f is None:
-                files[i].close()
-                continue
-            changed |= truncated
-            i += files[i] is not f  # truncated: the new content comes right after the old one
-            used, eof = self._reader.read(ps, f, budget, now_ns, out)
-            budget -= used
-            if not eof:
-                ps.more = True
-                return changed
-            self._reader.flush(ps, f, now_ns, out)
-            f.close()
-        done = [f for f in files if f.fd is None and not f.restored and not f.at_path
-                and f.committed >= f.line_start]
-        for f in done:
-            files.remove(f)
-            changed = True
-        if cur is None and st is not None:
-            if not _stat.S_ISREG(st.st_mode):
-                self._error(ps, None, "open", OSError(0, "not a regular file"))
-                return changed
-            cur = self._open(ps)
-            if cur is None:
-                return changed
-            files.append(cur)
-            changed = True
-        if cur is None:
-            return changed
-        if budget <= 0:
-            ps.more = True
-            return changed
-        # the path's stat names cur's inode: its size is cur's, no fstat (a file opened
-        # since the stat may be another)
-        same = st is not None and (st.st_ino, st.st_dev) == (cur.key.ino, cur.key.dev)
-        cur, truncated = self._rotation.recheck(ps, len(files) - 1, now_ns, out, st.st_size if same else None)
-        changed |= truncated
-        if cur is not None and not cur.at_path:  # the old content goes on in its copy: drain it
-            used, eof = self._reader.read(ps, cur, budget, now_ns, out)
-            budget -= used
-            if eof:
-                self._reader.flush(ps, cur, now_ns, out)
-                cur.close()
-            if not eof or budget <= 0:
-                ps.more = True
-                return changed
-            cur = files[-1]
-        if cur is None:
-            return changed
-        used, eof = self._reader.read(ps, cur, budget, now_ns, out)
-        if not eof:
-            ps.more = True
-        elif (cur.pending or cur.cut_head) and self.clock() - cur.last_growth >= self.partial_flush_s:
-            self._reader.flush(ps, cur, now_ns, out)
-        return changed
-
-    def _open(self, ps: PathFiles) -> TailedFile | None:
-        try:
-            fd = os.open(ps.path, OPEN_FLAGS)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            self._error(ps, None, "open", exc)
-            return None
-        try:
-            st = os.fstat(fd)
-            f = TailedFile(self._key(st.st_dev, st.st_ino), fd, at_path=True, now=self.clock())
-            f.restored = False
-            self._reader.check_fingerprint(f)
-        except OSError as exc:
-            os.close(fd)
-            self._error(ps, None, "open", exc)
-            return None
-        ps.error = ""
-        return f
-

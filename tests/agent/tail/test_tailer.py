@@ -338,7 +338,7 @@ def _writer_between_check_and_read(state, writes) -> Tailer:
     """A tailer whose file is written right after it checked the first bytes and before
     it reads: the race a file created empty and then written runs into."""
     t = Tailer(state)
-    check = t._reader.check_fingerprint
+    check = t._poller.reader.check_fingerprint
 
     def check_then_write(f):
         ok = check(f)
@@ -346,7 +346,7 @@ def _writer_between_check_and_read(state, writes) -> Tailer:
             path, data = writes.pop(0)
             write(path, data)
         return ok
-    t._reader.check_fingerprint = check_then_write
+    t._poller.reader.check_fingerprint = check_then_write
     return t
 
 
@@ -369,7 +369,7 @@ def test_a_fingerprint_is_not_extended_over_bytes_that_are_not_the_ones_read(log
         known = (f.fp_len, f.fp)
         with open(log, "r+b") as w:  # the head rewritten: not the bytes this content began with
             w.write(b"XY\ncd\n")
-        t._reader.extend_fingerprint(f, b"cd\n")  # as if "cd" had been read at offset 3
+        t._poller.reader.extend_fingerprint(f, b"cd\n")  # as if "cd" had been read at offset 3
         assert (f.fp_len, f.fp) == known
 
 
