@@ -90,7 +90,8 @@ def work_laggards(work: Iterable[Work]) -> tuple[list[int], str]:
         if not timed:
             continue
         stuck = max(w.seq for w in timed)
-        late = sorted({w.rank for w in ws if w.enqueued < stuck})
+        waited = {w.rank for w in timed}  # a rank that timed out reached a collective: it waits
+        late = sorted({w.rank for w in ws if w.enqueued < stuck and w.rank not in waited})
         if late and len(late) < len({w.rank for w in ws}):
             on = sorted({w.rank for w in timed if w.seq == stuck})
             return late, (f"rank(s) {ranges(late)} last enqueued NCCL work below {stuck}, the collective "
@@ -104,14 +105,17 @@ def launcher_act(f) -> bool:
 
 
 def stopped_first(errors, known_ranks: Iterable[int], progress: Mapping[int, Event],
-                  dumps: Mapping[int, Event] | None = None, work: Iterable[Work] = ()) -> Inference:
+                  dumps: Mapping[int, Event] | None = None, work: Iterable[Work] = (),
+                  implied: Iterable[int] = ()) -> Inference:
     """Infer the rank that stopped first when only cascades exist (see the module's rules).
 
     A rank is waiting when it reported a cascade of its own (a timeout, a lost peer) or
     its stack dump shows it in a collective; being sent SIGTERM by the launcher
-    afterwards is no sign of waiting.
+    afterwards is no sign of waiting. ``implied``: the known ranks no input line belongs to,
+    known only as numbers below the highest rank seen (the world size is unknown).
     """
     errors = list(errors)
+    implied = set(implied)
     dumps = dumps or {}
     known = sorted(set(known_ranks) | {f.ev.rank for f in errors if f.ev.rank is not None} | set(dumps))
     timed_out = {f.ev.rank for f in errors if f.role == "cascade" and not launcher_act(f) and f.ev.rank is not None}
@@ -142,7 +146,15 @@ def stopped_first(errors, known_ranks: Iterable[int], progress: Mapping[int, Eve
                f"timed out or lost their peer waiting in a collective{what}"]
         if len(silent) == 1:
             how[0] = how[0].replace("rank(s) ", "rank ", 1).replace("their own", "its own")
+            if silent[0] in implied:
+                how.append(f"no line of rank {silent[0]} was given and the world size is unknown: it may only be "
+                           "missing from the text, so its silence singles out no one")
+                return Inference(None, how, "low", silent, sorted(waiting))
             return Inference(silent[0], how, "medium", silent, sorted(waiting))
+        if implied.issuperset(silent):
+            how.append("no line of these ranks was given and the world size is unknown: they may only be missing "
+                       "from the text")
+            return Inference(None, how, "low", silent, sorted(waiting))
         first = _earliest(silent, progress)
         if first is not None:
             how.append(f"of them rank {first} logged progress for the last time earliest")
@@ -152,9 +164,9 @@ def stopped_first(errors, known_ranks: Iterable[int], progress: Mapping[int, Eve
     if first is not None:
         return Inference(first, [f"rank {first} logged progress for the last time earliest of the ranks that "
                                  "logged progress"], "low", [first], sorted(waiting))
-    if len(pool) == 1:
-        return Inference(pool[0], [f"rank {pool[0]} is the only rank not seen waiting in a collective"], "low",
-                         pool, sorted(waiting))
+    if len(silent) == 1 and silent[0] not in implied:  # (only reached with nobody waiting)
+        return Inference(silent[0], [f"rank {silent[0]} is the only rank not seen waiting in a collective"], "low",
+                         silent, sorted(waiting))
     return Inference(None, ["no rank stands out: every rank reported a timeout or none logged progress"], "low",
                      [], sorted(waiting))
 

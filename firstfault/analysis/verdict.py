@@ -126,8 +126,10 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
     world = read.ctx.world_size or world_size or max(
         (ev.fields["world_size"] for ev in read.procs if "world_size" in ev.fields), default=None) or read.ctx.seen_size
     known_ranks = set(rank_nodes) | (set(range(world)) if world else set())
+    implied: set[int] = set()
     if not world and known_ranks:  # ranks exist up to the highest one seen (no more is known)
-        known_ranks |= set(range(max(known_ranks) + 1))
+        implied = set(range(max(known_ranks) + 1)) - known_ranks
+        known_ranks |= implied
     outside = [f for f in findings if f.has("stopped-from-outside")]  # the launcher was signalled from outside
     gaps: list[dict] = []
     fr = _flight(read.flight, world, gaps)
@@ -149,7 +151,7 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
         failure_ns = min((c.ev.occurred_ns for c in casc if c.ev.occurred_ns is not None), default=None)
     if first is None and (casc or dumps or (fr and fr.culprits)):
         inf, fr_decided = _with_flight_recorder(
-            stopped_first(errors, known_ranks, facts.progress, dumps, nccl_work(findings)), fr)
+            stopped_first(errors, known_ranks, facts.progress, dumps, nccl_work(findings), implied), fr)
     elif first is None:
         exited = exit_failure(findings)
     return Decision(groups, first, tied, exited, inf, fr_decided, casc, outside, fr, failure_ns, world, known_ranks,
