@@ -16,9 +16,16 @@ work status lines of each rank, and the world size. Rules, strongest first:
    one the others timed out in never reached it (PyTorch's watchdog prints
    ``last enqueued NCCL work: E, last completed NCCL work: C``; ranks that did not
    time out print theirs on the dump signal) (medium when one rank, low when more).
-3. Silence: with the world size known, ranks that reported nothing while the others
-   timed out waiting in a collective (medium when one rank, low when more).
+3. Silence: ranks that reported nothing while the others timed out waiting in a
+   collective (medium when one rank, low when more). Where the lines of one rank alone were
+   given and the world size is unknown, a rank known only because ranks are numbered up to
+   the highest one seen (``implied``) may simply be left out of the paste: its silence names
+   no one (a suspect at low, never the rank). A gap between ranks whose lines were given
+   is a rank that printed nothing.
 4. Progress: the rank whose last progress line is earliest (low).
+
+A rank that timed out in a collective itself reached it: it waits, whatever its work
+counters say (status lines of two runs pasted together disagree that way).
 
 Several suspects and nothing to single one out: ``rank`` is None and ``suspects``
 names them.
@@ -112,12 +119,13 @@ def stopped_first(errors, known_ranks: Iterable[int], progress: Mapping[int, Eve
     A rank is waiting when it reported a cascade of its own (a timeout, a lost peer) or
     its stack dump shows it in a collective; being sent SIGTERM by the launcher
     afterwards is no sign of waiting. ``implied``: the known ranks no input line belongs to,
-    known only as numbers below the highest rank seen (the world size is unknown).
+    known only as numbers below the highest rank seen (the world size is unknown); their silence
+    names no one only where the lines of one rank alone were given.
     """
     errors = list(errors)
-    implied = set(implied)
     dumps = dumps or {}
     known = sorted(set(known_ranks) | {f.ev.rank for f in errors if f.ev.rank is not None} | set(dumps))
+    implied = set(implied) if len(set(known) - set(implied)) == 1 else set()  # one rank's lines alone
     timed_out = {f.ev.rank for f in errors if f.role == "cascade" and not launcher_act(f) and f.ev.rank is not None}
     outlier, waiting_list = stack_outlier({r: d.frames for r, d in dumps.items()}, timed_out)
     waiting = set(waiting_list)

@@ -109,13 +109,16 @@ def test_a_rank_that_timed_out_itself_is_no_laggard():
 
 
 def test_a_rank_known_only_by_its_number_is_a_suspect_never_the_rank():
-    """World size unknown, rank 1 timed out, rank 0 printed nothing: rank 0 exists (ranks are numbered
-    from 0) but a paste may simply leave its lines out, so its silence names no one."""
+    """World size unknown, only rank 1's lines, rank 0 printed nothing: rank 0 exists (ranks are numbered
+    from 0) but a paste of one rank's lines may simply leave the others out, so its silence names no one."""
     timeouts = [f(WATCHDOG.format(r=1), 1)]
     inf = stopped_first(timeouts, range(2), {}, implied=[0])
     assert (inf.rank, inf.suspects, inf.confidence) == (None, [0], "low") and "missing from the text" in inf.how[-1]
-    inf = stopped_first([f(WATCHDOG.format(r=r), r) for r in (0, 2, 4)], range(5), {}, implied=[1, 3])
-    assert (inf.rank, inf.suspects, inf.confidence) == (None, [1, 3], "low")
+    inf = stopped_first([f(WATCHDOG.format(r=r), r) for r in (2,)], range(3), {}, implied=[0, 1])
+    assert (inf.rank, inf.suspects, inf.confidence) == (None, [0, 1], "low")
+    # a gap between ranks whose lines were given is a rank that printed nothing
+    inf = stopped_first([f(WATCHDOG.format(r=r), r) for r in (0, 2, 3)], range(4), {}, implied=[1])
+    assert (inf.rank, inf.confidence) == (1, "medium")
     # the same silence of a rank whose lines were given (or with the world size known) still counts
     assert stopped_first(timeouts, range(2), {}).rank == 0
 
