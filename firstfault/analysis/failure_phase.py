@@ -46,7 +46,7 @@ def failure_phase(dec: Decision, state: RankState, findings: list[Finding], savi
         peers = [h for h in state.errors if h.role == "cascade" and h.ev.frames]
         got = phase_of(dec.first, saving, peers, state.errors, before(dec.first, findings), sharded)
     elif dec.exited is not None:
-        got = phase_of(dec.exited, saving, [])
+        got = phase_of(dec.exited, saving, [], (), before(dec.exited, findings), sharded)  # set-up lines before it
     else:
         return None
     if got[0] == "unknown" and marked in MARKED_PHASES:

@@ -107,8 +107,9 @@ def work_laggards(work: Iterable[Work]) -> tuple[list[int], str]:
 
 
 def launcher_act(f) -> bool:
-    """A line where a launcher reports or sends a signal or exit (not the rank's own words)."""
-    return not LAUNCHER_GROUPS.isdisjoint(f.match.groups)
+    """A line where a launcher reports or sends a signal or exit, or stops its workers (not the rank's
+    own words)."""
+    return not LAUNCHER_GROUPS.isdisjoint(f.match.groups) or f.has("launcher-stop")
 
 
 def stopped_first(errors, known_ranks: Iterable[int], progress: Mapping[int, Event],

@@ -14,9 +14,15 @@ Rules, in order:
    the text's words where its traceback was cut (judge.with_mentioned_category). Another
    candidate within clock uncertainty is reported as a tie.
 3. No root at all but cascades, stack dumps or a Flight Recorder culprit (or a kill from
-   outside): the job hung; the rank that stopped first is inferred (hang.py), with the Flight
+   outside): the job hung (not where the only cascades are a launcher stopping its workers:
+   a worker ended, rule 4); the rank that stopped first is inferred (hang.py), with the Flight
    Recorder's word (``_with_flight_recorder``).
-4. Nothing failed in words: a worker's non-zero exit is the failure (judge.exit_failure).
+4. Nothing failed in words: a worker's non-zero exit is the failure (judge.exit_failure), its
+   category from the text's words where they name one; with no exit in the text, a launcher
+   that stopped its workers says one ended (judge.launcher_stopped).
+5. No line of the log says what failed (nothing, or only cascades whose hang names no rank
+   beyond a low guess): a failure the text names in words (a title, a note) is the answer at
+   low confidence (judge.named_in_words), not "no failure" or "stopped first".
 
 The phase of the failure is decided once, later (failure_phase.py).
 """
@@ -31,8 +37,8 @@ from firstfault.analysis.events import Event
 from firstfault.analysis.findings import Finding, Read, fingerprint
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.flight_recorder import analyze as analyze_flight
-from firstfault.analysis.hang import Inference, stopped_first
-from firstfault.analysis.judge import exit_failure, with_mentioned_category
+from firstfault.analysis.hang import Inference, launcher_act, stopped_first
+from firstfault.analysis.judge import exit_failure, launcher_stopped, named_in_words, with_mentioned_category
 from firstfault.analysis.rankstate import RankState, nccl_work
 
 BLAME = {
@@ -149,11 +155,28 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
         casc = (sorted(firsts.values(), key=lambda ff: ff.ev.occurred_ns or 0) or outside
                 or [ff for ff in errors if ff.role == "cascade"][:MAX_EVIDENCE])  # cascades no rank said
         failure_ns = min((c.ev.occurred_ns for c in casc if c.ev.occurred_ns is not None), default=None)
-    if first is None and (casc or dumps or (fr and fr.culprits)):
+    # only a launcher stopping its workers (no rank waited, no stack, no signal from outside): a worker
+    # ended and the launcher stopped the rest (DeepSpeed's sigkill_handler, torchrun's SIGTERMs): no hang
+    stopping = bool(casc) and not dumps and not outside and not (fr and fr.culprits) and all(
+        launcher_act(ff) for ff in errors if ff.role == "cascade")
+    if first is None and not stopping and (casc or dumps or (fr and fr.culprits)):
         inf, fr_decided = _with_flight_recorder(
             stopped_first(errors, known_ranks, facts.progress, dumps, nccl_work(findings), implied), fr)
+        if not fr_decided and (inf.rank is None or inf.confidence == "low"):
+            first = named_in_words(findings)  # rule 5: the words name a failure the cascades do not
     elif first is None:
         exited = exit_failure(findings)
+        if exited is not None:
+            exited = with_mentioned_category(exited, findings)
+        else:
+            first = named_in_words(findings)
+        if first is None and exited is None and stopping:
+            exited = with_mentioned_category(launcher_stopped(casc), findings)
+    if first is not None and not groups:  # named in words (rule 5): its own group
+        inf = None
+        groups = [Group(fingerprint(first), [first], [first.ev.rank] if first.ev.rank is not None else [],
+                        read.counts.get(fingerprint(first), 1))]
+        failure_ns = first.ev.occurred_ns
     return Decision(groups, first, tied, exited, inf, fr_decided, casc, outside, fr, failure_ns, world, known_ranks,
                     gaps)
 

@@ -50,3 +50,97 @@ def test_ranks_below_the_one_that_timed_out_are_suspects_only():
 def test_the_one_rank_that_timed_out_is_not_where_the_job_stopped():
     got = first(RANK0_ONLY)
     assert got["inferred"] and got["rank"] is None and got["confidence"] == "low"
+
+
+# ---- a failure named only in words (judge.named_in_words) ------------------------------------
+
+# DeepSpeed runtime/zero/stage_1_and_2.py (logger.info "Rank: {} partition count {} and sizes{}") and a
+# tqdm bar: training had started; the paste ends before any error line
+OOM_TITLE = """\
+# ZeRO-2 training runs out of memory after a few hundred steps: CUDA out of memory
+[2026-03-02 10:11:12,001] [INFO] [stage_1_and_2.py:547:__init__] Rank: 0 partition count [2] and sizes[(7411712, False)]
+[2026-03-02 10:11:12,002] [INFO] [stage_1_and_2.py:547:__init__] Rank: 1 partition count [2] and sizes[(7411712, False)]
+  0%|          | 1/77212 [00:03<71:12:03,  3.32s/it]
+"""
+
+OOM_TITLE_AND_TIMEOUT = "# OOM on one GPU, then the others time out\n" + ONE_SURVIVOR.split("\n", 1)[1]
+
+NO_FAILURE = """\
+# How do I speed up ZeRO-2 training?
+[2026-03-02 10:11:12,001] [INFO] [stage_1_and_2.py:547:__init__] Rank: 0 partition count [2] and sizes[(7411712, False)]
+  0%|          | 1/77212 [00:03<71:12:03,  3.32s/it]
+"""
+
+
+def test_a_failure_named_in_a_title_when_the_log_is_cut_before_it():
+    got = first(OOM_TITLE)
+    assert (got["category"], got["confidence"], got["rank"], got["inferred"]) == ("gpu-memory", "low", None, False)
+    assert got["signature"] == "text.failure_mention" and "Confirm" in got["first_action"]
+    assert "in words only" in got["evidence"][0]["linked_by"]
+
+
+def test_words_naming_a_failure_beat_a_hang_that_names_no_rank():
+    got = first(OOM_TITLE_AND_TIMEOUT)
+    assert (got["category"], got["confidence"], got["signature"]) == ("gpu-memory", "low", "text.failure_mention")
+
+
+def test_no_words_of_a_failure_no_failure():
+    assert first(NO_FAILURE) is None
+
+
+# ---- torchrun's ChildFailedError with its table cut (judge.exit_failure) ---------------------
+
+# NCCL src/init.cc ("comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId 0x%llx - Init START"),
+# torch/distributed/launcher/api.py launch_agent (raise ChildFailedError(...)) and
+# elastic/multiprocessing/errors/__init__.py ChildFailedError.format_msg (2.x)
+CHILD_FAILED_CUT = """\
+[rank0]:node-a:3100:3170 [0] NCCL INFO ncclCommInitRankConfig comm 0x5a1e2c0 rank 0 nranks 8 cudaDev 0 nvmlDev 0 busId 18000 commId 0x1f2e3d4c5b6a7980 - Init START
+W0301 09:00:12.500000 3001 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 3101 closing signal SIGTERM
+Traceback (most recent call last):
+  File "/venv/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+  File "/venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 263, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+"""
+
+
+def test_torchruns_child_failed_error_is_a_failure_even_when_its_table_is_cut():
+    got = first(CHILD_FAILED_CUT)
+    assert (got["signature"], got["category"], got["confidence"], got["rank"]) == (
+        "torchelastic.child_failed", "unknown", "low", None)
+    assert got["phase"] == "init" and "set-up lines" in got["phase_from"]
+
+
+# ---- a launcher stopping its workers is no hang (judge.launcher_stopped) ----------------------
+
+# DeepSpeed launcher/launch.py sigkill_handler (logger.info(f"Killing subprocess {process.pid}")), called
+# when a worker returned non-zero; transformers logging (logger.info "loading weights file ...")
+DS_KILLED = """\
+# Training several models in a row: the process gets killed
+02/03/2026 03:17:08 - INFO - __main__ -     test_loss = 1.4941
+loading weights file pytorch_model.bin from cache
+[2026-02-03 03:17:53,592] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 143917
+[2026-02-03 03:17:53,593] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 143918
+"""
+
+
+def test_a_launcher_killing_its_workers_is_a_worker_that_ended_not_a_hang():
+    got = first(DS_KILLED)
+    assert not got["inferred"] and got["signature"] == "deepspeed.launcher_kill"
+    assert (got["rank"], got["category"], got["confidence"]) == (None, "unknown", "low")
+    assert "A worker ended" in got["summary"]
+
+
+def test_the_launchers_kill_beside_a_timeout_is_still_a_hang():
+    text = ONE_SURVIVOR + "[2026-02-03 03:17:53,592] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 143917\n"
+    got = first(text)
+    assert got["inferred"] and got["signature"] == "hang.stopped_first"
