@@ -34,10 +34,10 @@ from dataclasses import dataclass, field, replace
 
 from firstfault.analysis import timeline
 from firstfault.analysis.events import Event
-from firstfault.analysis.findings import Finding, Read, fingerprint
+from firstfault.analysis.findings import Finding, Read, exit_of, fingerprint
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.flight_recorder import analyze as analyze_flight
-from firstfault.analysis.hang import Inference, launcher_act, stopped_first
+from firstfault.analysis.hang import Inference, launcher_act, ranges, stopped_first
 from firstfault.analysis.judge import exit_failure, launcher_stopped, named_in_words, with_mentioned_category
 from firstfault.analysis.rankstate import RankState, nccl_work
 
@@ -146,7 +146,8 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
     fr_decided = False
     dumps = state.dumps.at_hang
     if groups:
-        first = with_mentioned_category(_with_exit_rank(_with_rank(groups[0].findings), facts.exits), findings)
+        first = with_mentioned_category(_with_exit_rank(_with_rank(groups[0].findings), facts.exits, findings),
+                                        findings)
         failure_ns = first.ev.occurred_ns
         # a tie is another distinct failure that can not be ordered after this one; the
         # same failure on other ranks at the same time is "ranks_sharing", not a tie
@@ -193,12 +194,38 @@ def _with_rank(same: list[Finding]) -> Finding:
     return ranked
 
 
-def _with_exit_rank(f: Finding, exits: Mapping[int, dict]) -> Finding:
+def root_cause_rank(findings: list[Finding]) -> int | None:
+    """The rank of the exit row under torchrun's "Root Cause (first observed failure):" header, when
+    every such header names the same one (each node's agent prints its own); else None.
+
+    ChildFailedError.get_first_failure (torch/distributed/elastic/multiprocessing/errors/__init__.py,
+    1.9-2.9) takes the failure of least ProcessFailure.timestamp: the worker's error file's
+    timestamp (@record), else int(time.time()) when the agent built the failure; whole seconds,
+    a tie goes to the first worker of the group (the lowest local rank). First observed, to the second."""
+    named = set()
+    for h in (f for f in findings if "root_cause" in f.match.groups):
+        rows = [f for f in findings if f.ev.stream == h.ev.stream and f.ev.seq > h.ev.seq and f.ev.rank is not None
+                and exit_of(f) is not None]
+        if rows:
+            named.add(min(rows, key=lambda f: f.ev.seq).ev.rank)
+    return named.pop() if len(named) == 1 else None
+
+
+ROOT_CAUSE = ("torchrun's Root Cause (first observed failure): of the ranks that failed, the one its agent "
+              "recorded first, to the second (a tie goes to the lowest rank)")
+
+
+def _with_exit_rank(f: Finding, exits: Mapping[int, dict], findings: list[Finding] = ()) -> Finding:
     """A failure no line tied to a rank is the rank's whose exit the launcher reported as the
-    only failure (not stopped by the launcher itself); confidence at most medium."""
+    only failure (not stopped by the launcher itself); confidence at most medium. Where several
+    ranks failed, the one torchrun's Root Cause block names (``root_cause_rank``), at low."""
     if f.ev.rank is not None or f.ev.source == "kernel":
         return f
     failed = [r for r, ex in exits.items() if ex.get("code") not in (0, None) and ex.get("signal") not in ("SIGTERM", "SIGINT")]
+    if len(failed) > 1 and (root := root_cause_rank(list(findings))) in failed:
+        ev = replace(f.ev, rank=root, fields={**f.ev.fields, "rank_from": ROOT_CAUSE})
+        return replace(f, ev=ev, cap="low", links=[*f.links, f"rank {root}: {ROOT_CAUSE}; rank(s) "
+                                                             f"{ranges(sorted(failed))} failed"])
     if len(failed) != 1:
         return f
     ev = replace(f.ev, rank=failed[0], fields={**f.ev.fields, "rank_from": "launcher summary (the only rank that failed)"})

@@ -144,3 +144,39 @@ def test_the_launchers_kill_beside_a_timeout_is_still_a_hang():
     text = ONE_SURVIVOR + "[2026-02-03 03:17:53,592] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 143917\n"
     got = first(text)
     assert got["inferred"] and got["signature"] == "hang.stopped_first"
+
+
+# ---- torchrun's Root Cause block names the rank among several that failed (verdict._with_exit_rank) ----
+
+def _row(idx: int, rank: int, code: int, pid: int) -> str:
+    # elastic/multiprocessing/errors/__init__.py _FAILURE_FORMAT_TEMPLATE (2.x)
+    return (f"[{idx}]:\n  time      : 2026-03-05_07:01:51\n  host      : node-a\n"
+            f"  rank      : {rank} (local_rank: {rank})\n  exitcode  : {code} (pid: {pid})\n"
+            "  error_file: <N/A>\n  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n")
+
+
+# a CUDA error no line ties to a rank (c10/cuda/CUDAException: "CUDA error: an illegal memory access was
+# encountered"), then torchrun's ChildFailedError.format_msg with two failed ranks
+UNRANKED = """\
+Traceback (most recent call last):
+  File "/w/train.py", line 88, in <module>
+    loss.backward()
+RuntimeError: CUDA error: an illegal memory access was encountered
+"""
+
+
+def _summary(other: tuple[int, int], root: tuple[int, int]) -> str:
+    return ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "=" * 40 + "\ntrain.py FAILED\n"
+            + "-" * 40 + "\nFailures:\n" + _row(1, *other, 701) + "-" * 40
+            + "\nRoot Cause (first observed failure):\n" + _row(0, *root, 703) + "=" * 40 + "\n")
+
+
+def test_the_root_cause_rank_among_several_failed_is_used_at_low():
+    got = first(UNRANKED + _summary((1, 1), (3, 1)))
+    assert (got["rank"], got["confidence"]) == (3, "low") and "Root Cause" in got["rank_from"]
+    assert got["signature"] != "python.traceback"  # the CUDA error, not the table
+
+
+def test_two_agents_root_causes_that_disagree_name_no_rank():
+    got = first(UNRANKED + _summary((1, 1), (3, 1)) + _summary((5, 1), (6, 1)))
+    assert got["rank"] is None
