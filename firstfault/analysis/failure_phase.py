@@ -63,7 +63,8 @@ def hang_phase(inf: Inference, cascades: list[Finding], dump: Event | None, flig
     hinted = {c.match.signature.phases[0] for c in cascades if len(c.match.signature.phases) == 1}
     said = (hinted.pop(), "the phase the survivors' errors belong to") if len(hinted) == 1 else None
     got = ((dump_phase, "stack dump") if dump_phase else ("checkpoint-save", "checkpoint save under way")
-           if saving is not None else waited or phase_while_waiting(waiting) or said or ("unknown", "no evidence"))
+           if saving is not None else waited or phase_while_waiting(waiting) or said or inf.phase
+           or ("unknown", "no evidence"))
     rank = inf.rank
     if flight and rank is not None and got[0] == "unknown":  # where its last collective was called
         ph = phase_from_frames([Frame(f.file, f.line, f.func) for f in reversed(flight.frames_of(rank))])

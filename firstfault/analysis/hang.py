@@ -64,6 +64,7 @@ class Inference:
     suspects: list[int] = field(default_factory=list)
     waiting: list[int] = field(default_factory=list)
     where: Frame | None = None  # the innermost frame of the rank's stack, when a stack decided
+    phase: tuple[str, str] | None = None  # (phase, from where) words outside the evidence give (a title), last
 
 
 def stack_outlier(stacks: Mapping[int, Sequence[Frame]], waiting: Iterable[int] = ()) -> tuple[int | None, list[int]]:

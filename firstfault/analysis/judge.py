@@ -162,11 +162,20 @@ WORDS_ONLY = ("no line of the log says what failed: the text names it in words o
               "rank's own error in its full log (its stderr, the launcher's summary, dmesg for a kill) to confirm")
 
 
-def named_in_words(findings: Iterable[Finding]) -> Finding | None:
+def phase_heading(findings: Iterable[Finding]) -> Finding | None:
+    """The first heading (prose) that says the job failed in a phase without naming a class of failure
+    (99-fallback's phase mentions: "timeout on save checkpoint", "init_process_group hangs")."""
+    return next((f for f in findings if f.ev.fields.get("prose") and f.has("mention")
+                 and len(f.match.signature.phases) == 1), None)
+
+
+def named_in_words(findings: Iterable[Finding], phases: bool = True) -> Finding | None:
     """Rule 5: the failure a heading of the text (an issue's title: prose) names in words (``_said``),
     as a root at low confidence, when nothing else says what failed; None when none does. Words on
-    a line of the log itself ("we saw NaN once") are no failure by themselves."""
-    said = _said(f for f in findings if f.ev.fields.get("prose"))
+    a line of the log itself ("we saw NaN once") are no failure by themselves. ``phases``: a heading
+    that names only the phase it failed in counts too (not beside a hang, whose cascades say more)."""
+    prose = [f for f in findings if f.ev.fields.get("prose")]
+    said = _said(prose) or (phase_heading(prose) if phases else None)
     if said is None:
         return None
     return replace(said, match=replace(said.match, role="root"), cap="low", links=[*said.links, WORDS_ONLY])

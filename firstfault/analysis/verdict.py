@@ -38,7 +38,8 @@ from firstfault.analysis.findings import Finding, Read, exit_of, fingerprint
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.flight_recorder import analyze as analyze_flight
 from firstfault.analysis.hang import Inference, launcher_act, ranges, stopped_first
-from firstfault.analysis.judge import exit_failure, launcher_stopped, named_in_words, with_mentioned_category
+from firstfault.analysis.judge import (exit_failure, launcher_stopped, named_in_words, phase_heading,
+                                       with_mentioned_category)
 from firstfault.analysis.rankstate import RankState, nccl_work
 
 BLAME = {
@@ -164,7 +165,10 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
         inf, fr_decided = _with_flight_recorder(
             stopped_first(errors, known_ranks, facts.progress, dumps, nccl_work(findings), implied), fr)
         if not fr_decided and (inf.rank is None or inf.confidence == "low"):
-            first = named_in_words(findings)  # rule 5: the words name a failure the cascades do not
+            first = named_in_words(findings, phases=False)  # rule 5: the words name a failure the cascades do not
+        if first is None and (said := phase_heading(findings)) is not None:  # the title names the phase
+            inf = replace(inf, phase=(said.match.signature.phases[0],
+                                      f"the text's title says so: {said.ev.text.strip()[:120]}"))
     elif first is None:
         exited = exit_failure(findings)
         if exited is not None:

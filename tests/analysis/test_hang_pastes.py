@@ -180,3 +180,35 @@ def test_the_root_cause_rank_among_several_failed_is_used_at_low():
 def test_two_agents_root_causes_that_disagree_name_no_rank():
     got = first(UNRANKED + _summary((1, 1), (3, 1)) + _summary((5, 1), (6, 1)))
     assert got["rank"] is None
+
+
+# ---- a heading that names the phase a job failed in (99-fallback's phase mentions) ------------
+
+# DeepSpeed runtime/engine.py _load_checkpoint (logger.info "rank: {} loading checkpoint: {}"): the paste
+# ends before the save its title says failed
+SAVE_TITLE = """\
+# save_checkpoint fails: one process exits during the save
+[2026-01-06 12:08:42,985] [INFO] [engine.py:1348:_load_checkpoint] rank: 3 loading checkpoint: /ckpt/80000/mp_rank_01_model_states.pt
+"""
+
+SAVE_HANG = "# Multi GPU timeout on save checkpoint\n" + ONE_SURVIVOR.split("\n", 1)[1]
+
+SAVE_QUESTION = """\
+# How to save checkpoint every 500 steps
+[2026-01-06 12:08:42,985] [INFO] [engine.py:1348:_load_checkpoint] rank: 3 loading checkpoint: /ckpt/80000/mp_rank_01_model_states.pt
+"""
+
+
+def test_a_title_naming_a_failed_save_is_the_answer_when_the_log_shows_none():
+    got = first(SAVE_TITLE)
+    assert (got["phase"], got["category"], got["confidence"], got["rank"]) == ("checkpoint-save", "unknown", "low", None)
+
+
+def test_a_hang_takes_its_phase_from_the_title_when_nothing_else_gives_one():
+    got = first(SAVE_HANG)
+    assert got["inferred"] and got["phase"] == "checkpoint-save" and "title" in got["phase_from"]
+    assert got["category"] == "cascade" and got["confidence"] == "low"
+
+
+def test_a_title_that_asks_how_to_save_is_no_failure():
+    assert first(SAVE_QUESTION) is None
