@@ -75,8 +75,12 @@ def hang_phase(inf: Inference, cascades: list[Finding], dump: Event | None, flig
 
 def before(f: Finding, findings: Iterable[Finding], most: int = 2000) -> list[str]:
     """The lines of ``f``'s stream that the findings kept before it, oldest first (at most ``most``):
-    what was printed before the failure, for the phase hints of set-up lines."""
-    lines = sorted((h.ev.seq, h.ev.text) for h in findings if h.ev.stream == f.ev.stream and h.ev.seq < f.ev.seq)
+    what was printed before the failure, for the phase hints of set-up lines. A heading (prose: a
+    person's words above a paste, e.g. an issue's title naming the failure) speaks of the whole log
+    below it: every line of its stream, headings left out."""
+    prose = bool(f.ev.fields.get("prose"))
+    lines = sorted((h.ev.seq, h.ev.text) for h in findings if h.ev.stream == f.ev.stream
+                   and (h.ev.seq < f.ev.seq or (prose and not h.ev.fields.get("prose"))))
     return [t for _, t in lines[-most:]]
 
 

@@ -212,3 +212,21 @@ def test_a_hang_takes_its_phase_from_the_title_when_nothing_else_gives_one():
 
 def test_a_title_that_asks_how_to_save_is_no_failure():
     assert first(SAVE_QUESTION) is None
+
+
+# ---- a heading speaks of the whole log below it (failure_phase.before) ------------------------
+
+# NCCL src/misc/socket.cc socketProgress (WARN "socketProgress: Connection closed by remote peer %s") in
+# the title; transport/net.cc ("Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d") and
+# transport/generic.cc ("Connected all rings") below it, with mpirun's [rank] prefix
+PEER_TITLE = """\
+# NCCL WARN socketProgress: Connection closed by remote peer gpu-b<51234>
+[0] gpu-a:2001:2001 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0
+[1] gpu-b:3001:3001 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Socket/0
+[1] gpu-b:3001:3001 [0] NCCL INFO Connected all rings
+"""
+
+
+def test_a_heading_over_set_up_lines_fails_in_init():
+    got = first(PEER_TITLE)
+    assert got["phase"] == "init" and got["rank"] is None and got["confidence"] == "low"
