@@ -46,7 +46,7 @@ def failure_phase(dec: Decision, state: RankState, findings: list[Finding], savi
         peers = [h for h in state.errors if h.role == "cascade" and h.ev.frames]
         got = phase_of(dec.first, saving, peers, state.errors, before(dec.first, findings), sharded)
     elif dec.exited is not None:
-        got = phase_of(dec.exited, saving, [])
+        got = phase_of(dec.exited, saving, [], (), before(dec.exited, findings), sharded)  # set-up lines before it
     else:
         return None
     if got[0] == "unknown" and marked in MARKED_PHASES:
@@ -63,7 +63,8 @@ def hang_phase(inf: Inference, cascades: list[Finding], dump: Event | None, flig
     hinted = {c.match.signature.phases[0] for c in cascades if len(c.match.signature.phases) == 1}
     said = (hinted.pop(), "the phase the survivors' errors belong to") if len(hinted) == 1 else None
     got = ((dump_phase, "stack dump") if dump_phase else ("checkpoint-save", "checkpoint save under way")
-           if saving is not None else waited or phase_while_waiting(waiting) or said or ("unknown", "no evidence"))
+           if saving is not None else waited or phase_while_waiting(waiting) or said or inf.phase
+           or ("unknown", "no evidence"))
     rank = inf.rank
     if flight and rank is not None and got[0] == "unknown":  # where its last collective was called
         ph = phase_from_frames([Frame(f.file, f.line, f.func) for f in reversed(flight.frames_of(rank))])
@@ -74,8 +75,12 @@ def hang_phase(inf: Inference, cascades: list[Finding], dump: Event | None, flig
 
 def before(f: Finding, findings: Iterable[Finding], most: int = 2000) -> list[str]:
     """The lines of ``f``'s stream that the findings kept before it, oldest first (at most ``most``):
-    what was printed before the failure, for the phase hints of set-up lines."""
-    lines = sorted((h.ev.seq, h.ev.text) for h in findings if h.ev.stream == f.ev.stream and h.ev.seq < f.ev.seq)
+    what was printed before the failure, for the phase hints of set-up lines. A heading (prose: a
+    person's words above a paste, e.g. an issue's title naming the failure) speaks of the whole log
+    below it: every line of its stream, headings left out."""
+    prose = bool(f.ev.fields.get("prose"))
+    lines = sorted((h.ev.seq, h.ev.text) for h in findings if h.ev.stream == f.ev.stream
+                   and (h.ev.seq < f.ev.seq or (prose and not h.ev.fields.get("prose"))))
     return [t for _, t in lines[-most:]]
 
 

@@ -16,9 +16,16 @@ work status lines of each rank, and the world size. Rules, strongest first:
    one the others timed out in never reached it (PyTorch's watchdog prints
    ``last enqueued NCCL work: E, last completed NCCL work: C``; ranks that did not
    time out print theirs on the dump signal) (medium when one rank, low when more).
-3. Silence: with the world size known, ranks that reported nothing while the others
-   timed out waiting in a collective (medium when one rank, low when more).
+3. Silence: ranks that reported nothing while the others timed out waiting in a
+   collective (medium when one rank, low when more). Where the lines of one rank alone were
+   given and the world size is unknown, a rank known only because ranks are numbered up to
+   the highest one seen (``implied``) may simply be left out of the paste: its silence names
+   no one (a suspect at low, never the rank). A gap between ranks whose lines were given
+   is a rank that printed nothing.
 4. Progress: the rank whose last progress line is earliest (low).
+
+A rank that timed out in a collective itself reached it: it waits, whatever its work
+counters say (status lines of two runs pasted together disagree that way).
 
 Several suspects and nothing to single one out: ``rank`` is None and ``suspects``
 names them.
@@ -57,6 +64,7 @@ class Inference:
     suspects: list[int] = field(default_factory=list)
     waiting: list[int] = field(default_factory=list)
     where: Frame | None = None  # the innermost frame of the rank's stack, when a stack decided
+    phase: tuple[str, str] | None = None  # (phase, from where) words outside the evidence give (a title), last
 
 
 def stack_outlier(stacks: Mapping[int, Sequence[Frame]], waiting: Iterable[int] = ()) -> tuple[int | None, list[int]]:
@@ -90,7 +98,8 @@ def work_laggards(work: Iterable[Work]) -> tuple[list[int], str]:
         if not timed:
             continue
         stuck = max(w.seq for w in timed)
-        late = sorted({w.rank for w in ws if w.enqueued < stuck})
+        waited = {w.rank for w in timed}  # a rank that timed out reached a collective: it waits
+        late = sorted({w.rank for w in ws if w.enqueued < stuck and w.rank not in waited})
         if late and len(late) < len({w.rank for w in ws}):
             on = sorted({w.rank for w in timed if w.seq == stuck})
             return late, (f"rank(s) {ranges(late)} last enqueued NCCL work below {stuck}, the collective "
@@ -99,21 +108,26 @@ def work_laggards(work: Iterable[Work]) -> tuple[list[int], str]:
 
 
 def launcher_act(f) -> bool:
-    """A line where a launcher reports or sends a signal or exit (not the rank's own words)."""
-    return not LAUNCHER_GROUPS.isdisjoint(f.match.groups)
+    """A line where a launcher reports or sends a signal or exit, or stops its workers (not the rank's
+    own words)."""
+    return not LAUNCHER_GROUPS.isdisjoint(f.match.groups) or f.has("launcher-stop")
 
 
 def stopped_first(errors, known_ranks: Iterable[int], progress: Mapping[int, Event],
-                  dumps: Mapping[int, Event] | None = None, work: Iterable[Work] = ()) -> Inference:
+                  dumps: Mapping[int, Event] | None = None, work: Iterable[Work] = (),
+                  implied: Iterable[int] = ()) -> Inference:
     """Infer the rank that stopped first when only cascades exist (see the module's rules).
 
     A rank is waiting when it reported a cascade of its own (a timeout, a lost peer) or
     its stack dump shows it in a collective; being sent SIGTERM by the launcher
-    afterwards is no sign of waiting.
+    afterwards is no sign of waiting. ``implied``: the known ranks no input line belongs to,
+    known only as numbers below the highest rank seen (the world size is unknown); their silence
+    names no one only where the lines of one rank alone were given.
     """
     errors = list(errors)
     dumps = dumps or {}
     known = sorted(set(known_ranks) | {f.ev.rank for f in errors if f.ev.rank is not None} | set(dumps))
+    implied = set(implied) if len(set(known) - set(implied)) == 1 else set()  # one rank's lines alone
     timed_out = {f.ev.rank for f in errors if f.role == "cascade" and not launcher_act(f) and f.ev.rank is not None}
     outlier, waiting_list = stack_outlier({r: d.frames for r, d in dumps.items()}, timed_out)
     waiting = set(waiting_list)
@@ -142,7 +156,15 @@ def stopped_first(errors, known_ranks: Iterable[int], progress: Mapping[int, Eve
                f"timed out or lost their peer waiting in a collective{what}"]
         if len(silent) == 1:
             how[0] = how[0].replace("rank(s) ", "rank ", 1).replace("their own", "its own")
+            if silent[0] in implied:
+                how.append(f"no line of rank {silent[0]} was given and the world size is unknown: it may only be "
+                           "missing from the text, so its silence singles out no one")
+                return Inference(None, how, "low", silent, sorted(waiting))
             return Inference(silent[0], how, "medium", silent, sorted(waiting))
+        if implied.issuperset(silent):
+            how.append("no line of these ranks was given and the world size is unknown: they may only be missing "
+                       "from the text")
+            return Inference(None, how, "low", silent, sorted(waiting))
         first = _earliest(silent, progress)
         if first is not None:
             how.append(f"of them rank {first} logged progress for the last time earliest")
@@ -152,9 +174,9 @@ def stopped_first(errors, known_ranks: Iterable[int], progress: Mapping[int, Eve
     if first is not None:
         return Inference(first, [f"rank {first} logged progress for the last time earliest of the ranks that "
                                  "logged progress"], "low", [first], sorted(waiting))
-    if len(pool) == 1:
-        return Inference(pool[0], [f"rank {pool[0]} is the only rank not seen waiting in a collective"], "low",
-                         pool, sorted(waiting))
+    if len(silent) == 1 and silent[0] not in implied:  # (only reached with nobody waiting)
+        return Inference(silent[0], [f"rank {silent[0]} is the only rank not seen waiting in a collective"], "low",
+                         silent, sorted(waiting))
     return Inference(None, ["no rank stands out: every rank reported a timeout or none logged progress"], "low",
                      [], sorted(waiting))
 

@@ -11,11 +11,14 @@ evidence, each rule returning new Findings (nothing is edited):
    killer is the usual sender; the dmesg command confirms it), and stays unknown when one does
    and shows no OOM kill. A SIGABRT (exit -6, "Fatal Python error: Aborted") after or with a
    collective timeout is how PyTorch's NCCL watchdog takes a rank down: a cascade.
-3. A traceback cut before its exception line takes its category from the text's words
-   (``with_mentioned_category``).
+3. A traceback cut before its exception line, or a worker's exit no line explains, takes its
+   category from the text's words (``with_mentioned_category``).
 4. When no line says what failed, a worker's non-zero exit is the failure (``exit_failure``).
+5. When no line of the log says what failed (nothing at all, or only cascades that single out
+   no rank), a failure the text names in words (an issue's title, a note, a heading that
+   names a known failure) is the answer, at low confidence (``named_in_words``).
 
-Rules 3 and 4 apply to the one failure the verdict picks (verdict.decide), rule 1 and 2 to all.
+Rules 3 to 5 apply to the one failure the verdict picks (verdict.decide), rule 1 and 2 to all.
 """
 
 from __future__ import annotations
@@ -94,24 +97,85 @@ def exit_failure(findings: list[Finding]) -> Finding | None:
     failure its agent observed first), else the earliest. None when no worker exited so."""
     exits = [f for f in findings if f.ev.source != "kernel" and (ex := exit_of(f)) is not None
              and ex["code"] not in (0, None) and ex["signal"] not in _QUIET]
-    if not exits:
-        return None
     headers = [f for f in findings if "root_cause" in f.match.groups]  # torchrun's "Root Cause (first observed failure):"
+    if not exits:
+        return _child_failed(findings)
     under = [f for f in exits if any(f.ev.stream == h.ev.stream and f.ev.seq > h.ev.seq for h in headers)]
     pick = min(under, key=lambda f: (f.ev.stream, f.ev.seq)) if under else exits[0]  # exits: in timeline order
     return replace(pick, match=replace(pick.match, role="root"), cap="low",
                    links=[*pick.links, "no line of the job says what failed: this worker's exit is the only sign"])
 
 
-def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
-    """A traceback cut before its exception line says nothing of what failed: where the text
-    names a class of failure in words (an issue title, a note, a message, a known failure in a
-    heading), the first such mention gives the category, said in the links (confidence stays low)."""
-    if not f.has("cut-traceback"):
-        return f
-    said = next((m for m in findings if m.category not in ("unknown", "cascade")
+def _said(findings: Iterable[Finding]) -> Finding | None:
+    """The first failure the text names in words: a mention (99-fallback's text.failure_mention), or a
+    known failure in a heading (prose); of a class, not ``unknown`` or a cascade."""
+    return next((m for m in findings if m.category not in ("unknown", "cascade")
                  and (m.has("mention") or (m.ev.fields.get("prose") and m.role == "root"))), None)
+
+
+CHILD_FAILED = ("torchrun reported that a worker failed (ChildFailedError, raised only when a worker exited "
+                "non-zero or by a signal); its table of the failed worker (rank, exit code) is not in the text.")
+
+
+def _child_failed(findings: list[Finding]) -> Finding | None:
+    """torchrun's ChildFailedError with its failure table cut: elastic's launch_agent raises it only
+    when a worker failed (torch/distributed/launcher/api.py: ``if result.is_failed(): raise
+    ChildFailedError(...)``, 1.9-2.9), so it is the failure, of an unknown rank and kind (low)."""
+    banner = next((f for f in findings if f.has("child-failed")), None)
+    if banner is None:
+        return None
+    return replace(banner, match=replace(banner.match, role="root", summary=CHILD_FAILED), cap="low",
+                   links=[*banner.links, "no line of the job says what failed and the launcher's table of the "
+                                         "failed worker is cut: that a worker failed is all it says"])
+
+
+STOPPED = ("A worker ended and its launcher stopped the others; which worker ended, and why, is not in "
+           "the text (a worker killed without a word of its own: often the kernel's OOM killer).")
+
+
+def launcher_stopped(stops: list[Finding]) -> Finding:
+    """The launcher's first act of stopping its workers as the failure, when it is all the text says:
+    DeepSpeed's launcher (launcher/launch.py sigkill_handler, "Killing subprocess {pid}") and torchrun
+    (elastic/multiprocessing/api.py, "Sending process {pid} closing signal SIGTERM") stop the workers
+    when one exited non-zero (a signal from outside is told apart: stopped-from-outside). Low."""
+    f = min(stops, key=lambda f: (f.ev.stream, f.ev.seq))
+    return replace(f, match=replace(f.match, role="root", category="unknown", summary=STOPPED), cap="low",
+                   links=[*f.links, "no rank waited and no line says what failed: the launcher stopping its "
+                                    "workers is the only sign that one ended"])
+
+
+def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
+    """A traceback cut before its exception line, or a worker's exit that no line explains
+    (exit_failure), says nothing of what failed: where the text names a class of failure in words
+    (an issue title, a note, a message, a known failure in a heading), the first such mention gives
+    the category, said in the links (confidence stays low)."""
+    if not (f.has("cut-traceback") or (f.category == "unknown" and f.cap == "low" and exit_of(f) is not None)):
+        return f
+    said = _said(findings)
     if said is None:
         return f
     return replace(f, match=replace(f.match, category=said.category),
                    links=[*f.links, f"category from the text's words: {said.ev.text.strip()[:160]}"])
+
+
+WORDS_ONLY = ("no line of the log says what failed: the text names it in words only; find the failing "
+              "rank's own error in its full log (its stderr, the launcher's summary, dmesg for a kill) to confirm")
+
+
+def phase_heading(findings: Iterable[Finding]) -> Finding | None:
+    """The first heading (prose) that says the job failed in a phase without naming a class of failure
+    (99-fallback's phase mentions: "timeout on save checkpoint", "init_process_group hangs")."""
+    return next((f for f in findings if f.ev.fields.get("prose") and f.has("mention")
+                 and len(f.match.signature.phases) == 1), None)
+
+
+def named_in_words(findings: Iterable[Finding], phases: bool = True) -> Finding | None:
+    """Rule 5: the failure a heading of the text (an issue's title: prose) names in words (``_said``),
+    as a root at low confidence, when nothing else says what failed; None when none does. Words on
+    a line of the log itself ("we saw NaN once") are no failure by themselves. ``phases``: a heading
+    that names only the phase it failed in counts too (not beside a hang, whose cascades say more)."""
+    prose = [f for f in findings if f.ev.fields.get("prose")]
+    said = _said(prose) or (phase_heading(prose) if phases else None)
+    if said is None:
+        return None
+    return replace(said, match=replace(said.match, role="root"), cap="low", links=[*said.links, WORDS_ONLY])

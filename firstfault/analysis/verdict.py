@@ -14,9 +14,15 @@ Rules, in order:
    the text's words where its traceback was cut (judge.with_mentioned_category). Another
    candidate within clock uncertainty is reported as a tie.
 3. No root at all but cascades, stack dumps or a Flight Recorder culprit (or a kill from
-   outside): the job hung; the rank that stopped first is inferred (hang.py), with the Flight
+   outside): the job hung (not where the only cascades are a launcher stopping its workers:
+   a worker ended, rule 4); the rank that stopped first is inferred (hang.py), with the Flight
    Recorder's word (``_with_flight_recorder``).
-4. Nothing failed in words: a worker's non-zero exit is the failure (judge.exit_failure).
+4. Nothing failed in words: a worker's non-zero exit is the failure (judge.exit_failure), its
+   category from the text's words where they name one; with no exit in the text, a launcher
+   that stopped its workers says one ended (judge.launcher_stopped).
+5. No line of the log says what failed (nothing, or only cascades whose hang names no rank
+   beyond a low guess): a failure the text names in words (a title, a note) is the answer at
+   low confidence (judge.named_in_words), not "no failure" or "stopped first".
 
 The phase of the failure is decided once, later (failure_phase.py).
 """
@@ -28,11 +34,17 @@ from dataclasses import dataclass, field, replace
 
 from firstfault.analysis import timeline
 from firstfault.analysis.events import Event
-from firstfault.analysis.findings import Finding, Read, fingerprint
+from firstfault.analysis.findings import Finding, Read, exit_of, fingerprint
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.flight_recorder import analyze as analyze_flight
-from firstfault.analysis.hang import Inference, stopped_first
-from firstfault.analysis.judge import exit_failure, with_mentioned_category
+from firstfault.analysis.hang import Inference, launcher_act, ranges, stopped_first
+from firstfault.analysis.judge import (
+    exit_failure,
+    launcher_stopped,
+    named_in_words,
+    phase_heading,
+    with_mentioned_category,
+)
 from firstfault.analysis.rankstate import RankState, nccl_work
 
 BLAME = {
@@ -126,8 +138,10 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
     world = read.ctx.world_size or world_size or max(
         (ev.fields["world_size"] for ev in read.procs if "world_size" in ev.fields), default=None) or read.ctx.seen_size
     known_ranks = set(rank_nodes) | (set(range(world)) if world else set())
+    implied: set[int] = set()
     if not world and known_ranks:  # ranks exist up to the highest one seen (no more is known)
-        known_ranks |= set(range(max(known_ranks) + 1))
+        implied = set(range(max(known_ranks) + 1)) - known_ranks
+        known_ranks |= implied
     outside = [f for f in findings if f.has("stopped-from-outside")]  # the launcher was signalled from outside
     gaps: list[dict] = []
     fr = _flight(read.flight, world, gaps)
@@ -138,7 +152,8 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
     fr_decided = False
     dumps = state.dumps.at_hang
     if groups:
-        first = with_mentioned_category(_with_exit_rank(_with_rank(groups[0].findings), activity.exits), findings)
+        first = with_mentioned_category(_with_exit_rank(_with_rank(groups[0].findings), activity.exits, findings),
+                                        findings)
         failure_ns = first.ev.occurred_ns
         # a tie is another distinct failure that can not be ordered after this one; the
         # same failure on other ranks at the same time is "ranks_sharing", not a tie
@@ -147,11 +162,31 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
         casc = (sorted(firsts.values(), key=lambda ff: ff.ev.occurred_ns or 0) or outside
                 or [ff for ff in errors if ff.role == "cascade"][:MAX_EVIDENCE])  # cascades no rank said
         failure_ns = min((c.ev.occurred_ns for c in casc if c.ev.occurred_ns is not None), default=None)
-    if first is None and (casc or dumps or (fr and fr.culprits)):
+    # only a launcher stopping its workers (no rank waited, no stack, no signal from outside): a worker
+    # ended and the launcher stopped the rest (DeepSpeed's sigkill_handler, torchrun's SIGTERMs): no hang
+    stopping = bool(casc) and not dumps and not outside and not (fr and fr.culprits) and all(
+        launcher_act(ff) for ff in errors if ff.role == "cascade")
+    if first is None and not stopping and (casc or dumps or (fr and fr.culprits)):
         inf, fr_decided = _with_flight_recorder(
-            stopped_first(errors, known_ranks, activity.progress, dumps, nccl_work(findings)), fr)
+            stopped_first(errors, known_ranks, activity.progress, dumps, nccl_work(findings), implied), fr)
+        if not fr_decided and (inf.rank is None or inf.confidence == "low"):
+            first = named_in_words(findings, phases=False)  # rule 5: the words name a failure the cascades do not
+        if first is None and (said := phase_heading(findings)) is not None:  # the title names the phase
+            inf = replace(inf, phase=(said.match.signature.phases[0],
+                                      f"the text's title says so: {said.ev.text.strip()[:120]}"))
     elif first is None:
         exited = exit_failure(findings)
+        if exited is not None:
+            exited = with_mentioned_category(exited, findings)
+        else:
+            first = named_in_words(findings)
+        if first is None and exited is None and stopping:
+            exited = with_mentioned_category(launcher_stopped(casc), findings)
+    if first is not None and not groups:  # named in words (rule 5): its own group
+        inf = None
+        groups = [Group(fingerprint(first), [first], [first.ev.rank] if first.ev.rank is not None else [],
+                        read.counts.get(fingerprint(first), 1))]
+        failure_ns = first.ev.occurred_ns
     return Decision(groups, first, tied, exited, inf, fr_decided, casc, outside, fr, failure_ns, world, known_ranks,
                     gaps)
 
@@ -168,12 +203,38 @@ def _with_rank(same: list[Finding]) -> Finding:
     return ranked
 
 
-def _with_exit_rank(f: Finding, exits: Mapping[int, dict]) -> Finding:
+def root_cause_rank(findings: list[Finding]) -> int | None:
+    """The rank of the exit row under torchrun's "Root Cause (first observed failure):" header, when
+    every such header names the same one (each node's agent prints its own); else None.
+
+    ChildFailedError.get_first_failure (torch/distributed/elastic/multiprocessing/errors/__init__.py,
+    1.9-2.9) takes the failure of least ProcessFailure.timestamp: the worker's error file's
+    timestamp (@record), else int(time.time()) when the agent built the failure; whole seconds,
+    a tie goes to the first worker of the group (the lowest local rank). First observed, to the second."""
+    named = set()
+    for h in (f for f in findings if "root_cause" in f.match.groups):
+        rows = [f for f in findings if f.ev.stream == h.ev.stream and f.ev.seq > h.ev.seq and f.ev.rank is not None
+                and exit_of(f) is not None]
+        if rows:
+            named.add(min(rows, key=lambda f: f.ev.seq).ev.rank)
+    return named.pop() if len(named) == 1 else None
+
+
+ROOT_CAUSE = ("torchrun's Root Cause (first observed failure): of the ranks that failed, the one its agent "
+              "recorded first, to the second (a tie goes to the lowest rank)")
+
+
+def _with_exit_rank(f: Finding, exits: Mapping[int, dict], findings: list[Finding] = ()) -> Finding:
     """A failure no line tied to a rank is the rank's whose exit the launcher reported as the
-    only failure (not stopped by the launcher itself); confidence at most medium."""
+    only failure (not stopped by the launcher itself); confidence at most medium. Where several
+    ranks failed, the one torchrun's Root Cause block names (``root_cause_rank``), at low."""
     if f.ev.rank is not None or f.ev.source == "kernel":
         return f
     failed = [r for r, ex in exits.items() if ex.get("code") not in (0, None) and ex.get("signal") not in ("SIGTERM", "SIGINT")]
+    if len(failed) > 1 and (root := root_cause_rank(list(findings))) in failed:
+        ev = replace(f.ev, rank=root, fields={**f.ev.fields, "rank_from": ROOT_CAUSE})
+        return replace(f, ev=ev, cap="low", links=[*f.links, f"rank {root}: {ROOT_CAUSE}; rank(s) "
+                                                             f"{ranges(sorted(failed))} failed"])
     if len(failed) != 1:
         return f
     ev = replace(f.ev, rank=failed[0], fields={**f.ev.fields, "rank_from": "launcher summary (the only rank that failed)"})

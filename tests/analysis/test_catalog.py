@@ -78,7 +78,8 @@ def test_required_coverage():
     }
     assert required <= {s.id for s in CATALOG.signatures}
     # the last resorts come last: an exception line, a cut traceback, then mere words in prose
-    assert [s.id for s in CATALOG.signatures[-3:]] == ["python.exception", "python.traceback", "text.failure_mention"]
+    assert [s.id for s in CATALOG.signatures[-5:]] == ["python.exception", "python.traceback", "text.failure_mention",
+                                                       "text.phase_failure_mention", "text.init_failure_mention"]
 
 
 def test_launcher_roles():

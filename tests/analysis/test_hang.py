@@ -93,3 +93,37 @@ def test_the_one_rank_without_a_timeout_whose_dump_is_outside_the_collective_is_
     assert "reported no collective timeout" in inf.how[0]
     # with the same dump inside the collective, nothing singles it out
     assert stopped_first(errors, [0, 1], {}, {1: dump(IN_ALLREDUCE, 1.5)}).rank is None
+
+
+def test_a_rank_that_timed_out_itself_is_no_laggard():
+    """ProcessGroupNCCL's watchdog prints "Timeout at NCCL work: S, last enqueued NCCL work: E, last
+    completed NCCL work: C" on the rank that timed out in S: that rank reached a collective and waits.
+    Two runs pasted together (rank 0 stuck at 100015, rank 1 at 4013) single out no one."""
+    work = [Work(0, "0", 100015, 100022, 100014), Work(1, "0", 4013, 4013, 4012)]
+    assert work_laggards(work) == ([], "")
+    timeouts = [f(WATCHDOG.format(r=r).replace("880", "100015" if r == 0 else "4013"), r) for r in (0, 1)]
+    inf = stopped_first(timeouts, range(2), {}, work=work)
+    assert inf.rank is None and inf.confidence == "low"
+    # a rank that printed its status on the dump signal only (no timeout of its own) still lags
+    assert work_laggards([Work(0, "0", 880, 880, 879), Work(1, "0", None, 879, 879)])[0] == [1]
+
+
+def test_a_rank_known_only_by_its_number_is_a_suspect_never_the_rank():
+    """World size unknown, only rank 1's lines, rank 0 printed nothing: rank 0 exists (ranks are numbered
+    from 0) but a paste of one rank's lines may simply leave the others out, so its silence names no one."""
+    timeouts = [f(WATCHDOG.format(r=1), 1)]
+    inf = stopped_first(timeouts, range(2), {}, implied=[0])
+    assert (inf.rank, inf.suspects, inf.confidence) == (None, [0], "low") and "missing from the text" in inf.how[-1]
+    inf = stopped_first([f(WATCHDOG.format(r=r), r) for r in (2,)], range(3), {}, implied=[0, 1])
+    assert (inf.rank, inf.suspects, inf.confidence) == (None, [0, 1], "low")
+    # a gap between ranks whose lines were given is a rank that printed nothing
+    inf = stopped_first([f(WATCHDOG.format(r=r), r) for r in (0, 2, 3)], range(4), {}, implied=[1])
+    assert (inf.rank, inf.confidence) == (1, "medium")
+    # the same silence of a rank whose lines were given (or with the world size known) still counts
+    assert stopped_first(timeouts, range(2), {}).rank == 0
+
+
+def test_the_only_rank_seen_is_not_called_the_one_not_waiting_when_it_waits():
+    """One rank's watchdog timeout alone: that rank waited; nothing says who stopped."""
+    inf = stopped_first([f(WATCHDOG.format(r=0), 0)], [0], {})
+    assert inf.rank is None and inf.suspects == [] and inf.confidence == "low"

@@ -1,0 +1,232 @@
+"""Whole pasted logs, written from the frameworks' format strings, through ``analyze -``: what an
+inferred hang, a failure named only in words, and a launcher's summary answer."""
+
+from tests.offline.scoring import Case, analyze
+
+
+def first(text: str) -> dict:
+    return analyze(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
+
+
+# torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp WorkNCCL::checkTimeout ("Watchdog caught collective
+# operation timeout: WorkNCCL(SeqNum=..., OpType=..., ...) ran for ... milliseconds before timing out.")
+# and ProcessGroupNCCL::watchdogHandler ("Timeout at NCCL work: ..., last enqueued NCCL work: ..., last
+# completed NCCL work: ...") (2.2-2.9)
+TWO_RUNS = """\
+# NCCL timeout at the end of the epoch
+Here is part of the error message.
+[rank0]:[E ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=52011, OpType=ALLREDUCE, NumelIn=4096, NumelOut=4096, Timeout(ms)=600000) ran for 600093 milliseconds before timing out.
+[rank0]:[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank 0] Timeout at NCCL work: 52011, last enqueued NCCL work: 52017, last completed NCCL work: 52010.
+
+And again in another run:
+[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2207, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600004 milliseconds before timing out.
+[rank1]:[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank 1] Timeout at NCCL work: 2207, last enqueued NCCL work: 2207, last completed NCCL work: 2206.
+"""
+
+ONE_SURVIVOR = """\
+# NCCL timeout error during training
+[rank3]:[E ProcessGroupNCCL.cpp:523] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=61, OpType=ALLREDUCE, NumelIn=4194304, NumelOut=4194304, Timeout(ms)=1800000) ran for 1800410 milliseconds before timing out.
+[rank3]:[E ProcessGroupNCCL.cpp:537] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.
+[rank3]:[E ProcessGroupNCCL.cpp:543] To avoid data inconsistency, we are taking the entire process down.
+"""
+
+RANK0_ONLY = """\
+`Trainer.fit` stopped: `max_epochs=3` reached.
+[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800052 milliseconds before timing out.
+"""
+
+
+def test_status_lines_of_two_runs_single_out_no_rank():
+    got = first(TWO_RUNS)
+    assert got["inferred"] and got["rank"] is None and got["category"] == "cascade" and got["confidence"] == "low"
+
+
+def test_ranks_below_the_one_that_timed_out_are_suspects_only():
+    got = first(ONE_SURVIVOR)
+    assert got["inferred"] and got["rank"] is None and got["confidence"] == "low"
+    assert got["suspects"] == [0, 1, 2] and got["category"] == "cascade"
+
+
+def test_the_one_rank_that_timed_out_is_not_where_the_job_stopped():
+    got = first(RANK0_ONLY)
+    assert got["inferred"] and got["rank"] is None and got["confidence"] == "low"
+
+
+# ---- a failure named only in words (judge.named_in_words) ------------------------------------
+
+# DeepSpeed runtime/zero/stage_1_and_2.py (logger.info "Rank: {} partition count {} and sizes{}") and a
+# tqdm bar: training had started; the paste ends before any error line
+OOM_TITLE = """\
+# ZeRO-2 training runs out of memory after a few hundred steps: CUDA out of memory
+[2026-03-02 10:11:12,001] [INFO] [stage_1_and_2.py:547:__init__] Rank: 0 partition count [2] and sizes[(7411712, False)]
+[2026-03-02 10:11:12,002] [INFO] [stage_1_and_2.py:547:__init__] Rank: 1 partition count [2] and sizes[(7411712, False)]
+  0%|          | 1/77212 [00:03<71:12:03,  3.32s/it]
+"""
+
+OOM_TITLE_AND_TIMEOUT = "# OOM on one GPU, then the others time out\n" + ONE_SURVIVOR.split("\n", 1)[1]
+
+NO_FAILURE = """\
+# How do I speed up ZeRO-2 training?
+[2026-03-02 10:11:12,001] [INFO] [stage_1_and_2.py:547:__init__] Rank: 0 partition count [2] and sizes[(7411712, False)]
+  0%|          | 1/77212 [00:03<71:12:03,  3.32s/it]
+"""
+
+
+def test_a_failure_named_in_a_title_when_the_log_is_cut_before_it():
+    got = first(OOM_TITLE)
+    assert (got["category"], got["confidence"], got["rank"], got["inferred"]) == ("gpu-memory", "low", None, False)
+    assert got["signature"] == "text.failure_mention" and "Confirm" in got["first_action"]
+    assert "in words only" in got["evidence"][0]["linked_by"]
+
+
+def test_words_naming_a_failure_beat_a_hang_that_names_no_rank():
+    got = first(OOM_TITLE_AND_TIMEOUT)
+    assert (got["category"], got["confidence"], got["signature"]) == ("gpu-memory", "low", "text.failure_mention")
+
+
+def test_no_words_of_a_failure_no_failure():
+    assert first(NO_FAILURE) is None
+
+
+# ---- torchrun's ChildFailedError with its table cut (judge.exit_failure) ---------------------
+
+# NCCL src/init.cc ("comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId 0x%llx - Init START"),
+# torch/distributed/launcher/api.py launch_agent (raise ChildFailedError(...)) and
+# elastic/multiprocessing/errors/__init__.py ChildFailedError.format_msg (2.x)
+CHILD_FAILED_CUT = """\
+[rank0]:node-a:3100:3170 [0] NCCL INFO ncclCommInitRankConfig comm 0x5a1e2c0 rank 0 nranks 8 cudaDev 0 nvmlDev 0 busId 18000 commId 0x1f2e3d4c5b6a7980 - Init START
+W0301 09:00:12.500000 3001 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 3101 closing signal SIGTERM
+Traceback (most recent call last):
+  File "/venv/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+  File "/venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 263, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+"""
+
+
+def test_torchruns_child_failed_error_is_a_failure_even_when_its_table_is_cut():
+    got = first(CHILD_FAILED_CUT)
+    assert (got["signature"], got["category"], got["confidence"], got["rank"]) == (
+        "torchelastic.child_failed", "unknown", "low", None)
+    assert got["phase"] == "init" and "set-up lines" in got["phase_from"]
+
+
+# ---- a launcher stopping its workers is no hang (judge.launcher_stopped) ----------------------
+
+# DeepSpeed launcher/launch.py sigkill_handler (logger.info(f"Killing subprocess {process.pid}")), called
+# when a worker returned non-zero; transformers logging (logger.info "loading weights file ...")
+DS_KILLED = """\
+# Training several models in a row: the process gets killed
+02/03/2026 03:17:08 - INFO - __main__ -     test_loss = 1.4941
+loading weights file pytorch_model.bin from cache
+[2026-02-03 03:17:53,592] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 143917
+[2026-02-03 03:17:53,593] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 143918
+"""
+
+
+def test_a_launcher_killing_its_workers_is_a_worker_that_ended_not_a_hang():
+    got = first(DS_KILLED)
+    assert not got["inferred"] and got["signature"] == "deepspeed.launcher_kill"
+    assert (got["rank"], got["category"], got["confidence"]) == (None, "unknown", "low")
+    assert "A worker ended" in got["summary"]
+
+
+def test_the_launchers_kill_beside_a_timeout_is_still_a_hang():
+    text = ONE_SURVIVOR + "[2026-02-03 03:17:53,592] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 143917\n"
+    got = first(text)
+    assert got["inferred"] and got["signature"] == "hang.stopped_first"
+
+
+# ---- torchrun's Root Cause block names the rank among several that failed (verdict._with_exit_rank) ----
+
+def _row(idx: int, rank: int, code: int, pid: int) -> str:
+    # elastic/multiprocessing/errors/__init__.py _FAILURE_FORMAT_TEMPLATE (2.x)
+    return (f"[{idx}]:\n  time      : 2026-03-05_07:01:51\n  host      : node-a\n"
+            f"  rank      : {rank} (local_rank: {rank})\n  exitcode  : {code} (pid: {pid})\n"
+            "  error_file: <N/A>\n  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n")
+
+
+# a CUDA error no line ties to a rank (c10/cuda/CUDAException: "CUDA error: an illegal memory access was
+# encountered"), then torchrun's ChildFailedError.format_msg with two failed ranks
+UNRANKED = """\
+Traceback (most recent call last):
+  File "/w/train.py", line 88, in <module>
+    loss.backward()
+RuntimeError: CUDA error: an illegal memory access was encountered
+"""
+
+
+def _summary(other: tuple[int, int], root: tuple[int, int]) -> str:
+    return ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "=" * 40 + "\ntrain.py FAILED\n"
+            + "-" * 40 + "\nFailures:\n" + _row(1, *other, 701) + "-" * 40
+            + "\nRoot Cause (first observed failure):\n" + _row(0, *root, 703) + "=" * 40 + "\n")
+
+
+def test_the_root_cause_rank_among_several_failed_is_used_at_low():
+    got = first(UNRANKED + _summary((1, 1), (3, 1)))
+    assert (got["rank"], got["confidence"]) == (3, "low") and "Root Cause" in got["rank_from"]
+    assert got["signature"] != "python.traceback"  # the CUDA error, not the table
+
+
+def test_two_agents_root_causes_that_disagree_name_no_rank():
+    got = first(UNRANKED + _summary((1, 1), (3, 1)) + _summary((5, 1), (6, 1)))
+    assert got["rank"] is None
+
+
+# ---- a heading that names the phase a job failed in (99-fallback's phase mentions) ------------
+
+# DeepSpeed runtime/engine.py _load_checkpoint (logger.info "rank: {} loading checkpoint: {}"): the paste
+# ends before the save its title says failed
+SAVE_TITLE = """\
+# save_checkpoint fails: one process exits during the save
+[2026-01-06 12:08:42,985] [INFO] [engine.py:1348:_load_checkpoint] rank: 3 loading checkpoint: /ckpt/80000/mp_rank_01_model_states.pt
+"""
+
+SAVE_HANG = "# Multi GPU timeout on save checkpoint\n" + ONE_SURVIVOR.split("\n", 1)[1]
+
+SAVE_QUESTION = """\
+# How to save checkpoint every 500 steps
+[2026-01-06 12:08:42,985] [INFO] [engine.py:1348:_load_checkpoint] rank: 3 loading checkpoint: /ckpt/80000/mp_rank_01_model_states.pt
+"""
+
+
+def test_a_title_naming_a_failed_save_is_the_answer_when_the_log_shows_none():
+    got = first(SAVE_TITLE)
+    assert (got["phase"], got["category"], got["confidence"], got["rank"]) == ("checkpoint-save", "unknown", "low", None)
+
+
+def test_a_hang_takes_its_phase_from_the_title_when_nothing_else_gives_one():
+    got = first(SAVE_HANG)
+    assert got["inferred"] and got["phase"] == "checkpoint-save" and "title" in got["phase_from"]
+    assert got["category"] == "cascade" and got["confidence"] == "low"
+
+
+def test_a_title_that_asks_how_to_save_is_no_failure():
+    assert first(SAVE_QUESTION) is None
+
+
+# ---- a heading speaks of the whole log below it (failure_phase.before) ------------------------
+
+# NCCL src/misc/socket.cc socketProgress (WARN "socketProgress: Connection closed by remote peer %s") in
+# the title; transport/net.cc ("Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d") and
+# transport/generic.cc ("Connected all rings") below it, with mpirun's [rank] prefix
+PEER_TITLE = """\
+# NCCL WARN socketProgress: Connection closed by remote peer gpu-b<51234>
+[0] gpu-a:2001:2001 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0
+[1] gpu-b:3001:3001 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Socket/0
+[1] gpu-b:3001:3001 [0] NCCL INFO Connected all rings
+"""
+
+
+def test_a_heading_over_set_up_lines_fails_in_init():
+    got = first(PEER_TITLE)
+    assert got["phase"] == "init" and got["rank"] is None and got["confidence"] == "low"
