@@ -140,3 +140,35 @@ def test_a_caption_above_a_pasted_spawn_failure_is_no_failure_of_its_own():
     assert ff["signature"] == "torchelastic.worker_sigkill"
     assert ff["rank"] == 2
     assert ff["confidence"] != "high"
+
+
+@pytest.mark.parametrize("line, text, peeled", [
+    ("**RuntimeError: CUDA out of memory.**", "RuntimeError: CUDA out of memory.", "**"),
+    ("_**### RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory**_",
+     "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory", "_**### "),
+])
+def test_bold_around_a_whole_line_is_peeled_and_prose(line, text, peeled):
+    p = peel(line)
+    assert (p.text, p.peeled, p.prose) == (text, peeled, True)
+
+
+@pytest.mark.parametrize("line", ["**kwargs", "__init__", "** not bold **", "**a** and **b", "x = 2**8**2"])
+def test_not_bold_around_a_whole_line(line):
+    p = peel(line)
+    assert p.text == line and not p.prose
+
+
+def test_a_bold_exception_line_under_a_pasted_spawn_traceback_ends_it():
+    """mp.spawn's child traceback (torch/multiprocessing/spawn.py "-- Process %d terminated with the
+    following error:") with its exception line pasted in bold: the catalog reads it as printed."""
+    text = (
+        "-- Process 0 terminated with the following error:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/torch/multiprocessing/spawn.py", line 69, in _wrap\n'
+        "    fn(i, *args)\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/torch/serialization.py", line 242, in __init__\n'
+        "    super().__init__(torch._C.PyTorchFileReader(name_or_buffer))\n"
+        "**RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory**\n"
+    )
+    ff = analyze(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
+    assert (ff["category"], ff["rank"]) == ("storage", 0)
