@@ -88,3 +88,15 @@ def test_another_printers_line_breaks_the_run():
             + "".join(ASSERT_THEN_TRACEBACK.splitlines(keepends=True)[2:]))
     ff = _first(text)
     assert not (ff["signature"] == "cuda.device_assert" and ff["rank"] == 3 and ff["rank_from"] == "the ranked error that follows it")
+
+
+def test_a_line_of_another_printer_takes_no_rank():
+    """A NIC provider library's line (rdma-core's mlx5 "got completion with error") is printed by no
+    framework on the rank's behalf with an origin: a ranked error below does not make it that rank's."""
+    text = ("(WorkerWrapper pid=7001, ip=10.0.0.3) mlx5: gpu-node-3: got completion with error:\n"
+            "(WorkerWrapper pid=7002, ip=10.0.0.3) [rank1]:[E1202 10:43:22.118000 7002 ProcessGroupNCCL.cpp:1704] "
+            "[Rank 1] found async exception when checking for NCCL errors: NCCL error: remote process exited or "
+            "there was a network error, NCCL version 2.21.5\n")
+    ff = _first(text)
+    assert ff["signature"] == "nccl.ib_completion_error"
+    assert ff["rank"] is None
