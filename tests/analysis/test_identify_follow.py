@@ -100,3 +100,12 @@ def test_a_line_of_another_printer_takes_no_rank():
     ff = _first(text)
     assert ff["signature"] == "nccl.ib_completion_error"
     assert ff["rank"] is None
+
+
+def test_colossalai_run_failure_alone_is_a_failure_of_unknown_cause():
+    """colossalai run's line (cli/launcher/multinode_runner.py run_on_host) over a log with nothing
+    else: a failure, not "no failure found", whose category its command line's words do not give."""
+    ff = _first("Error: failed to run torchrun --nproc_per_node=4 --nnodes=1 --node_rank=0 "
+                "--rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:29500 train.py --config config.py on 127.0.0.1\n")
+    assert ff["signature"] == "colossalai.run_failed"
+    assert (ff["category"], ff["rank"], ff["confidence"]) == ("unknown", None, "low")
