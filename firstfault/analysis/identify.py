@@ -238,13 +238,15 @@ def followed_by_rank(findings: list[Finding]) -> list[Finding]:
     launcher or the program prefixes every Python line (``[rank0]:``); the rank's own exception
     (its traceback, ProcessGroupNCCL's error) follows them. The unranked run must name at most one
     pid (NCCL's origin), which the ranked finding must not contradict, and lie within FOLLOW_GAP
-    lines of it; the rank so given is capped at medium confidence."""
+    lines of it, with no other rank's line between; the rank so given is capped at medium confidence
+    (unless it is the same error, repeated with the rank's prefix)."""
     by_stream: dict[str, list[int]] = defaultdict(list)
     for i, f in enumerate(findings):
         by_stream[f.ev.stream].append(i)
     named: dict[int, Finding] = {}
     for idx in by_stream.values():
         run: list[int] = []
+        between: set[int] = set()  # ranks whose own context lines lie between the run and now
         for i in sorted(idx, key=lambda i: findings[i].ev.seq):
             f = findings[i]
             if f.ev.rank is None:
@@ -255,18 +257,23 @@ def followed_by_rank(findings: list[Finding]) -> list[Finding]:
                     continue
                 if run and f.ev.seq - findings[run[-1]].ev.seq > FOLLOW_GAP:
                     run = []
+                if not run:
+                    between = set()
                 run.append(i)
                 continue
             if not _own_rank(f):
                 run = []  # a launcher's or a summary's line about a rank: another printer between
                 continue
-            if not run or f.role == "context":
+            if not run:
+                continue
+            if f.role == "context":
+                between.add(f.ev.rank)
                 continue
             first, last = findings[run[0]], findings[run[-1]]
             pids = {p for j in run if (p := _pid_of(findings[j])) is not None}
             fpid = _pid_of(f)
             if (_own_rank(f) and f.ev.seq - last.ev.seq <= FOLLOW_GAP and f.ev.seq - first.ev.seq <= FOLLOW_RUN
-                    and len(pids) <= 1 and (fpid is None or not pids or pids == {fpid})
+                    and len(pids) <= 1 and (fpid is None or not pids or pids == {fpid}) and between <= {f.ev.rank}
                     and all(_printed_by_rank(findings[j], f) for j in run)):
                 for j in run:
                     g = findings[j]

@@ -109,3 +109,14 @@ def test_colossalai_run_failure_alone_is_a_failure_of_unknown_cause():
                 "--rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:29500 train.py --config config.py on 127.0.0.1\n")
     assert ff["signature"] == "colossalai.run_failed"
     assert (ff["category"], ff["rank"], ff["confidence"]) == ("unknown", None, "low")
+
+
+def test_not_when_another_ranks_line_lies_between():
+    """A line the catalog reads (DeepSpeed's step line, 10-progress.toml) of another rank between.
+    (Lines the catalog does not read are not seen by identify: a gap of FOLLOW_GAP bounds them.)"""
+    lines = ASSERT_THEN_TRACEBACK.splitlines(keepends=True)
+    text = "".join(lines[:2]) + ("[rank0]:[2026-12-02 10:11:59,790] [INFO] [logging.py:123:log_dist] [Rank 0] "
+                                 "step=10, skipped=0, lr=[0.001], mom=[(0.9, 0.999)]\n") \
+        + "".join(lines[2:])
+    ff = _first(text)
+    assert ff["rank_from"] != "the ranked error that follows it"
