@@ -16,12 +16,17 @@ It returns new Findings (``findings.linked``), never edits the ones it was given
 5. kernel findings (OOM kill, Xid) are tied to ranks by pid, else an OOM kill to the one rank that
    died by SIGKILL on its node; one of another job (a pid of none of the ranks, from before the
    job's processes started, or when every rank's pid is known) becomes context;
+4b. in a stream whose lines carry rank prefixes, a failure printed without one (a CUDA kernel's
+   device-side assert, an NCCL WARN) takes the rank of the ranked failure that follows it within a
+   few lines, when every unranked line of that run is one process's (``followed_by_rank``); its
+   confidence is capped at medium: adjacency is the weakest evidence of a rank;
 6. a kernel OOM kill of no rank yet that explains a SIGKILL the agent saw (deaths.link_oom_kills)
    is that rank's; the agents' exit records name the node of the ranks they saw end.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -70,6 +75,7 @@ def identify(findings: list[Finding], rank_nodes: Mapping[int, str | None],
                 if single and f.ev.rank is None and f.ev.local_rank is not None and f.ev.source != "kernel" else f
                 for f in findings]
     findings = _worker_folders(findings)
+    findings = followed_by_rank(findings)
     started: dict[str | None, int] = {}
     for ev in procs:
         if ev.pid and ev.rank is not None:
@@ -197,6 +203,87 @@ def _worker_folders(findings: list[Finding]) -> list[Finding]:
             f = linked(f, rank=next(iter(ranks[folder])), rank_from="the rank its torchrun worker folder's lines carry")
         out.append(f)
     return out
+
+
+FOLLOW_GAP = 12  # lines from an unranked failure to the ranked one that follows it
+FOLLOW_RUN = 40  # lines a run of unranked failures may span before the ranked one
+_NCCL_ORIGIN = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] ")  # NCCL's "host:pid:tid [cudaDev] "
+_CAPS = ("low", "medium", "high")
+
+
+def _pid_of(f: Finding) -> int | None:
+    """The process that printed a finding: its pid, else the pid of NCCL's "host:pid:tid [dev]" origin."""
+    if f.ev.pid is not None:
+        return f.ev.pid
+    m = _NCCL_ORIGIN.search(f.ev.text)
+    return int(m.group("pid")) if m else None
+
+
+def _own_rank(f: Finding) -> bool:
+    """The rank is the line's own (its prefix or its file), not one linked from elsewhere."""
+    return f.ev.rank is not None and f.ev.fields.get("rank_from") in (None, "line prefix") and f.ev.source != "kernel"
+
+
+def _printed_by_rank(g: Finding, f: Finding) -> bool:
+    """``g`` (unranked) is a line the rank's process itself prints without the rank's prefix: an NCCL
+    line (its "host:pid:tid [dev]" origin), a CUDA kernel's device-side output, or the same error
+    as ``f``'s. Another printer's (Ray's raylet, a NIC provider library) says nothing of the rank."""
+    return g.sig == f.sig or g.sig.startswith("cuda.") or _NCCL_ORIGIN.search(g.ev.text) is not None
+
+
+def followed_by_rank(findings: list[Finding]) -> list[Finding]:
+    """Rule 4b: an unranked failure takes the rank of the failure its own process prints next.
+
+    A CUDA kernel's device-side assert and NCCL's WARN lines carry no rank prefix even where the
+    launcher or the program prefixes every Python line (``[rank0]:``); the rank's own exception
+    (its traceback, ProcessGroupNCCL's error) follows them. The unranked run must name at most one
+    pid (NCCL's origin), which the ranked finding must not contradict, and lie within FOLLOW_GAP
+    lines of it, with no other rank's line between; the rank so given is capped at medium confidence
+    (unless it is the same error, repeated with the rank's prefix)."""
+    by_stream: dict[str, list[int]] = defaultdict(list)
+    for i, f in enumerate(findings):
+        by_stream[f.ev.stream].append(i)
+    named: dict[int, Finding] = {}
+    for idx in by_stream.values():
+        run: list[int] = []
+        between: set[int] = set()  # ranks whose own context lines lie between the run and now
+        for i in sorted(idx, key=lambda i: findings[i].ev.seq):
+            f = findings[i]
+            if f.ev.rank is None:
+                if f.ev.source == "kernel" or f.ev.local_rank is not None or f.has("failure-table-rank"):
+                    run = []  # another printer's line (a launcher's, the kernel's) between: no adjacency
+                    continue
+                if f.role not in ("root", "cascade"):
+                    continue
+                if run and f.ev.seq - findings[run[-1]].ev.seq > FOLLOW_GAP:
+                    run = []
+                if not run:
+                    between = set()
+                run.append(i)
+                continue
+            if not _own_rank(f):
+                run = []  # a launcher's or a summary's line about a rank: another printer between
+                continue
+            if not run:
+                continue
+            if f.role == "context":
+                between.add(f.ev.rank)
+                continue
+            first, last = findings[run[0]], findings[run[-1]]
+            pids = {p for j in run if (p := _pid_of(findings[j])) is not None}
+            fpid = _pid_of(f)
+            if (_own_rank(f) and f.ev.seq - last.ev.seq <= FOLLOW_GAP and f.ev.seq - first.ev.seq <= FOLLOW_RUN
+                    and len(pids) <= 1 and (fpid is None or not pids or pids == {fpid}) and between <= {f.ev.rank}
+                    and all(_printed_by_rank(findings[j], f) for j in run)):
+                for j in run:
+                    g = findings[j]
+                    cap = g.cap
+                    if g.sig != f.sig and (cap is None or _CAPS.index(cap) > 1):
+                        cap = "medium"  # adjacency alone; the same error repeated is the rank's own word
+                    named[j] = replace(linked(g, f"rank {f.ev.rank}'s own error follows it (line {f.ev.seq})",
+                                              rank=f.ev.rank, rank_from="the ranked error that follows it"), cap=cap)
+            run = []
+    return [named.get(i, f) for i, f in enumerate(findings)]
 
 
 def _failure_summary(findings: list[Finding]) -> list[Finding]:

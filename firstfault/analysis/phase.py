@@ -423,24 +423,47 @@ def phase_from_task(text: str, phase_rules: PhaseRules | None = None) -> str | N
     found = _TASK.findall(text)
     if not found:
         return None
-    method = found[-1]
-    for rule in (phase_rules or rules()).tasks:
+    return _task_phase(found[-1], phase_rules or rules())
+
+
+# verl's driver calls a worker group's method (``self.ref_policy_wg.compute_ref_log_prob(batch)``) through
+# the proxy that verl/single_controller/ray/base.py func_generator builds: ``func`` (verl 0.1-0.2),
+# ``Functor.__call__`` (0.3+). The traceback's source line above the proxy's frame names the method.
+_WG_CALL = re.compile(
+    r"\.(?P<method>[A-Za-z_]\w*)\([^\n]*\n(?:[ \t]*[~^]+[ \t]*\n)?[ \t]*"
+    r'File "[^"\n]*single_controller/ray/base\.py", line \d+, in (?:func|__call__)\n')
+
+
+def _task_phase(method: str, r: PhaseRules) -> str | None:
+    for rule in r.tasks:
         if any(method == n or method.endswith("_" + n) for n in rule.methods):
             return rule.phase
     return None
+
+
+def phase_from_worker_call(text: str, phase_rules: PhaseRules | None = None) -> str | None:
+    """The phase of the worker group method verl's driver called (the task rules' names), or None.
+
+    The innermost such call in a traceback is the one that failed (``ray.get`` in the proxy raises
+    the workers' error: an ActorDiedError, a RayTaskError)."""
+    found = [m.group("method") for m in _WG_CALL.finditer(text)]
+    return _task_phase(found[-1], phase_rules or rules()) if found else None
 
 
 def phase_hint(failure_text: str, before: Iterable[str] = (), sharded: bool | None = None,
                phase_rules: PhaseRules | None = None) -> tuple[str, str] | None:
     """The phase the hints that are not frames give, and where it came from (for ``phase_from``), or None.
 
-    In order: the Ray task named in ``failure_text``; the collective named in it (a watchdog
+    In order: the Ray task named in ``failure_text``; the worker group method verl's driver called in
+    it (``phase_from_worker_call``); the collective named in it (a watchdog
     or timeout line; ``sharded`` as for ``phase_from_collective``); the set-up markers in
     ``before`` (the text printed before the failure, oldest first) with no progress after them.
     """
     r = phase_rules or rules()
     if (p := phase_from_task(failure_text, r)) is not None:
         return p, "the Ray task that failed"
+    if (p := phase_from_worker_call(failure_text, r)) is not None:
+        return p, "the worker group method the driver called"
     if (p := phase_from_collective(failure_text, sharded, r)) is not None:
         return p, "the collective it timed out in"
     if (p := phase_before_failure(before, r)) is not None:

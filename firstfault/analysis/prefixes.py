@@ -19,6 +19,12 @@ the tool's own format (examples made up)::
     Feb 18 10:48:25 gpu-3 kernel:     journald / syslog (time, host, identifier[pid])
     > >>  `                           Markdown quoting and inline code left in a paste
     # ##                              a Markdown heading (or a shell comment): what a person wrote, not a log
+    **RuntimeError: x**  _**x**_      Markdown bold around a whole line: a person's emphasis over words
+                                      quoted from the log; peeled at both ends and marked prose
+    Error:  Log:  Output:             a caption alone on its line (one word and a colon): a person's words
+                                      over the paste. Python prints an exception with an empty message
+                                      without the colon (traceback.format_exception_only: "Error"), so
+                                      such a line is no program's exception; it is marked prose
     \\t, spaces                       only in front of another known prefix
 
 A program's own log header (DeepSpeed's ``[2026-... ] [INFO]``, glog, Python logging's
@@ -35,7 +41,7 @@ at most MAX_PEELS prefixes come off a line.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 MAX_PEELS = 8
 
@@ -66,6 +72,10 @@ _AFTER_LABEL = re.compile(
     r"\[(?:rank\d|\d{4}-\d\d-\d\d|[IWEF]\d{4} |[A-Za-z_][\w.-]*\d+\]:)|Traceback \(|\s+File \"|[IWEF]\d{4} \d\d:"
     r"|\d{4}-\d\d-\d\d[ T]\d\d:|[\w.-]+:\d+:\d+ \[\d+\] NCCL "
 )
+# "Error:", "Log:" alone on a line (a person's caption); not a builtin exception's name ("Exception: " heads a
+# message that starts with a newline, as mp.spawn's before 1.7; "ValueError: "), none of which is bare "Error"
+_CAPTION = re.compile(r"(?![A-Za-z]*(?:Exception|Warning|Interrupt|Exit|[A-Za-z]Error):)[A-Z][A-Za-z]{1,23}:[ \t]*")
+_EMPHASIS = re.compile(r"(?P<u>_?)\*\*(?=\S)(?P<inner>.*?\S)\*\*(?P=u)[ \t]*")  # **words**, _**words**_
 _RAY_REPEAT = re.compile(r" \[repeated \d+x across cluster\]$")
 _PEELABLE = frozenset("[ \t(>`#0123456789")  # a line starting otherwise can start only with a word prefix
 
@@ -92,6 +102,9 @@ def peel(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[s
     ``srun_labels``: the stream is known to be labelled by srun; ``labels``: word labels
     already peeled from this stream (with something known after them), peeled again
     whatever follows them (a traceback's source lines)."""
+    if line[:1] in ("*", "_") and (em := _EMPHASIS.fullmatch(line)) is not None:
+        inner = peel(em.group("inner"), srun_labels=srun_labels, labels=labels)
+        return replace(inner, prose=True, peeled=line[:em.start("inner")] + inner.peeled)
     if not line or (line[0] not in _PEELABLE and not line[0].isalpha()):
         return Peeled(line)
     pos, n = 0, 0
@@ -146,7 +159,7 @@ def peel(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[s
             who.append(m.group("host"))
         pos, n = m.end(), n + 1
     if pos == 0:
-        return Peeled(line)
+        return Peeled(line, prose=True) if line[-1:] in (":", " ", "\t") and _CAPTION.fullmatch(line) else Peeled(line)
     text = line[pos:]
     if "`" in line[:pos] and text.endswith("`"):
         text = text.rstrip("`")

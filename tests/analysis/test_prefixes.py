@@ -105,3 +105,70 @@ def test_a_heading_is_peeled_and_marked_as_prose():
     p = peel("# CUDA out of memory when training on two nodes")
     assert p.text == "CUDA out of memory when training on two nodes" and p.prose
     assert not peel("[rank1]: RuntimeError: x").prose
+
+
+@pytest.mark.parametrize("line", ["Error:", "Error: ", "Log:", "Output:\t"])
+def test_a_caption_alone_on_its_line_is_prose(line):
+    p = peel(line)
+    assert p.prose and p.text == line
+
+
+@pytest.mark.parametrize("line", [
+    "Exception: ",  # mp.spawn before 1.7: Exception(msg) whose msg starts with "\n\n-- Process 0 ..."
+    "ValueError: ", "KeyboardInterrupt:", "UserWarning:", "SystemExit:",
+    "Error", "Error: CUDA out of memory", "[rank1]: Error:", "Epoch: [19][300/7922]",
+])
+def test_not_a_caption(line):
+    assert not peel(line).prose
+
+
+def test_a_caption_above_a_pasted_spawn_failure_is_no_failure_of_its_own():
+    """A person's "Error:" over mp.spawn's SIGKILL report (torch/multiprocessing/spawn.py
+    ProcessContext.join: "process %d terminated with signal %s", 1.0+): the process index names
+    the rank, the caption does not take the first place."""
+    text = (
+        "Error:\n"
+        "Epoch: [4][120/900]\tTime: 0.611s (0.640s)\tLoss: 2.0e-04\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 212, in <module>\n'
+        "    main()\n"
+        '  File "/opt/venv/lib/python3.8/site-packages/torch/multiprocessing/spawn.py", line 118, in join\n'
+        "    raise ProcessExitedException(\n"
+        "torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with signal SIGKILL\n"
+    )
+    ff = analyze(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
+    assert ff["signature"] == "torchelastic.worker_sigkill"
+    assert ff["rank"] == 2
+    assert ff["confidence"] != "high"
+
+
+@pytest.mark.parametrize("line, text, peeled", [
+    ("**RuntimeError: CUDA out of memory.**", "RuntimeError: CUDA out of memory.", "**"),
+    ("_**### RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory**_",
+     "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory", "_**### "),
+])
+def test_bold_around_a_whole_line_is_peeled_and_prose(line, text, peeled):
+    p = peel(line)
+    assert (p.text, p.peeled, p.prose) == (text, peeled, True)
+
+
+@pytest.mark.parametrize("line", ["**kwargs", "__init__", "** not bold **", "**a** and **b", "x = 2**8**2"])
+def test_not_bold_around_a_whole_line(line):
+    p = peel(line)
+    assert p.text == line and not p.prose
+
+
+def test_a_bold_exception_line_under_a_pasted_spawn_traceback_ends_it():
+    """mp.spawn's child traceback (torch/multiprocessing/spawn.py "-- Process %d terminated with the
+    following error:") with its exception line pasted in bold: the catalog reads it as printed."""
+    text = (
+        "-- Process 0 terminated with the following error:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/torch/multiprocessing/spawn.py", line 69, in _wrap\n'
+        "    fn(i, *args)\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/torch/serialization.py", line 242, in __init__\n'
+        "    super().__init__(torch._C.PyTorchFileReader(name_or_buffer))\n"
+        "**RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory**\n"
+    )
+    ff = analyze(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
+    assert (ff["category"], ff["rank"]) == ("storage", 0)
