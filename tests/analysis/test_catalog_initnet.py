@@ -16,6 +16,7 @@ import pytest
 
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.lasterror import MAX_GAP, TRACE, TRACE_REACH, WRAPPER, prefer_details
+from tests.analysis.catalog_lines import assert_line
 from tests.offline.scoring import Case
 from tests.offline.scoring import analyze as analyze_case
 
@@ -101,11 +102,7 @@ NOT = [
 
 @pytest.mark.parametrize("line,sig,role,category,facts", LINES, ids=[f"{s}-{i}" for i, (_, s, *_r) in enumerate(LINES)])
 def test_line(line, sig, role, category, facts):
-    m = CATALOG.match(line)
-    assert m is not None and m.signature.id == sig, (m and m.signature.id, line)
-    assert (m.role, m.category) == (role, category)
-    for k, v in facts.items():
-        assert m.groups.get(k) == v, (k, m.groups)
+    assert_line(CATALOG, line, sig, role, category, facts)
 
 
 @pytest.mark.parametrize("line,sig", NOT, ids=[s for _, s in NOT])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from firstfault.analysis.catalog import load_catalog
+from tests.analysis.catalog_lines import assert_line
 from tests.offline.scoring import Case
 from tests.offline.scoring import analyze as analyze_case
 
@@ -152,11 +153,7 @@ LINES = [
 
 @pytest.mark.parametrize("text,sig,role,category,facts", LINES, ids=[f"{x[1]}-{i}" for i, x in enumerate(LINES)])
 def test_lines_from_the_format_strings(text, sig, role, category, facts):
-    m = CATALOG.match(text)
-    assert m is not None, text[:80]
-    assert (m.signature.id, m.role, m.category) == (sig, role, category)
-    for k, v in facts.items():
-        assert m.groups.get(k) == v, (k, m.groups)
+    assert_line(CATALOG, text, sig, role, category, facts)
 
 
 NOT_RANKS = [

@@ -15,6 +15,7 @@ import pytest
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.phase import load_phase_rules, phase_before_failure
 from firstfault.analysis.save_phase import phase_while_waiting
+from tests.analysis.catalog_lines import assert_line
 from tests.offline.scoring import Case
 from tests.offline.scoring import analyze as analyze_case
 
@@ -107,12 +108,7 @@ LINES = [
 
 @pytest.mark.parametrize("line,sid,role,category,facts", LINES, ids=[f"{s}-{i}" for i, (_, s, *_r) in enumerate(LINES)])
 def test_line(line, sid, role, category, facts):
-    m = CATALOG.match(line)
-    assert m is not None, line
-    assert m.signature.id == sid
-    assert (m.role, m.category) == (role, category)
-    for k, v in facts.items():
-        assert m.groups.get(k) == v, (k, m.groups)
+    assert_line(CATALOG, line, sid, role, category, facts)
 
 
 # Near misses: (line, the signature it must not be)
