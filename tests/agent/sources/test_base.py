@@ -303,7 +303,13 @@ def test_kmsg_source_that_cannot_write_its_marker_times_a_live_record_by_its_rea
     monkeypatch.setattr(clock, "sync_printk_wall", lambda path, timeout_s=0.5: None)  # as the unit's user
     text = f"firstfault-live-clock-test {os.urandom(8).hex()}"
     with running(KmsgSource(state_dir=str(tmp_path)), sink):
-        time.sleep(0.3)  # the buffer drained: what comes next is read when the kernel wakes us
+        # the buffer drained (a line written now arrives only after the backlog before it, however
+        # long a loaded machine takes): what comes next is read when the kernel wakes us
+        drained = f"firstfault-live-clock-drained {os.urandom(8).hex()}"
+        with open("/dev/kmsg", "wb", buffering=0) as f:
+            f.write(f"<6>{drained}\n".encode())
+        sink.wait_for(lambda d: d.kind == "kernel.line" and d.message == drained, timeout=60.0)
+        time.sleep(0.05)  # back in poll()
         before = time.time_ns()
         with open("/dev/kmsg", "wb", buffering=0) as f:
             f.write(f"<6>{text}\n".encode())
