@@ -71,6 +71,54 @@ def test_follow_loop_reads_the_writes_of_one_min_wake_together(tmp_path):
         th.join(10)
 
 
+def _writing_loop(tmp_path, files: int, seconds: float, **loop_kw):
+    """Append a line to each of ``files`` files every 10 ms for ``seconds`` under a
+    FollowLoop; (lines per delivery, seconds the writing took)."""
+    calls: list[int] = []
+    stop = threading.Event()
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    paths = [tmp_path / f"rank{i}.log" for i in range(files)]
+    for p in paths:
+        write(p, b"ready\n")
+    loop = FollowLoop(Tailer(tmp_path / "state.json"), [str(tmp_path / "rank{rank}.log")],
+                      lambda lines: calls.append(len(lines)), stop, safety_poll_s=3600, **loop_kw)
+    th = threading.Thread(target=loop.run, name="follow-loop-test")
+    th.start()
+    try:
+        assert _wait(lambda: sum(calls) == files)
+        calls.clear()
+        t0, n = time.monotonic(), 0
+        while time.monotonic() - t0 < seconds:
+            for p in paths:
+                with open(p, "ab") as f:
+                    f.write(b"line %d\n" % n)
+            n += 1
+            time.sleep(0.01)
+        writing_s = time.monotonic() - t0
+        assert _wait(lambda: sum(calls) == n * files), (sum(calls), n * files)
+        return calls, writing_s
+    finally:
+        loop.stop()
+        th.join(10)
+
+
+def test_follow_loop_spaces_wakes_by_the_files_they_polled(tmp_path):
+    # 20 changed files a wake at 100 polls/s: a wake waits 0.2 s, not min_wake_s
+    calls, writing_s = _writing_loop(tmp_path, 20, 1.0, min_wake_s=0.01, max_polls_per_s=100)
+    assert len(calls) <= writing_s / 0.2 + 2, (calls, writing_s)
+    # the same files without a tight budget wake every min_wake_s: many more deliveries
+    calls_free, writing_free_s = _writing_loop(tmp_path / "free", 20, 1.0, min_wake_s=0.01,
+                                               max_polls_per_s=1e9)
+    if writing_free_s < 1.5:  # the machine kept up
+        assert len(calls_free) > 2 * len(calls), (calls_free, calls)
+
+
+def test_follow_loop_budget_waits_at_most_max_wake(tmp_path):
+    # 1 poll/s would wait 5 s after polling 5 files; MAX_WAKE_S caps it
+    calls, writing_s = _writing_loop(tmp_path, 5, 1.0, min_wake_s=0.01, max_polls_per_s=1)
+    assert len(calls) >= writing_s / (2 * FollowLoop.MAX_WAKE_S), (calls, writing_s)
+
+
 def _wait(cond, timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
