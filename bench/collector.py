@@ -18,7 +18,12 @@ on a fresh database file:
    durably as the store keeps it (one row holding the frame's column bytes, its
    index entries, the stream's high_seq, one transaction), every value computed
    beforehand: no store can take these batches into this schema for less.
-4. latency: a steady RATE records/s, each agent sending a batch every 50 ms;
+4. sqlite-rows, the issue's anchor: a plain row-per-record SQLite insert of the same
+   13 columns (one table, no index beyond its rowid, one transaction and one
+   ``executemany`` a batch, the values decoded beforehand, ``fields`` as JSON): what a
+   simple collector would pay; the collector's records/s per free core over this
+   one's is the ratio issue 24 asks to be at least 2.
+5. latency: a steady RATE records/s, each agent sending a batch every 50 ms;
    latency = batch written to the socket -> its ack read (p50/p99/max).
 
 ``--base DIR`` runs the throughput and store-only phases for the collector of
@@ -205,6 +210,33 @@ def sqlite_bound(db: str, records: int, batch: int) -> None:
     con.close()
     n = len(rows) * batch
     print(json.dumps({"phase": "sqlite-bound", "records": n, "wall_s": wall, "rate": n / wall,
+                      "cpu_us_per_record": cpu / n * 1e6}))
+
+
+def sqlite_rows(db: str, records: int, batch: int) -> None:
+    """The issue's anchor: each record a row of the same 13 columns in a plain table,
+    ``executemany`` a batch in one transaction, pragmas as the store sets them."""
+    import sqlite3
+
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=NORMAL")
+    con.execute("PRAGMA cache_size=-65536")
+    con.execute(f"CREATE TABLE records (node TEXT, seq INTEGER, {', '.join(COLUMNS)})")
+    marks = ", ".join("?" * (len(COLUMNS) + 2))
+    batches = []
+    for node, seqs, cols in _frames(records, batch):
+        columns = [cols[k] if k != "fields" else [json.dumps(f) for f in cols[k]] for k in COLUMNS]
+        batches.append([(node, seq, *row) for seq, *row in zip(seqs, *columns)])
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for rows in batches:
+        con.execute("BEGIN IMMEDIATE")
+        con.executemany(f"INSERT INTO records VALUES ({marks})", rows)
+        con.execute("COMMIT")
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    con.close()
+    n = sum(map(len, batches))
+    print(json.dumps({"phase": "sqlite-rows", "records": n, "wall_s": wall, "rate": n / wall,
                       "cpu_us_per_record": cpu / n * 1e6}))
 
 
@@ -467,6 +499,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="rounds of every phase, in turn")
     ap.add_argument("--base", metavar="DIR", help="also the collector of this checkout (before/after)")
     ap.add_argument("--sqlite-bound", metavar="DB", help=argparse.SUPPRESS)
+    ap.add_argument("--sqlite-rows", metavar="DB", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
         return serve(args.serve, args.profile)
@@ -474,6 +507,8 @@ def main() -> None:
         return store_only(args.store_only, args.store_records, args.batch)
     if args.sqlite_bound:
         return sqlite_bound(args.sqlite_bound, args.store_records, args.batch)
+    if args.sqlite_rows:
+        return sqlite_rows(args.sqlite_rows, args.store_records, args.batch)
     os.sched_setaffinity(0, {1})  # the agents; the collector child has core 0
     if args.postgres:
         runs = postgres_phases([int(n) for n in args.postgres.split(",")], args.clients,
@@ -507,6 +542,9 @@ def main() -> None:
             r = child_phase(["--sqlite-bound", os.path.join(tmp, "bound.db")], args, ROOT)
             runs.setdefault("sqlite-bound", []).append(r)
             print(f"sqlite-bound: {json.dumps(r)}", flush=True)
+            r = child_phase(["--sqlite-rows", os.path.join(tmp, "rows.db")], args, ROOT)
+            runs.setdefault("sqlite-rows", []).append(r)
+            print(f"sqlite-rows: {json.dumps(r)}", flush=True)
             loads.append(os.getloadavg()[0])
         if args.null_store:
             for size in (args.batch, max(1, round(args.rate * 0.05 / args.latency_clients))):
@@ -518,6 +556,11 @@ def main() -> None:
             runs["latency"] = [phase("latency", tmp, False, args.latency_clients,
                                      args.latency_seconds, batch=per_batch, window=1000,
                                      interval_s=0.05)]
+    for key in [k for k in runs if k.startswith("throughput")]:
+        ratios = [1e6 / (t["cpu_us_per_record"] + t["marks_after_us_per_record"]) / (1e6 / r["cpu_us_per_record"])
+                  for t, r in zip(runs[key], runs["sqlite-rows"])]
+        print(f"{key} per free core / the row-per-record insert's, same rounds: median "
+              f"{statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f}, n={len(ratios)})")
     print(f"\nmedians of {args.repeat} round(s); load average {[round(x, 1) for x in loads]} (2 cores)")
     for key, got in runs.items():
         med = {k: statistics.median(r[k] for r in got) for k in got[0] if isinstance(got[0][k], (int, float))}
@@ -530,7 +573,7 @@ def main() -> None:
                   f"= {counted:.2f} us/record = {1e6 / counted:,.0f} records/s per free core (marks "
                   f"counted in); {med['unmarked_at_end']:.0%} stored unmarked; it had "
                   f"{med['cpu_s'] / med['wall_s']:.0%} of its core; peak RSS {med['peak_rss_mb']:.0f} MB")
-        elif key.startswith(("store-only", "sqlite-bound")):
+        elif key.startswith(("store-only", "sqlite-bound", "sqlite-rows")):
             print(f"{key}: CPU {med['cpu_us_per_record']:.2f} us/record = "
                   f"{1e6 / med['cpu_us_per_record']:,.0f} records/s per core")
         elif key.startswith("null-store"):
