@@ -63,7 +63,7 @@ def _rank_lines(rank: int, world: int, steps: int, t0: float, rnd: random.Random
             yield (f"[{_stamp(t)}] [INFO] [timer.py:264:stop] epoch=0/micro_step={step}/global_step={step}, "
                    f"RunningAvgSamplesPerSec={180 + rnd.random():.6f}, CurrSamplesPerSec={181 + rnd.random():.6f}, "
                    "MemAllocated=21.33GB, MaxMemAllocated=27.9GB\n")
-        if step % 50 == 0:
+        if step % 50 == 0 and rank == 0:  # stage3.py warns on global rank 0 only
             yield (f"[{_stamp(t)}] [WARNING] [stage3.py:2171:step] 1 pytorch allocator cache flushes since last "
                    "step. this happens when there is high memory pressure and is detrimental to performance.\n")
         if step == fail_step:
