@@ -1,0 +1,118 @@
+"""DeepSpeed's cross-rank agreement checks, the local rank it is handed, and Megatron's set-up
+lines: the catalog's lines for them, written from the frameworks' format strings, their near
+misses, and small pasted logs run through the whole analysis.
+
+Every line below is ours, filled in from a format string with made-up values (ids, pids, hosts)."""
+
+from __future__ import annotations
+
+import pytest
+
+from firstfault.analysis.catalog import load_catalog
+from tests.analysis.catalog_lines import assert_line
+from tests.offline.scoring import Case
+from tests.offline.scoring import analyze as analyze_case
+
+CATALOG = load_catalog()
+
+# deepspeed/runtime/zero/utils.py assert_ints_same_as_other_ranks, both wordings
+DISAGREE_OLD = "RuntimeError: disagreement between rank0 and rank{r}: rank0: [4, 5, 6, 7], rank{r}: [4, 6, 5, 7]"
+DISAGREE_NEW = ("RuntimeError: Detected a disagreement on list contents between rank0 and rank{r}: \n list length: 4"
+                "\n rank0: [4, 5, 6, 7] \n rank{r}: [4, 6, 5, 7]")
+# deepspeed/runtime/engine.py _configure_with_arguments and _do_args_sanity_check
+LOCAL_CONFLICT = ("AssertionError: LOCAL_RANK ({env}) != OMPI_COMM_WORLD_LOCAL_RANK ({ompi}), not sure how to proceed "
+                  "as we're seeing conflicting local rank info.")
+LOCAL_MISSING = ("AssertionError: DeepSpeed requires the LOCAL_RANK environment variable, it is set by the deepspeed "
+                 "launcher, deepspeed.init_distributed, or the torch's launcher. If using a different launcher please "
+                 "ensure LOCAL_RANK is set prior to initializing deepspeed.")
+
+LINES = [
+    (DISAGREE_OLD.format(r=3), "deepspeed.zero3_rank_disagreement", "root", "framework", {"rank": "3"}),
+    ("[rank6]: " + DISAGREE_NEW.format(r=6).splitlines()[0], "deepspeed.zero3_rank_disagreement", "root", "framework",
+     {"rank": "6"}),
+    (LOCAL_CONFLICT.format(env=0, ompi=2), "deepspeed.local_rank_conflict", "root", "config",
+     {"env_local": "0", "ompi_local": "2"}),
+    (LOCAL_MISSING, "deepspeed.local_rank_conflict", "root", "config", {}),
+    ("> building train, validation, and test datasets for GPT ...", "megatron.setup_marker", "context", "unknown",
+     {"marker": "building train, validation, and test datasets"}),
+    ("[after dataloaders are built] datetime: 2026-12-03 08:00:41 ", "megatron.setup_marker", "context", "unknown",
+     {"marker": "[after dataloaders are built]"}),
+]
+
+
+@pytest.mark.parametrize("text,sig,role,category,facts", LINES, ids=[x[1] + str(i) for i, x in enumerate(LINES)])
+def test_format_lines(text, sig, role, category, facts):
+    assert_line(CATALOG, text, sig, role, category, facts)
+
+
+@pytest.mark.parametrize("text,forbidden", [
+    # the f-strings themselves, as a traceback prints the raising source line
+    ('        raise RuntimeError(f"disagreement between rank0 and rank{dist.get_rank()}: "',
+     "deepspeed.zero3_rank_disagreement"),
+    ('            assert ompi_local_rank == local_rank, f"LOCAL_RANK ({local_rank}) != OMPI_COMM_WORLD_LOCAL_RANK '
+     '({ompi_local_rank}), " \\', "deepspeed.local_rank_conflict"),
+    # a script that reads os.environ["LOCAL_RANK"] itself: its own KeyError, not DeepSpeed's check
+    ("KeyError: 'LOCAL_RANK'", "deepspeed.local_rank_conflict"),
+    # Megatron's calls that print the set-up lines, and the line that says training started
+    ('    print_rank_0("> building train, validation, and test datasets for GPT ...")', "megatron.setup_marker"),
+    ("    print_datetime('after dataloaders are built')", "megatron.setup_marker"),
+    ("[before the start of training step] datetime: 2026-12-03 08:00:42 ", "megatron.setup_marker"),
+])
+def test_near_misses(text, forbidden):
+    m = CATALOG.match(text)
+    assert m is None or m.signature.id != forbidden, text
+
+
+def _answer(text: str) -> dict:
+    return analyze_case(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
+
+
+def test_zero3_disagreement_names_the_rank_the_message_names_without_a_bet():
+    """The raising rank is the one the message names (dist.get_rank()), even with no line prefix; the order
+    differs on that rank for the model's own reasons as often as for DeepSpeed's: medium at most."""
+    ff = _answer("Epoch 0:   0%|          | 0/500 [00:00<?, ?it/s]\n" + DISAGREE_OLD.format(r=5) + "\n")
+    assert ff is not None
+    assert (ff["signature"], ff["rank"], ff["category"]) == ("deepspeed.zero3_rank_disagreement", 5, "framework")
+    assert ff["confidence"] == "medium"
+
+
+def test_local_rank_conflict_in_deepspeed_initialize_is_config_at_init():
+    text = f"""\
+Traceback (most recent call last):
+  File "/work/train.py", line 40, in <module>
+    engine, *_ = deepspeed.initialize(model=model, config=cfg)
+  File "/opt/venv/lib/python3.10/site-packages/deepspeed/__init__.py", line 193, in initialize
+    engine = DeepSpeedEngine(args=args,
+  File "/opt/venv/lib/python3.10/site-packages/deepspeed/runtime/engine.py", line 262, in __init__
+    self._configure_with_arguments(args, mpu)
+  File "/opt/venv/lib/python3.10/site-packages/deepspeed/runtime/engine.py", line 1061, in _configure_with_arguments
+    assert ompi_local_rank == local_rank, f"LOCAL_RANK ({{local_rank}}) != OMPI_COMM_WORLD_LOCAL_RANK ({{ompi_local_rank}}), " \\
+{LOCAL_CONFLICT.format(env=0, ompi=1)}
+"""
+    ff = _answer(text)
+    assert (ff["signature"], ff["category"], ff["phase"]) == ("deepspeed.local_rank_conflict", "config", "init")
+
+
+# UCX's signal handler line (ucs/debug/debug.c: "Caught signal %d (%s: %s)"), the way a native crash shows in
+# NGC containers; Megatron's set-up lines before it (training.py, pretrain_gpt.py)
+SEGV = "[gpu-node-4:4242:0:4300] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)\n"
+SETUP = """\
+[after model, optimizer, and learning rate scheduler are built] datetime: 2026-12-03 08:00:12 
+> building train, validation, and test datasets for GPT ...
+INFO:megatron.core.datasets.gpt_dataset:Build and save the GPTDataset train indices
+"""
+
+
+def test_a_crash_while_megatron_builds_its_datasets_is_init():
+    ff = _answer(SETUP + SEGV)
+    assert ff is not None
+    assert ff["phase"] == "init"
+    assert ff["phase_from"].startswith("set-up lines")
+
+
+def test_a_crash_after_megatron_started_training_is_not_set_up():
+    text = SETUP + "[after dataloaders are built] datetime: 2026-12-03 08:00:41 \ndone with setup ...\ntraining ...\n" \
+        "[before the start of training step] datetime: 2026-12-03 08:00:42 \n" + SEGV
+    ff = _answer(text)
+    assert ff is not None
+    assert ff["phase"] != "init"
