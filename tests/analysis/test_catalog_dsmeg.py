@@ -116,3 +116,44 @@ def test_a_crash_after_megatron_started_training_is_not_set_up():
     ff = _answer(text)
     assert ff is not None
     assert ff["phase"] != "init"
+
+
+# --- a traceback pasted without its head --------------------------------------------------------------------------
+
+# ZeRO-3 releasing a parameter (partition_parameters.py free_param: assert not param.ds_active_sub_modules,
+# param.ds_summary()); the frames say param-gather, unless an outer frame (a save) holds them
+RELEASE = """\
+[rank1]:   File "/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/zero/partition_parameters.py", line 1535, \
+in _partition
+[rank1]:     self._partition_param(param, has_been_updated=has_been_updated)
+[rank1]:   File "/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/zero/partition_parameters.py", line 284, \
+in free_param
+[rank1]:     assert not param.ds_active_sub_modules, param.ds_summary()
+[rank1]: AssertionError: {'id': 7, 'status': 'AVAILABLE', 'numel': 4096, 'ds_numel': 4096, 'shape': (64, 64), \
+'ds_shape': (64, 64), 'requires_grad': True, 'grad_shape': None, 'persist': False, 'active_sub_modules': {3}}
+"""
+HEAD = """\
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "/work/train.py", line 50, in <module>
+[rank1]:     loss = engine(batch)
+"""
+SAVE = """\
+[rank1]:   File "/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/engine.py", line 3505, in save_checkpoint
+[rank1]:     self._save_zero_checkpoint(save_dir, tag)
+"""
+
+
+def test_a_step_phase_from_a_headless_traceback_is_no_bet():
+    """The paste starts in the middle of the traceback: the frames above it, cut off, may be a save or a load
+    that holds the gather. The rank and the category stand; the answer is not high."""
+    whole, headless = _answer(HEAD + RELEASE), _answer(RELEASE)
+    assert (whole["phase"], whole["confidence"]) == ("param-gather", "high")
+    assert (headless["signature"], headless["rank"], headless["category"]) == ("deepspeed.zero3_param_status", 1,
+                                                                              "framework")
+    assert (headless["phase"], headless["phase_from"], headless["confidence"]) == ("param-gather", "frames", "medium")
+
+
+def test_an_enclosing_phase_in_a_headless_traceback_keeps_its_confidence():
+    """A save among the frames that are there is the phase whatever the cut frames were."""
+    ff = _answer(SAVE + RELEASE)
+    assert (ff["phase"], ff["confidence"]) == ("checkpoint-save", "high")
