@@ -157,3 +157,37 @@ def test_an_enclosing_phase_in_a_headless_traceback_keeps_its_confidence():
     """A save among the frames that are there is the phase whatever the cut frames were."""
     ff = _answer(SAVE + RELEASE)
     assert (ff["phase"], ff["confidence"]) == ("checkpoint-save", "high")
+
+
+# --- Transformer Engine: no attention backend for these inputs -----------------------------------------------------
+
+@pytest.mark.parametrize("line", [
+    "[rank2]: Exception: No dot product attention support for the provided inputs!",  # TE 1.x
+    "ValueError: No dot product attention backend is available for the provided inputs. Please run with NVTE_DEBUG=1 "
+    "NVTE_DEBUG_LEVEL=2 to find out the reasons for disabling all backends.",  # TE 1.13-2.x
+])
+def test_te_no_attention_backend_is_config(line):
+    assert_line(CATALOG, line, "transformer_engine.no_attention_backend", "root", "config", {})
+
+
+def test_te_no_attention_backend_is_not_its_raising_source_line():
+    m = CATALOG.match('                "No dot product attention backend is available for the provided inputs. Please"')
+    assert m is None or m.signature.id != "transformer_engine.no_attention_backend"
+
+
+def test_te_no_attention_backend_in_a_megatron_forward_names_rank_config_and_forward():
+    text = """\
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "/workspace/pretrain_gpt.py", line 230, in forward_step
+[rank1]:     output_tensor = model(tokens, position_ids, attention_mask, labels=labels)
+[rank1]:   File "/usr/local/lib/python3.12/dist-packages/megatron/core/transformer/attention.py", line 620, in forward
+[rank1]:     core_attn_out = self.core_attention(query, key, value, attention_mask)
+[rank1]:   File "/usr/local/lib/python3.12/dist-packages/transformer_engine/pytorch/attention/dot_product_attention/\
+dot_product_attention.py", line 1290, in forward
+[rank1]:     raise ValueError(
+[rank1]: ValueError: No dot product attention backend is available for the provided inputs. Please run with \
+NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 to find out the reasons for disabling all backends.
+"""
+    ff = _answer(text)
+    assert (ff["signature"], ff["rank"], ff["category"], ff["phase"]) == (
+        "transformer_engine.no_attention_backend", 1, "config", "forward")
