@@ -191,3 +191,46 @@ NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 to find out the reasons for disabling all backen
     ff = _answer(text)
     assert (ff["signature"], ff["rank"], ff["category"], ff["phase"]) == (
         "transformer_engine.no_attention_backend", 1, "config", "forward")
+
+
+# --- set-up refusals: a quantized model on another GPU (accelerate), fp16 with bf16 (DeepSpeed) ----------------------
+
+@pytest.mark.parametrize("text,sig", [
+    # accelerate accelerator.py prepare_model, 0.21-1.x wording and 0.19-0.20 wording
+    ("[rank3]: ValueError: You can't train a model that has been loaded in 8-bit or 4-bit precision on a different "
+     "device than the one you're training on. Make sure you loaded the model on the correct device using for example "
+     "`device_map={'':torch.cuda.current_device()}` or `device_map={'':torch.xpu.current_device()}`",
+     "accelerate.prepare_config"),
+    ("ValueError: You can't train a model that has been loaded in 8-bit precision on a different device than the one "
+     "you're training on. Make sure you loaded the model on the correct device using for example "
+     "`device_map={'':torch.cuda.current_device() or device_map={'':torch.xpu.current_device()}`",
+     "accelerate.prepare_config"),
+    # deepspeed/runtime/config.py _do_error_check
+    ("AssertionError: bfloat16 and fp16 modes cannot be simultaneously enabled", "deepspeed.config_validation"),
+])
+def test_setup_refusals_are_config(text, sig):
+    assert_line(CATALOG, text, sig, "root", "config", {})
+
+
+def test_setup_refusal_source_lines_are_not_failures():
+    for text in ("                            \"You can't train a model that has been loaded in 8-bit or 4-bit precision "
+                 "on a different device than the one \"",
+                 "            and self.bfloat16_config.enabled), 'bfloat16 and fp16 modes cannot be simultaneously "
+                 "enabled'"):
+        m = CATALOG.match(text)
+        assert m is None or m.role != "root", text
+
+
+def test_a_quantized_model_on_the_wrong_gpu_names_the_rank_and_init():
+    ff = _answer("[rank1]: Traceback (most recent call last):\n"
+                 "[rank1]:   File \"/work/sft.py\", line 61, in <module>\n"
+                 "[rank1]:     trainer = SFTTrainer(model=model, args=args, train_dataset=ds)\n"
+                 "[rank1]:   File \"/opt/venv/lib/python3.11/site-packages/accelerate/accelerator.py\", line 1472, in "
+                 "prepare_model\n"
+                 "[rank1]:     raise ValueError(\n"
+                 "[rank1]: ValueError: You can't train a model that has been loaded in 8-bit or 4-bit precision on a "
+                 "different device than the one you're training on. Make sure you loaded the model on the correct "
+                 "device using for example `device_map={'':torch.cuda.current_device()}` or "
+                 "`device_map={'':torch.xpu.current_device()}`\n")
+    assert (ff["signature"], ff["rank"], ff["category"], ff["phase"]) == ("accelerate.prepare_config", 1, "config",
+                                                                          "init")
