@@ -217,10 +217,10 @@ def _nodes(rank_nodes: Mapping[int, str | None], seen: set[str], marks: list[dic
 
 
 def _headless_step(conf: str, ev: Event, phase: tuple[str, str]) -> str:
-    """At most medium when the phase is a step's (forward, param-gather, ...) read from the frames of a
-    traceback pasted without its head: an outer frame that is cut off (save_checkpoint, from_pretrained)
-    would hold the step inside a save, a load or set-up (phases.toml, [[enclosing]])."""
-    if conf == "high" and phase[1] == "frames" and ev.fields.get("fragment") and phase[0] not in ENCLOSING_PHASES:
+    """At most medium for a traceback pasted without its head, unless the frames that are there name a save, a
+    load or set-up (phases.toml, [[enclosing]]): an outer frame that is cut off (save_checkpoint,
+    from_pretrained) would hold any other phase, and a heading's words are a person's."""
+    if conf == "high" and ev.fields.get("fragment") and not (phase[1] == "frames" and phase[0] in ENCLOSING_PHASES):
         return "medium"
     return conf
 

@@ -234,3 +234,30 @@ def test_a_quantized_model_on_the_wrong_gpu_names_the_rank_and_init():
                  "`device_map={'':torch.xpu.current_device()}`\n")
     assert (ff["signature"], ff["rank"], ff["category"], ff["phase"]) == ("accelerate.prepare_config", 1, "config",
                                                                           "init")
+
+
+# an issue's title above the paste (a Markdown heading: prose), naming the phase the job failed in
+SAVE_TITLE = "# Training fails when saving checkpoints with ZeRO-3\n\n"
+
+
+def test_a_headless_traceback_under_a_heading_that_names_a_save_is_the_save():
+    """The frames of the save are above the cut; the title says the job failed saving: the save is the phase,
+    at medium (a person's words, and frames that are not there)."""
+    ff = _answer(SAVE_TITLE + RELEASE)
+    assert (ff["signature"], ff["rank"], ff["category"]) == ("deepspeed.zero3_param_status", 1, "framework")
+    assert (ff["phase"], ff["confidence"]) == ("checkpoint-save", "medium")
+    assert "heading" in ff["phase_from"]
+
+
+def test_a_whole_traceback_keeps_its_frames_phase_whatever_the_heading_says():
+    ff = _answer(SAVE_TITLE + HEAD + RELEASE)
+    assert (ff["phase"], ff["phase_from"]) == ("param-gather", "frames")
+
+
+def test_a_headless_traceback_whose_phase_is_not_from_its_frames_is_no_bet_either():
+    """One user frame only: the phase comes from the signature's hint, and the cut frames could still hold a save."""
+    user_frame = ("[rank1]:   File \"/work/train.py\", line 77, in run\n"
+                  "[rank1]:     engine.step()\n")
+    ff = _answer(user_frame + RELEASE.splitlines(keepends=True)[-1])
+    assert (ff["rank"], ff["category"]) == (1, "framework")
+    assert ff["confidence"] == "medium"
