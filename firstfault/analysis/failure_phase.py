@@ -5,7 +5,8 @@ Every source the report may take a phase from is here, in the order they are tru
 
 - a failure a line names (``phase_of``): its own frames; the frames of the same failure told
   elsewhere; the hints that are not frames (phase.phase_hint); the signature's one phase; a
-  checkpoint save under way; the stacks of the ranks that waited for it;
+  checkpoint save under way; the stacks of the ranks that waited for it; of a traceback pasted
+  from its middle, a heading's save, load or set-up over the step its frames show (``headed``);
 - an inferred hang (``hang_phase``): the stack dump of the rank that stopped; a checkpoint save
   under way; the collective the survivors waited in; a save, load or set-up begun before they
   waited and never ended (save_phase); the one phase their errors belong to; then
@@ -25,7 +26,7 @@ from firstfault.analysis.events import Event, Frame
 from firstfault.analysis.findings import Finding
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.hang import Inference
-from firstfault.analysis.phase import phase_from_frames, phase_hint
+from firstfault.analysis.phase import ENCLOSING_PHASES, phase_from_frames, phase_hint
 from firstfault.analysis.rankstate import RankState
 from firstfault.analysis.save_phase import phase_while_waiting
 from firstfault.analysis.verdict import Decision
@@ -44,7 +45,8 @@ def failure_phase(dec: Decision, state: RankState, findings: list[Finding], savi
         return hang_phase(dec.inference, dec.cascades, dump, dec.flight, saving, sharded, waiting)
     if dec.first is not None:
         peers = [h for h in state.errors if h.role == "cascade" and h.ev.frames]
-        got = phase_of(dec.first, saving, peers, state.errors, before(dec.first, findings), sharded)
+        got = headed(dec.first, phase_of(dec.first, saving, peers, state.errors, before(dec.first, findings), sharded),
+                     findings)
     elif dec.exited is not None:
         got = phase_of(dec.exited, saving, [], (), before(dec.exited, findings), sharded)  # set-up lines before it
     else:
@@ -52,6 +54,21 @@ def failure_phase(dec: Decision, state: RankState, findings: list[Finding], savi
     if got[0] == "unknown" and marked in MARKED_PHASES:
         return marked, f"DeepSpeed's phase marks (memory_breakdown) in {marks_from}"
     return got
+
+
+HEADING_NAMED = "the failure the text's heading names (the traceback's outer frames are cut off)"
+
+
+def headed(f: Finding, got: Phase, findings: Iterable[Finding]) -> Phase:
+    """A traceback pasted from its middle lost its outer frames, which may hold its step in a save, a load or
+    set-up (phases.toml [[enclosing]]): when its own frames give a step's phase and a heading (an issue's title:
+    prose) says the job failed in one of those, the heading's phase is the one. The frames that are there win
+    when they name an enclosing phase themselves."""
+    if not f.ev.fields.get("fragment") or got[1] != "frames" or got[0] in ENCLOSING_PHASES:
+        return got
+    said = next((h.match.signature.phases[0] for h in findings if h.ev.fields.get("prose") and h.has("mention")
+                 and len(h.match.signature.phases) == 1 and h.match.signature.phases[0] in ENCLOSING_PHASES), None)
+    return (said, HEADING_NAMED) if said is not None else got
 
 
 def hang_phase(inf: Inference, cascades: list[Finding], dump: Event | None, flight: FRAnalysis | None,

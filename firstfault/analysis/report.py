@@ -32,6 +32,7 @@ from firstfault.analysis.judge import judge
 from firstfault.analysis.lanes import LaneWatcher, timeline_report
 from firstfault.analysis.lasterror import prefer_details
 from firstfault.analysis.memory import MemoryWatcher
+from firstfault.analysis.phase import ENCLOSING_PHASES
 from firstfault.analysis.rankstate import RankActivity, RankState, rank_state
 from firstfault.analysis.timeline import NodeClock, placed
 from firstfault.analysis.verdict import BLAME, HANG_ID, MAX_EVIDENCE, Decision, confidence, decide
@@ -215,6 +216,15 @@ def _nodes(rank_nodes: Mapping[int, str | None], seen: set[str], marks: list[dic
 
 
 
+def _headless_step(conf: str, ev: Event, phase: tuple[str, str]) -> str:
+    """At most medium for a traceback pasted without its head, unless the frames that are there name a save, a
+    load or set-up (phases.toml, [[enclosing]]): an outer frame that is cut off (save_checkpoint,
+    from_pretrained) would hold any other phase, and a heading's words are a person's."""
+    if conf == "high" and ev.fields.get("fragment") and not (phase[1] == "frames" and phase[0] in ENCLOSING_PHASES):
+        return "medium"
+    return conf
+
+
 def _first(f: Finding, ranks: list[int], tied: list[Finding], phase: tuple[str, str], rank_nodes) -> dict:
     ev = f.ev
     summary = f.match.summary
@@ -240,7 +250,7 @@ def _first(f: Finding, ranks: list[int], tied: list[Finding], phase: tuple[str, 
         "evidence": [_evidence(f)],
         "rank_from": ev.fields.get("rank_from") or ("agent process identity" if ev.rank is not None else None),
         "ranks_sharing": sorted(ranks) if ranks else ([ev.rank] if ev.rank is not None else []),
-        "confidence": confidence(f, bool(tied)),
+        "confidence": _headless_step(confidence(f, bool(tied)), ev, phase),
         "within_clock_uncertainty": bool(tied),
         "tied_with": sorted({h.ev.rank for h in tied if h.ev.rank is not None}),
         "inferred": False,

@@ -266,6 +266,8 @@ class _Scanner:
         res = group.grouping.result()
         d.args.update(text=res.text, frames=res.frames, exc_type=res.exc_type)
         d.fields["message"] = res.message
+        if getattr(res, "fragment", False):  # pasted from a traceback's middle: its outer frames are not here
+            d.fields["fragment"] = True
         self.ready.append(d)
 
     def _line(self, raw: bytes, lineno: int, hit: bool) -> None:
