@@ -66,10 +66,22 @@ _RECORD = re.compile(
     r"\[\d{4}-\d\d-\d\d[ T]|\[?[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d[ T]\d\d:|\[[A-Z]+\|"
     r"|[\w.-]+:\d+:\d+ \[\d+\] |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"
     r"|Fatal Python error: |terminate called |(?:Current thread|Thread) 0x|srun: |slurmstepd: ")
-# A frame line a terminal or a pager wrapped at its width: ``File "<path>`` (the rest of the path,
-# its closing quote, or only ``, line N, in f`` on the next line) and the rest, which opens no frame.
-_CUT_FILE = re.compile(r'\s*(?:\| )*\s*File "[^"]*"?\s*$')
-_FILE_REST = re.compile(r'\s*(?:[^"\s]*")?, line \d+, in \S+')
+# A frame line a terminal or a pager wrapped at its width: ``File "<path>`` cut anywhere before its
+# function name (in the path, after the quote, inside ``, line N``), the rest on the next line.
+_CUT_FILE = re.compile(r'\s*(?:\| )*\s*File "')
+
+
+def _unwrapped(cut: str | None, text: str) -> re.Match[str] | None:
+    """The frame a wrapped frame line makes with the line after it (None: ``text`` is no such rest).
+    A terminal's wrap keeps every character; a paste may add a space or trailing blanks at the cut."""
+    if cut is None or not text.strip():
+        return None
+    return FRAME.match(cut + text) or FRAME.match(cut.rstrip() + text.lstrip())
+
+
+def _cut_frame(text: str) -> str | None:
+    """``text`` when it opens a frame line but is not a whole one (a wrapped frame line's first part)."""
+    return text if _CUT_FILE.match(text) and FRAME.match(text) is None else None
 _GLUED = re.compile(r"(?:\[[A-Za-z_][\w.-]*?\d+\]:[ ]?)*Traceback \(most recent call last\):$")
 # Bytes in a chunk that say a traceback may open in it (the agent's cheap pre-check): the
 # header, a frame line's ``File "``, rich's frame border ``│`` and its top corner ``╭`` (its
@@ -138,7 +150,7 @@ class Grammar:
         self.after_frame = is_frame(first)
         self.message_lines = 0
         self.chained = False  # a chain separator was the last line that said something
-        self.cut_file = _CUT_FILE.match(first) is not None  # a frame line wrapped before its ", line N, in f"
+        self.cut_file = _cut_frame(first)  # a frame line wrapped before its function name
 
     def feed(self, text: str) -> int:
         """TAKEN, HELD or END for the next line of this prefix (prefix removed, visible)."""
@@ -147,11 +159,11 @@ class Grammar:
             return TAKEN if not text or text[0] in " \t" else END
         if state == _BODY:
             after, self.after_frame = self.after_frame, False
-            cut, self.cut_file = self.cut_file, False
-            if cut and _FILE_REST.match(text):  # the rest of a wrapped frame line
+            cut, self.cut_file = self.cut_file, None
+            if _unwrapped(cut, text) is not None:  # the rest of a wrapped frame line
                 self.after_frame = True
                 return TAKEN
-            self.cut_file = _CUT_FILE.match(text) is not None
+            self.cut_file = _cut_frame(text)
             if text.startswith(HEADER):  # the chain's next part, or another traceback (ranks interleaved)
                 if not self.chained:
                     return END
@@ -221,8 +233,8 @@ class Assembler:
 
     def _frame(self, text: str) -> None:
         m = FRAME.match(text) or RICH_FRAME.match(text)
-        if m is None and len(self._lines) > 1 and _FILE_REST.match(text) and _CUT_FILE.match(self._lines[-2]):
-            m = FRAME.match(self._lines[-2].rstrip() + text.strip())  # a frame line wrapped in two
+        if m is None and len(self._lines) > 1:
+            m = _unwrapped(_cut_frame(self._lines[-2]), text)  # a frame line wrapped in two
         if m and len(self._frames) < MAX_LINES:
             self._frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
 

@@ -126,8 +126,8 @@ def _stderr_deep(code: str) -> list[str]:
 
 def test_frame_lines_a_terminal_wrapped_keep_the_traceback_whole():
     """A paste from a terminal or pager that wraps at its width cuts a long ``File "..."`` line in
-    two: inside the path, or right after its closing quote. The traceback goes on to its exception
-    line and keeps every frame."""
+    two: inside the path, right after its closing quote, or inside ``, line N``. The traceback goes
+    on to its exception line and keeps every frame."""
     lines = _stderr_deep("""
         def step(x):
             return 1 / x
@@ -137,11 +137,11 @@ def test_frame_lines_a_terminal_wrapped_keep_the_traceback_whole():
     """)
     whole, _ = _assemble(lines)
     longest = max(len(ln) for ln in lines if 'File "' in ln)
-    for cut in (longest - 30, None):  # inside the path; after the closing quote
+    for cut in (longest - 30, 1, 7):  # inside the path; after the closing quote; after ", line"
         wrapped = []
         for ln in lines:
             if 'File "' in ln:
-                at = ln.index('", line') + 1 if cut is None else cut
+                at = cut if cut > 7 else ln.index('", line') + cut
                 wrapped += [ln[:at], ln[at:]]
             else:
                 wrapped.append(ln)
