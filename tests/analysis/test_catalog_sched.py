@@ -371,3 +371,37 @@ def test_paste_srun_task_ranges_are_all_failed_ranks():
 def test_paste_srun_killed_ranges_after_one_exit_keep_that_task():
     ff = paste("srun-one-exited", SRUN_ONE_EXITED_THEN_KILLED)["first_failure"]
     assert ff["rank"] == 5
+
+
+# Horovod's SHUT_DOWN_ERROR (horovod/common SHUT_DOWN_ERROR) on a survivor, under mpirun's
+# --tag-output prefix, then Open MPI's summary naming the first process that exited.
+HOROVOD_SHUTDOWN = """\
+[1,1]<stderr>:  File "/opt/venv/lib/python3.8/site-packages/horovod/torch/mpi_ops.py", line 436, in synchronize
+[1,1]<stderr>:    mpi_lib.horovod_torch_wait_and_clear(handle)
+[1,1]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an exception on one of the ranks or an \
+attempt to allreduce, allgather or broadcast a tensor after one of the ranks finished execution. If the shutdown was \
+caused by an exception, you should see the exception in the log before the first shutdown message.
+--------------------------------------------------------------------------
+Primary job  terminated normally, but 1 process returned
+a non-zero exit code. Per user-direction, the job has been aborted.
+--------------------------------------------------------------------------
+mpirun detected that one or more processes exited with non-zero status, thus causing
+the job to be terminated. The first process to do so was:
+
+  Process name: [[41022,1],0]
+  Exit code:    1
+"""
+
+
+def test_horovod_shut_down_is_a_survivors_cascade():
+    m = CATALOG.match("[1,1]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an exception on "
+                      "one of the ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the "
+                      "ranks finished execution.")
+    assert (m.signature.id, m.role, m.category) == ("horovod.shut_down", "cascade", "cascade")
+    assert sig("ValueError: Horovod has not been initialized; use hvd.init().") != "horovod.shut_down"
+
+
+def test_paste_horovod_shut_down_never_blames_the_survivor():
+    ff = paste("horovod-shutdown", HOROVOD_SHUTDOWN)["first_failure"]
+    assert ff is None or not (ff["rank"] == 1 and ff["category"] in ("user-code", "framework"))
+    assert ff is None or ff["signature"] != "python.exception"
