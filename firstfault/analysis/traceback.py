@@ -30,6 +30,9 @@ Shapes, all in tests/data/formats, tests/data/real and tests/data/fragments::
   ``│ /x.py:3 in f`` line) opens one; it goes on as a traceback does.
 - a header glued to the end of other output (a progress bar with no newline):
   ``opening`` says where in the line the traceback begins.
+- a frame line a terminal wrapped at its width (``File "/long/pa`` then
+  ``th.py", line 3, in f``, the cut anywhere before the function): the next line
+  is its rest when the two make one frame line; it stays one frame.
 
 A traceback ends before the first line of its prefix that does not continue it
 (``Grammar.feed`` returns END); that line is not part of it. Blank lines after the
@@ -82,6 +85,8 @@ def _unwrapped(cut: str | None, text: str) -> re.Match[str] | None:
 def _cut_frame(text: str) -> str | None:
     """``text`` when it opens a frame line but is not a whole one (a wrapped frame line's first part)."""
     return text if _CUT_FILE.match(text) and FRAME.match(text) is None else None
+
+
 _GLUED = re.compile(r"(?:\[[A-Za-z_][\w.-]*?\d+\]:[ ]?)*Traceback \(most recent call last\):$")
 # Bytes in a chunk that say a traceback may open in it (the agent's cheap pre-check): the
 # header, a frame line's ``File "``, rich's frame border ``│`` and its top corner ``╭`` (its
