@@ -228,8 +228,9 @@ def _keep(f: Finding, latest: dict, kept: dict, counts: dict) -> int:
         return 0
     fp = fingerprint(f)
     counts[fp] += 1
-    g = f.match.groups  # lines that name a pid, rank or tag each say something of their own
-    key = (ev.stream, ev.rank, fp, g.get("pid"), g.get("rank"), g.get("local_rank"), g.get("tag"), tuple(g))
+    g = f.match.groups  # lines that name a pid, rank, srun task(s) or tag each say something of their own
+    key = (ev.stream, ev.rank, fp, g.get("pid"), g.get("rank"), g.get("local_rank"), g.get("tag"), tuple(g),
+           g.get("task"), g.get("tasks"))
     if ev.source == "kernel":  # one node's kernel log given twice (dmesg and dmesg -T): once
         key = (ev.node, ev.text)
     if key in kept:

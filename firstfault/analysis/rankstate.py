@@ -104,6 +104,24 @@ def rank_firsts(findings: Iterable[Finding]) -> dict[int, Finding]:
     return {r: root.get(r) or cascade[r] for r in set(root) | set(cascade)}
 
 
+MAX_TASKS = 4096
+
+
+def task_ranks(spec: str) -> list[int]:
+    """The task numbers of srun's range list (``0-3,5``, a hostlist's ``[0-3,5]`` too), as ranks
+    the way its one-task line names one; at most MAX_TASKS, none where the list does not parse."""
+    out: list[int] = []
+    for part in spec.strip("[]").split(","):
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            return []
+        a, b = int(lo), int(hi or lo)
+        if b < a or len(out) + b - a + 1 > MAX_TASKS:
+            return []
+        out.extend(range(a, b + 1))
+    return out
+
+
 def collect(findings: list[Finding], rank_nodes: Mapping[int, str | None], pids: Mapping[int, int],
             dumps: Mapping[int, Event], agent_exits: Mapping[int, tuple[dict, str | None]] | None = None) -> RankActivity:
     """Progress, checkpoint saves, exits and signs of life of each rank; ``agent_exits``: the
@@ -133,6 +151,9 @@ def collect(findings: list[Finding], rank_nodes: Mapping[int, str | None], pids:
         ex = exit_of(f)
         if ex and ev.rank is not None and ev.source != "kernel":
             activity.exits.setdefault(ev.rank, ex)
+        elif ex and ex["code"] and ev.source != "kernel" and f.match.groups.get("tasks"):
+            for r in task_ranks(f.match.groups["tasks"]):  # srun's "tasks 2-7,9: Exited with exit code 1"
+                activity.exits.setdefault(r, ex)
     for f in findings:  # the kernel OOM killer ends a process with SIGKILL
         if f.ev.source == "kernel" and f.category == "host-memory" and f.role == "root" and f.ev.rank is not None:
             activity.exits.setdefault(f.ev.rank, {"code": -9, "signal": "SIGKILL", "by": "kernel OOM killer"})

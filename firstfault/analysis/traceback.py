@@ -30,6 +30,9 @@ Shapes, all in tests/data/formats, tests/data/real and tests/data/fragments::
   ``│ /x.py:3 in f`` line) opens one; it goes on as a traceback does.
 - a header glued to the end of other output (a progress bar with no newline):
   ``opening`` says where in the line the traceback begins.
+- a frame line a terminal wrapped at its width (``File "/long/pa`` then
+  ``th.py", line 3, in f``, the cut anywhere before the function): the next line
+  is its rest when the two make one frame line; it stays one frame.
 
 A traceback ends before the first line of its prefix that does not continue it
 (``Grammar.feed`` returns END); that line is not part of it. Blank lines after the
@@ -66,6 +69,24 @@ _RECORD = re.compile(
     r"\[\d{4}-\d\d-\d\d[ T]|\[?[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d[ T]\d\d:|\[[A-Z]+\|"
     r"|[\w.-]+:\d+:\d+ \[\d+\] |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"
     r"|Fatal Python error: |terminate called |(?:Current thread|Thread) 0x|srun: |slurmstepd: ")
+# A frame line a terminal or a pager wrapped at its width: ``File "<path>`` cut anywhere before its
+# function name (in the path, after the quote, inside ``, line N``), the rest on the next line.
+_CUT_FILE = re.compile(r'\s*(?:\| )*\s*File "')
+
+
+def _unwrapped(cut: str | None, text: str) -> re.Match[str] | None:
+    """The frame a wrapped frame line makes with the line after it (None: ``text`` is no such rest).
+    A terminal's wrap keeps every character; a paste may add a space or trailing blanks at the cut."""
+    if cut is None or not text.strip():
+        return None
+    return FRAME.match(cut + text) or FRAME.match(cut.rstrip() + text.lstrip())
+
+
+def _cut_frame(text: str) -> str | None:
+    """``text`` when it opens a frame line but is not a whole one (a wrapped frame line's first part)."""
+    return text if _CUT_FILE.match(text) and FRAME.match(text) is None else None
+
+
 _GLUED = re.compile(r"(?:\[[A-Za-z_][\w.-]*?\d+\]:[ ]?)*Traceback \(most recent call last\):$")
 # Bytes in a chunk that say a traceback may open in it (the agent's cheap pre-check): the
 # header, a frame line's ``File "``, rich's frame border ``│`` and its top corner ``╭`` (its
@@ -126,7 +147,7 @@ def opening(text: str) -> int | None:
 class Grammar:
     """Where one traceback ends; create it on its opening line (prefix removed)."""
 
-    __slots__ = ("state", "group", "after_frame", "message_lines", "chained")
+    __slots__ = ("state", "group", "after_frame", "message_lines", "chained", "cut_file")
 
     def __init__(self, first: str) -> None:
         self.state = _BODY
@@ -134,6 +155,7 @@ class Grammar:
         self.after_frame = is_frame(first)
         self.message_lines = 0
         self.chained = False  # a chain separator was the last line that said something
+        self.cut_file = _cut_frame(first)  # a frame line wrapped before its function name
 
     def feed(self, text: str) -> int:
         """TAKEN, HELD or END for the next line of this prefix (prefix removed, visible)."""
@@ -142,6 +164,11 @@ class Grammar:
             return TAKEN if not text or text[0] in " \t" else END
         if state == _BODY:
             after, self.after_frame = self.after_frame, False
+            cut, self.cut_file = self.cut_file, None
+            if _unwrapped(cut, text) is not None:  # the rest of a wrapped frame line
+                self.after_frame = True
+                return TAKEN
+            self.cut_file = _cut_frame(text)
             if text.startswith(HEADER):  # the chain's next part, or another traceback (ranks interleaved)
                 if not self.chained:
                     return END
@@ -211,6 +238,8 @@ class Assembler:
 
     def _frame(self, text: str) -> None:
         m = FRAME.match(text) or RICH_FRAME.match(text)
+        if m is None and len(self._lines) > 1:
+            m = _unwrapped(_cut_frame(self._lines[-2]), text)  # a frame line wrapped in two
         if m and len(self._frames) < MAX_LINES:
             self._frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
 

@@ -93,6 +93,13 @@ LINES = [
     ("NVRM: GPU at PCI:0000:b3:00: GPU-11111111-2222-3333-4444-555555555555 has fallen off the bus.",
      "nvidia.gpu_fell_off_bus", "root", "hardware", {"pci": "0000:b3:00"}),
     ("    Remapping Failure Occurred    : Yes", "nvidia.row_remap_failure", "root", "hardware", {}),
+    # nvidia-smi with NVML's NVML_ERROR_GPU_IS_LOST; old drivers glue the bus id to "GPU", new ones name the index
+    ("Unable to determine the device handle for GPU 0000:3b:00.0: GPU is lost.  Reboot the system to recover this GPU",
+     "nvidia.smi_gpu_lost", "root", "hardware", {"pci": "0000:3b:00.0"}),
+    ("Unable to determine the device handle for GPU0000:86:00.0: GPU is lost.  Reboot the system to recover this GPU",
+     "nvidia.smi_gpu_lost", "root", "hardware", {"pci": "0000:86:00.0"}),
+    ("Unable to determine the device handle for GPU2: 0000:41:00.0: GPU is lost.  Reboot the system to recover this GPU",
+     "nvidia.smi_gpu_lost", "root", "hardware", {"pci": "0000:41:00.0", "gpu_index": "2"}),
     # Megatron-Core, Transformer Engine
     ("[rank3]: AssertionError: Communication call has not been issued for this bucket (2/7 params have grad available)",
      "megatron.grad_sync_not_issued", "root", "framework", {"ready": "2", "params": "7", "rank": None}),
@@ -147,6 +154,12 @@ NEAR_MISSES = [
     ("  File \"/opt/venv/lib/python3.11/site-packages/transformer_engine/pytorch/attention.py\", line 5000, in forward",
      "transformer_engine.error"),
     ("        f'Communication call has not been issued for this bucket '", "megatron.grad_sync_not_issued"),
+    # nvidia-smi's other NVML errors say nothing of the hardware by themselves (a driver not loaded, a BIOS setting)
+    ("Unable to determine the device handle for GPU0000:86:00.0: Unknown Error", "nvidia.smi_gpu_lost"),
+    ("Unable to determine the device handle for GPU1: 0000:41:00.0: Unknown Error", "nvidia.smi_gpu_lost"),
+    # nvidia-smi's device number is not a rank
+    ("Unable to determine the device handle for GPU2: 0000:41:00.0: GPU is lost.  Reboot the system to recover this GPU",
+     "no-rank"),
     # a GPU index is not a rank
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.10 GiB",
      "no-rank"),

@@ -156,6 +156,24 @@ def test_lines_from_the_format_strings(text, sig, role, category, facts):
     assert_line(CATALOG, text, sig, role, category, facts)
 
 
+# NCCL before 2.13 named ncclInternalError just "internal error" (ncclGetErrorString); PyTorch 1.x wraps it
+# as "NCCL error in: <file>:<line>, internal error, NCCL version ..." or, from the watchdog, "NCCL error: ..."
+OLD_NCCL_RESULTS = [
+    ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, internal error, "
+     "NCCL version 2.10.3", "nccl.internal_error", "framework", {"site": "../torch/csrc/distributed/c10d/"
+                                                                          "ProcessGroupNCCL.cpp:1191"}),
+    ("terminate called after throwing an instance of 'std::runtime_error'\n  what():  NCCL error: internal error, "
+     "NCCL version 2.7.8", "nccl.internal_error", "framework", {}),
+]
+
+
+@pytest.mark.parametrize("text,sig,category,facts", OLD_NCCL_RESULTS)
+def test_the_ncclresult_texts_of_nccl_before_2_13(text, sig, category, facts):
+    m = CATALOG.match(text)
+    assert m is not None and (m.signature.id, m.category) == (sig, category)
+    assert {k: m.groups.get(k) for k in facts} == facts
+
+
 NOT_RANKS = [
     # a non-default process group's rank is not the global rank
     ("[PG ID 3 PG GUID 7(DATA_PARALLEL_GROUP) Rank 1] Watchdog caught collective operation timeout: "
@@ -208,6 +226,9 @@ NEAR_MISSES = [
     # a timeout of the NCCL socket is not a dead peer
     ("node-1:3301:3390 [1] misc/socket.cc:30 NCCL WARN socketProgressOpt: Call to recv from 10.9.8.7<50123> "
      "failed : Connection timed out", "nccl.warn"),
+    # "internal error" words that are not NCCL's result text
+    ("RuntimeError: CUDA error: an internal error occurred", "cuda.error"),
+    ("RuntimeError: Internal error, please check the config", "python.exception"),
     # a keep-alive warning names RendezvousConnectionError but is not the exception
     ("WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node 'n_1_0' has failed to shutdown the "
      "rendezvous 'job7' due to an error of type RendezvousConnectionError.", "torchelastic.rendezvous_keepalive_failed"),
@@ -403,3 +424,70 @@ def test_a_subgroup_rank_never_becomes_the_failing_rank():
 def test_a_collective_mismatch_is_user_code_on_the_rank_that_raised_it():
     ff = _ff(COLLECTIVE_MISMATCH)
     assert (ff["rank"], ff["category"], ff["signature"]) == (2, "user-code", "c10d.collective_mismatch")
+
+
+# torchrun's own traceback (bin/torchrun -> errors.record's wrapper -> run.py main/run -> launcher/api.py),
+# cut before its exception line: the agent's exit, not a worker's failure.
+TORCHRUN_CUT = """\
+Traceback (most recent call last):
+  File "/opt/venv/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+  File "/opt/venv/lib/python3.10/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 347, in wrapper
+    return f(*args, **kwargs)
+  File "/opt/venv/lib/python3.10/site-packages/torch/distributed/run.py", line 812, in main
+    run(args)
+  File "
+"""
+
+WATCHDOG_THEN_TORCHRUN_CUT = """\
+[rank1]:[E1202 10:43:22.118000000 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: \
+WorkNCCL(SeqNum=3, OpType=ALLGATHER, NumelIn=1, NumelOut=4, Timeout(ms)=600000) ran for 600168 milliseconds before \
+timing out.
+[rank1]:[E1202 10:43:22.119000000 ProcessGroupNCCL.cpp:1182] [Rank 1] NCCL watchdog thread terminated with exception: \
+[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLGATHER, NumelIn=1, NumelOut=4, \
+Timeout(ms)=600000) ran for 600168 milliseconds before timing out.
+""" + TORCHRUN_CUT
+
+STORE_TIMEOUT_THEN_TORCHRUN_CUT = """\
+[E1202 10:04:34.467642512 socket.cpp:957] [c10d] The client socket has timed out after 900s while trying to connect \
+to (10.1.2.7, 29500).
+""" + TORCHRUN_CUT
+
+
+def test_a_cut_torchrun_traceback_is_the_launcher_and_names_no_cause():
+    m = CATALOG.match(TORCHRUN_CUT.rstrip("\n"))
+    assert (m.signature.id, m.role) == ("torchelastic.launcher_traceback_cut", "cascade")
+    # python -m torch.distributed.launch: runpy's frames above the launcher's
+    legacy = ('Traceback (most recent call last):\n  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+              '  File "<frozen runpy>", line 88, in _run_code\n'
+              '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/launch.py", line 208, in <module>\n'
+              '    main()')
+    assert CATALOG.match(legacy).signature.id == "torchelastic.launcher_traceback_cut"
+
+
+def test_a_cut_traceback_with_a_frame_beyond_the_launcher_stays_the_programs():
+    worker = ('Traceback (most recent call last):\n  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+              '  File "/work/train.py", line 12, in <module>\n    main()')
+    rendezvous = (TORCHRUN_CUT.rstrip('\n').rsplit("\n", 1)[0] + '\n  File "/opt/venv/lib/python3.10/site-packages/'
+                  'torch/distributed/elastic/agent/server/api.py", line 514, in _rendezvous\n'
+                  '    rdzv_info = spec.rdzv_handler.next_rendezvous()')
+    for text in (worker, rendezvous):
+        assert CATALOG.match(text).signature.id == "python.traceback", text
+    # with its exception line it is what the exception says
+    done = TORCHRUN_CUT.rstrip('\n').rsplit("\n", 1)[0] + "\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
+    assert CATALOG.match(done).signature.id == "torchelastic.child_failed"
+
+
+def test_collective_timeouts_before_a_cut_torchrun_traceback_are_what_the_log_says():
+    ff = _ff(WATCHDOG_THEN_TORCHRUN_CUT)
+    assert ff["signature"] != "python.traceback" and ff["category"] == "cascade"
+
+
+def test_a_store_timeout_before_a_cut_torchrun_traceback_is_network_at_init():
+    ff = _ff(STORE_TIMEOUT_THEN_TORCHRUN_CUT)
+    assert (ff["signature"], ff["category"], ff["phase"]) == ("c10d.store_connect_failed", "network", "init")
+
+
+def test_a_cut_torchrun_traceback_alone_is_still_a_failure_of_unknown_kind():
+    ff = _ff(TORCHRUN_CUT)
+    assert ff is not None and ff["category"] == "unknown" and ff["confidence"] == "low"

@@ -331,3 +331,77 @@ def test_slurm_memory_limit_reached_is_context_the_accounting_kill_is_root():
 def test_prose_is_not_a_kubernetes_or_slurm_status():
     assert sig("I think the worker pod got OOMKilled again after the upgrade") is None
     assert sig("We had a node failure on the cluster last night") is None
+
+
+# srun's _task_finish names several tasks in one line ("tasks 0-3,5: Exited with exit code 1"): each is a
+# failed task, so a later one-task line ("task 9: ...") is not the only failure.
+SRUN_MANY_EXITED = """\
+RuntimeError: NCCL error in: /opt/venv/lib/python3.8/site-packages/torch/lib/c10d/NCCLUtils.hpp:82, invalid argument, NCCL version 2.7.8
+srun: error: gpu-07: tasks 1-3,5: Exited with exit code 1
+srun: error: gpu-08: tasks 8-10: Exited with exit code 1
+srun: error: gpu-08: task 9: Exited with exit code 1
+"""
+
+SRUN_ONE_EXITED_THEN_KILLED = """\
+srun: error: gpu-07: task 5: Exited with exit code 1
+srun: launch/slurm: _step_signal: Terminating StepId=4242.0
+slurmstepd: error: *** STEP 4242.0 ON gpu-07 CANCELLED AT 2026-12-02T10:00:36 ***
+srun: error: gpu-07: tasks 3,7: Killed
+srun: error: gpu-08: tasks 8-15: Killed
+"""
+
+
+def test_srun_task_ranges_parse_as_ranks():
+    from firstfault.analysis.rankstate import MAX_TASKS, task_ranks
+    assert task_ranks("1-3,5") == [1, 2, 3, 5]
+    assert task_ranks("[8-10]") == [8, 9, 10]
+    assert task_ranks("7") == [7]
+    assert task_ranks("3-1") == [] and task_ranks("a-b") == [] and task_ranks("1-") == []
+    assert task_ranks(f"0-{MAX_TASKS}") == []  # more than it keeps: none, not a part
+
+
+def test_paste_srun_task_ranges_are_all_failed_ranks():
+    rep = paste("srun-many-exited", SRUN_MANY_EXITED)
+    ff = rep["first_failure"]
+    assert ff["rank"] is None  # ranks 1-3, 5, 8-10 failed: no one of them is the only one
+    assert {r for r, v in rep["ranks"].items() if (v.get("exit") or {}).get("code") == 1} == {
+        "1", "2", "3", "5", "8", "9", "10"}
+
+
+def test_paste_srun_killed_ranges_after_one_exit_keep_that_task():
+    ff = paste("srun-one-exited", SRUN_ONE_EXITED_THEN_KILLED)["first_failure"]
+    assert ff["rank"] == 5
+
+
+# Horovod's SHUT_DOWN_ERROR (horovod/common SHUT_DOWN_ERROR) on a survivor, under mpirun's
+# --tag-output prefix, then Open MPI's summary naming the first process that exited.
+HOROVOD_SHUTDOWN = """\
+[1,1]<stderr>:  File "/opt/venv/lib/python3.8/site-packages/horovod/torch/mpi_ops.py", line 436, in synchronize
+[1,1]<stderr>:    mpi_lib.horovod_torch_wait_and_clear(handle)
+[1,1]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an exception on one of the ranks or an \
+attempt to allreduce, allgather or broadcast a tensor after one of the ranks finished execution. If the shutdown was \
+caused by an exception, you should see the exception in the log before the first shutdown message.
+--------------------------------------------------------------------------
+Primary job  terminated normally, but 1 process returned
+a non-zero exit code. Per user-direction, the job has been aborted.
+--------------------------------------------------------------------------
+mpirun detected that one or more processes exited with non-zero status, thus causing
+the job to be terminated. The first process to do so was:
+
+  Process name: [[41022,1],0]
+  Exit code:    1
+"""
+
+
+def test_horovod_shut_down_is_a_survivors_cascade():
+    m = CATALOG.match("[1,1]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an exception on "
+                      "one of the ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the "
+                      "ranks finished execution.")
+    assert (m.signature.id, m.role, m.category) == ("horovod.shut_down", "cascade", "cascade")
+    assert sig("ValueError: Horovod has not been initialized; use hvd.init().") != "horovod.shut_down"
+
+
+def test_paste_horovod_shut_down_never_blames_the_survivor():
+    ff = paste("horovod-shutdown", HOROVOD_SHUTDOWN)["first_failure"]
+    assert ff is None or not (ff["rank"] == 1 and ff["category"] in ("user-code", "framework"))
+    assert ff is None or ff["signature"] != "python.exception"

@@ -111,6 +111,53 @@ def test_bounded_memory_on_runaway_recursion():
     assert len(res.text.splitlines()) <= tb.MAX_LINES + 1
 
 
+def _stderr_deep(code: str) -> list[str]:
+    """_stderr for a script whose path is long (frame lines far wider than its source lines)."""
+    with tempfile.TemporaryDirectory() as d:
+        deep = os.path.join(d, *(["site-packages-of-a-long-virtualenv"] * 4))
+        os.makedirs(deep)
+        script = os.path.join(deep, "train.py")
+        with open(script, "w") as f:
+            f.write(textwrap.dedent(code))
+        p = subprocess.run([sys.executable, script], capture_output=True, text=True)
+    assert p.returncode != 0
+    return p.stderr.splitlines()
+
+
+def test_frame_lines_a_terminal_wrapped_keep_the_traceback_whole():
+    """A paste from a terminal or pager that wraps at its width cuts a long ``File "..."`` line in
+    two: inside the path, right after its closing quote, or inside ``, line N``. The traceback goes
+    on to its exception line and keeps every frame."""
+    lines = _stderr_deep("""
+        def step(x):
+            return 1 / x
+        def train():
+            step(0)
+        train()
+    """)
+    whole, _ = _assemble(lines)
+    longest = max(len(ln) for ln in lines if 'File "' in ln)
+    for cut in (longest - 30, 1, 7):  # inside the path; after the closing quote; after ", line"
+        wrapped = []
+        for ln in lines:
+            if 'File "' in ln:
+                at = cut if cut > 7 else ln.index('", line') + cut
+                wrapped += [ln[:at], ln[at:]]
+            else:
+                wrapped.append(ln)
+        assert len(wrapped) > len(lines)
+        res, rest = _assemble(wrapped + ["[2026-12-02 10:00:00,000] [INFO] next record"])
+        assert res.exc_type == "ZeroDivisionError" and rest == ["[2026-12-02 10:00:00,000] [INFO] next record"]
+        assert res.frames == whole.frames
+
+
+def test_a_line_that_only_looks_like_the_rest_of_a_frame_ends_a_traceback():
+    asm = tb.Assembler("Traceback (most recent call last):")
+    asm.feed('  File "a.py", line 1, in f')
+    asm.feed("    g()")
+    assert not asm.feed(", line 7, in h")  # no cut File line before it
+
+
 def test_incomplete_traceback_has_no_type():
     asm = tb.Assembler("Traceback (most recent call last):")
     asm.feed('  File "a.py", line 1, in f')
