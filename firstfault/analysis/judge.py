@@ -23,6 +23,7 @@ Rules 3 to 5 apply to the one failure the verdict picks (verdict.decide), rule 1
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
@@ -145,17 +146,30 @@ def launcher_stopped(stops: list[Finding]) -> Finding:
 
 
 def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
-    """A traceback cut before its exception line, or a worker's exit that no line explains
-    (exit_failure), says nothing of what failed: where the text names a class of failure in words
-    (an issue title, a note, a message, a known failure in a heading), the first such mention gives
-    the category, said in the links (confidence stays low)."""
-    if not (f.has("cut-traceback") or (f.category == "unknown" and f.cap == "low" and exit_of(f) is not None)):
+    """A traceback cut before its exception line, a worker's exit that no line explains
+    (exit_failure), or a death its reporter could not explain (trait ``unexplained``: Ray's
+    SYSTEM_ERROR worker death, whose list of possible causes is no finding) says nothing of what
+    failed: where the text names a class of failure in words (an issue title, a note, a message, a
+    known failure in a heading), the first such mention gives the category, said in the links
+    (confidence low)."""
+    unexplained = f.has("unexplained") and f.category == "unknown"
+    if not (f.has("cut-traceback") or unexplained
+            or (f.category == "unknown" and f.cap == "low" and exit_of(f) is not None)):
         return f
     said = _said(findings)
     if said is None:
         return f
-    return replace(f, match=replace(f.match, category=said.category),
+    category = said.category
+    if unexplained and category == "gpu-memory" and not _GPU_WORDS.search(said.ev.text):
+        category = "host-memory"  # out of memory, and the process died without an error of its own: killed
+    return replace(f, match=replace(f.match, category=category), cap="low" if unexplained else f.cap,
                    links=[*f.links, f"category from the text's words: {said.ev.text.strip()[:160]}"])
+
+
+# Words that put an out-of-memory on the GPU. A failed GPU allocation raises in the process
+# (torch.OutOfMemoryError, "CUDA out of memory"); a process that died with no error of its own was
+# killed, and "OOM" said of it without these words is the host's (the kernel's or Ray's OOM killer).
+_GPU_WORDS = re.compile(r"CUDA|GPU|HIP|NPU|XPU|VRAM|device|显存", re.IGNORECASE)
 
 
 WORDS_ONLY = ("no line of the log says what failed: the text names it in words only; find the failing "

@@ -1,0 +1,74 @@
+"""What a person's words add to a Ray-based trainer's failure (verl, OpenRLHF, ROLL): the class of
+a worker death Ray could not explain. Lines are filled in from the format strings of Ray (node_manager.cc, exceptions.py) and
+PyTorch (ProcessGroupNCCL.cpp); headings are made up."""
+
+from __future__ import annotations
+
+import pytest
+
+from firstfault.analysis.catalog import load_catalog
+from tests.offline.scoring import Case, analyze
+
+CATALOG = load_catalog()
+
+# src/ray/raylet/node_manager.cc: the WORKER_DIED error pushed to the driver (2.9-2.4x)
+RAYLET_DIED = (
+    "(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot "
+    "the problem, check the logs for the dead worker. RayTask ID: 0f1e2d3c4b5a69788796a5b4c3d2e1f001000000 "
+    "Worker ID: 5c9a1b2c Node ID: 3a4b5c6d Worker IP address: 10.0.0.5 Worker port: 10003 Worker PID: 24215 "
+    "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. "
+    "End of file. There are some potential root causes. (1) The process is killed by SIGKILL by OOM killer due "
+    "to high memory usage. (2) ray stop --force is called. (3) The worker is crashed unexpectedly due to SIGSEGV "
+    "or other unexpected errors.\n")
+
+# python/ray/exceptions.py ActorDiedError, with the GCS death cause of a worker that died
+ACTOR_DIED = (
+    "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+    "\tclass_name: PolicyActor\n\tactor_id: 9f8e7d6c5b4a39281706f5e401000000\n\tpid: 40404\n"
+    "\tnamespace: 0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d\n\tip: 10.0.0.7\n"
+    "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+    "Worker unexpectedly exits with a connection error code 2. End of file.\n")
+
+
+def paste(text: str) -> dict:
+    return analyze(Case("ray-words", ["-"], {}, stdin=text.encode()))["first_failure"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A death Ray could not explain takes its class from the text's words
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("heading, body", [
+    ("# Rollout workers get OOM killed after 3 steps", RAYLET_DIED),
+    ("# OOM", ACTOR_DIED),  # "OOM" of a process that died with no error of its own: it was killed
+    ("# Workers die after fork: Cannot allocate memory", RAYLET_DIED),
+])
+def test_an_unexplained_ray_death_takes_host_memory_from_the_words(heading, body):
+    ff = paste(heading + "\n```\n" + body + "```\n")
+    assert (ff["signature"], ff["category"], ff["confidence"]) == ("ray.worker_died", "host-memory", "low")
+    assert "text's words" in ff["evidence"][0]["linked_by"]
+
+
+def test_words_that_put_the_oom_on_the_gpu_keep_it_there():
+    ff = paste("# CUDA out of memory on 8 GPUs during generation\n```\n" + RAYLET_DIED + "```\n")
+    assert (ff["signature"], ff["category"], ff["confidence"]) == ("ray.worker_died", "gpu-memory", "low")
+
+
+@pytest.mark.parametrize("text", [
+    RAYLET_DIED,  # Ray's list of possible causes is no finding (62-ray.toml)
+    "# worker process died after the first epoch\n```\n" + RAYLET_DIED + "```\n",  # words naming no class
+])
+def test_an_unexplained_ray_death_without_such_words_stays_unknown(text):
+    ff = paste(text)
+    assert (ff["signature"], ff["category"]) == ("ray.worker_died", "unknown")
+    assert ff["confidence"] == "medium"
+
+
+@pytest.mark.parametrize("words, category", [
+    ("Some tasks have been OOM Killed", "host-memory"),
+    ("the oom-kill counter went up", "host-memory"),
+    ("Invoked the OOM killer twice", "host-memory"),
+    ("OOM when the sequence length is 700k", "gpu-memory"),  # unchanged: no kill named
+])
+def test_an_oom_kill_in_words_is_host_memory(words, category):
+    assert CATALOG.category_of(words, "unknown") == category
