@@ -30,6 +30,7 @@ from dataclasses import replace
 from firstfault.analysis.deaths import merged, signal_deaths
 from firstfault.analysis.events import Event
 from firstfault.analysis.findings import Finding, exit_of
+from firstfault.analysis.phase import phase_from_task_words
 
 
 def judge(findings: list[Finding], procs: Iterable[Event], kernel_span: Mapping[str | None, tuple[int, int]],
@@ -176,11 +177,20 @@ WORDS_ONLY = ("no line of the log says what failed: the text names it in words o
               "rank's own error in its full log (its stderr, the launcher's summary, dmesg for a kill) to confirm")
 
 
+def heading_phase(f: Finding) -> str | None:
+    """The phase a mention names: its signature's one phase ("timeout on save checkpoint"), else the
+    Ray task or worker method its words name ("NCCL timeout during compute_log_prob":
+    phase.phase_from_task_words); None when it names none."""
+    phases = f.match.signature.phases
+    return phases[0] if len(phases) == 1 else phase_from_task_words(f.ev.text)
+
+
 def phase_heading(findings: Iterable[Finding]) -> Finding | None:
-    """The first heading (prose) that says the job failed in a phase without naming a class of failure
-    (99-fallback's phase mentions: "timeout on save checkpoint", "init_process_group hangs")."""
+    """The first heading (prose) that says the job failed in a phase (``heading_phase``): 99-fallback's
+    phase mentions ("timeout on save checkpoint", "init_process_group hangs"), a failure named with
+    the Ray task or worker method it happened in."""
     return next((f for f in findings if f.ev.fields.get("prose") and f.has("mention")
-                 and len(f.match.signature.phases) == 1), None)
+                 and heading_phase(f) is not None), None)
 
 
 def named_in_words(findings: Iterable[Finding], phases: bool = True) -> Finding | None:

@@ -40,6 +40,7 @@ from firstfault.analysis.flight_recorder import analyze as analyze_flight
 from firstfault.analysis.hang import Inference, launcher_act, ranges, stopped_first
 from firstfault.analysis.judge import (
     exit_failure,
+    heading_phase,
     launcher_stopped,
     named_in_words,
     phase_heading,
@@ -172,7 +173,7 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
         if not fr_decided and (inf.rank is None or inf.confidence == "low"):
             first = named_in_words(findings, phases=False)  # rule 5: the words name a failure the cascades do not
         if first is None and (said := phase_heading(findings)) is not None:  # the title names the phase
-            inf = replace(inf, phase=(said.match.signature.phases[0],
+            inf = replace(inf, phase=(heading_phase(said),
                                       f"the text's title says so: {said.ev.text.strip()[:120]}"))
     elif first is None:
         exited = exit_failure(findings)

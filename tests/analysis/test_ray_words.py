@@ -1,5 +1,6 @@
 """What a person's words add to a Ray-based trainer's failure (verl, OpenRLHF, ROLL): the class of
-a worker death Ray could not explain. Lines are filled in from the format strings of Ray (node_manager.cc, exceptions.py) and
+a worker death Ray could not explain, and the phase a title names by the worker method it failed
+in. Lines are filled in from the format strings of Ray (node_manager.cc, exceptions.py) and
 PyTorch (ProcessGroupNCCL.cpp); headings are made up."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from firstfault.analysis.catalog import load_catalog
+from firstfault.analysis.phase import phase_from_task_words
 from tests.offline.scoring import Case, analyze
 
 CATALOG = load_catalog()
@@ -72,3 +74,78 @@ def test_an_unexplained_ray_death_without_such_words_stays_unknown(text):
 ])
 def test_an_oom_kill_in_words_is_host_memory(words, category):
     assert CATALOG.category_of(words, "unknown") == category
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker method a title names gives the phase where no line says it
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, phase", [
+    ("TimeOutError when ray::WorkerDict.critic_init_model", "init"),
+    ("NCCL timeout during compute_log_prob crashing runs", "forward"),
+    ("hang in ray::WorkerDict.actor_rollout_generate_sequences()", "forward"),
+    ("OpenRLHF save_model fails on 2 nodes", "checkpoint-save"),
+    ("error in LLMRayActor.__init__", "init"),
+])
+def test_a_worker_method_named_in_words_gives_its_phase(text, phase):
+    assert phase_from_task_words(text) == phase
+
+
+@pytest.mark.parametrize("text", [
+    "NCCL timeout in update_actor at step 40",  # a method no task rule names
+    "error while initializing the model",  # words, not the method's identifier
+    "compute_log_probability_v2 crashed",  # another identifier that merely starts like one
+    "crash between init_model and compute_log_prob",  # two phases: no answer
+])
+def test_no_phase_from_words_that_name_no_one_method(text):
+    assert phase_from_task_words(text) is None
+
+
+def test_every_task_rule_method_is_a_needle_of_the_task_mention():
+    from firstfault.analysis.phase import rules
+    needles = set(CATALOG.get("text.task_failure_mention").needles)
+    assert {m for r in rules().tasks for m in r.methods} <= needles
+
+
+WATCHDOG = (
+    "(WorkerDict pid=7001, ip=10.0.0.5) [rank1]:[E1023 02:44:30.941975491 ProcessGroupNCCL.cpp:632] [Rank 1] "
+    "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=26, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+    "Timeout(ms)=600000) ran for 600007 milliseconds before timing out.\n")
+
+
+def test_a_hang_takes_the_phase_of_the_task_its_title_names():
+    ff = paste("# NCCL timeout in ray::WorkerDict.actor_rollout_compute_log_prob after 20 steps\n```\n"
+               + WATCHDOG + "```\n")
+    assert ff["signature"] == "hang.stopped_first"
+    assert ff["phase"] == "forward" and "title" in ff["phase_from"]
+
+
+def test_a_hang_whose_title_names_no_task_keeps_its_unknown_phase():
+    ff = paste("# NCCL timeout after 20 steps\n```\n" + WATCHDOG + "```\n")
+    assert ff["signature"] == "hang.stopped_first" and ff["phase"] == "unknown"
+
+
+# python/ray/exceptions.py RayTaskError: "ray::TaskRunner.run() (pid=..., ip=...)" with the remote
+# traceback after it, cut here before the wrapped exception's own line
+DRIVER_CUT = """\
+Traceback (most recent call last):
+  File "/app/main_ppo.py", line 41, in run_ppo
+    ray.get(runner.run.remote(config))
+  File "/usr/lib/python3.10/site-packages/ray/_private/worker.py", line 929, in get_objects
+    raise value.as_instanceof_cause()
+ray.exceptions.RayTaskError(RuntimeError): ray::TaskRunner.run() (pid=11272, ip=10.0.0.5, actor_id=f6e8, repr=<main_ppo.TaskRunner object at 0x7ef9>)
+  File "/app/main_ppo.py", line 149, in run
+    trainer.fit()
+"""
+
+
+def test_a_failure_with_no_phase_of_its_own_takes_the_phase_its_title_names():
+    ff = paste("# Save checkpoint error when using FSDP2\n\n" + DRIVER_CUT)
+    assert ff["phase"] == "checkpoint-save" and "title" in ff["phase_from"]
+
+
+def test_a_failure_whose_frames_say_the_phase_keeps_it():
+    frames = DRIVER_CUT + ('  File "/usr/lib/python3.10/site-packages/torch/_tensor.py", line 525, in backward\n'
+                           "    torch.autograd.backward(\nRuntimeError: Function 'MulBackward0' returned nan values\n")
+    ff = paste("# Save checkpoint error when using FSDP2\n\n" + frames)
+    assert ff["phase"] == "backward" and ff["phase_from"] == "frames"
