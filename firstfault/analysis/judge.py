@@ -146,6 +146,21 @@ def launcher_stopped(stops: list[Finding]) -> Finding:
                                     "workers is the only sign that one ended"])
 
 
+QUOTED = ("no line of the log says what failed and no heading names it: the text quotes this exception "
+          "inside a sentence; find it in the failing rank's own output to confirm")
+
+
+def quoted_exception(findings: Iterable[Finding]) -> Finding | None:
+    """The last resort of rule 5: an exception the text quotes inside a line (a person's sentence:
+    'I got "AssertionError: ..."'; 99-fallback's text.exception_quoted), the last one, as a root at low
+    confidence, when nothing else says what failed; None when the text quotes none."""
+    said = [f for f in findings if f.has("quoted-exception")]
+    if not said:
+        return None
+    f = said[-1]
+    return replace(f, match=replace(f.match, role="root"), cap="low", links=[*f.links, QUOTED])
+
+
 def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
     """A traceback cut before its exception line, a worker's exit that no line explains
     (exit_failure), or a death its reporter could not explain (trait ``unexplained``: Ray's

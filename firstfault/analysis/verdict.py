@@ -22,7 +22,9 @@ Rules, in order:
    that stopped its workers says one ended (judge.launcher_stopped).
 5. No line of the log says what failed (nothing, or only cascades whose hang names no rank
    beyond a low guess): a failure the text names in words (a title, a note) is the answer at
-   low confidence (judge.named_in_words), not "no failure" or "stopped first".
+   low confidence (judge.named_in_words), not "no failure" or "stopped first"; with no such
+   words and no exit, the last exception the text quotes inside a sentence
+   (judge.quoted_exception), at low confidence.
 
 The phase of the failure is decided once, later (failure_phase.py).
 """
@@ -44,6 +46,7 @@ from firstfault.analysis.judge import (
     launcher_stopped,
     named_in_words,
     phase_heading,
+    quoted_exception,
     with_mentioned_category,
 )
 from firstfault.analysis.rankstate import RankState, nccl_work
@@ -183,6 +186,8 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
             first = named_in_words(findings)
         if first is None and exited is None and stopping:
             exited = with_mentioned_category(launcher_stopped(casc), findings)
+        if first is None and exited is None:
+            first = quoted_exception(findings)  # rule 5's last resort: an exception quoted in a sentence
     if first is not None and not groups:  # named in words (rule 5): its own group
         inf = None
         groups = [Group(fingerprint(first), [first], [first.ev.rank] if first.ev.rank is not None else [],
