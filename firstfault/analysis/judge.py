@@ -10,7 +10,9 @@ evidence, each rule returning new Findings (nothing is edited):
    is host-memory at low confidence when no kernel log of its node covers the kill (the OOM
    killer is the usual sender; the dmesg command confirms it), and stays unknown when one does
    and shows no OOM kill. A SIGABRT (exit -6, "Fatal Python error: Aborted") after or with a
-   collective timeout is how PyTorch's NCCL watchdog takes a rank down: a cascade.
+   collective timeout is how PyTorch's NCCL watchdog takes a rank down: a cascade; so is a death
+   its reporter could not explain (trait ``unexplained``: Ray's SYSTEM_ERROR worker death) printed
+   after a collective timeout.
 3. A traceback cut before its exception line, or a worker's exit no line explains, takes its
    category from the text's words (``with_mentioned_category``).
 4. When no line says what failed, a worker's non-zero exit is the failure (``exit_failure``).
@@ -77,6 +79,14 @@ def _judged(f: Finding, oom_ranks: set, timeouts: list[Finding], kernel_span: Ma
         return replace(f, match=replace(f.match, category="host-memory"), cap="low",
                        links=[*f.links, f"no kernel log{where} covers the kill: the kernel OOM killer is the usual "
                                         f"sender of SIGKILL; confirm with {DMESG} on that node"])
+    if f.has("unexplained") and f.category == "unknown":
+        waited = [t for t in timeouts if t.has("collective-timeout") and _printed_before(t, f)]
+        if waited:
+            t = waited[0]
+            return replace(f, match=replace(f.match, role="cascade", category="cascade"),
+                           links=[*f.links, f"a death no one explained after a collective timeout ({t.sig} on rank "
+                                            f"{t.ev.rank}): PyTorch's watchdog takes a process down once a collective "
+                                            "timed out, and Ray reports that as a death of unknown cause"])
     if _aborted(f):
         mine = [t for t in timeouts if t.ev.rank == f.ev.rank and f.ev.rank is not None]
         before = [t for t in timeouts if t.ev.occurred_ns is not None and f.ev.occurred_ns is not None
@@ -88,6 +98,15 @@ def _judged(f: Finding, oom_ranks: set, timeouts: list[Finding], kernel_span: Ma
                                             "PyTorch takes a rank down once a collective failed, not a cause"])
         return replace(f, cap="medium")  # an abort alone says little of why (a process can abort at teardown, FACTS.md)
     return f
+
+
+def _printed_before(t: Finding, f: Finding) -> bool:
+    """``t`` came before ``f``: earlier in the same stream (its order is what was printed; an untimed
+    line takes the time of a later one), or earlier in time across streams where both are timed."""
+    if t.ev.stream == f.ev.stream:
+        return t.ev.seq < f.ev.seq
+    return (t.ev.occurred_ns is not None and f.ev.occurred_ns is not None
+            and t.ev.occurred_ns <= f.ev.occurred_ns + f.ev.uncertainty_ns + t.ev.uncertainty_ns)
 
 
 _QUIET = ("SIGTERM", "SIGINT")  # how launchers stop the survivors: no failure of the rank's own

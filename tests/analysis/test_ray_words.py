@@ -149,3 +149,17 @@ def test_a_failure_whose_frames_say_the_phase_keeps_it():
                            "    torch.autograd.backward(\nRuntimeError: Function 'MulBackward0' returned nan values\n")
     ff = paste("# Save checkpoint error when using FSDP2\n\n" + frames)
     assert ff["phase"] == "backward" and ff["phase_from"] == "frames"
+
+
+# ---------------------------------------------------------------------------------------------
+# A death Ray could not explain, printed after a collective timeout, is the watchdog's doing
+# ---------------------------------------------------------------------------------------------
+
+def test_an_unexplained_ray_death_after_a_collective_timeout_is_a_cascade():
+    ff = paste("```\n" + WATCHDOG + RAYLET_DIED + "```\n")
+    assert ff["signature"] == "hang.stopped_first" and ff["category"] == "cascade"
+
+
+def test_an_unexplained_ray_death_before_any_timeout_stays_the_failure():
+    ff = paste("```\n" + RAYLET_DIED + WATCHDOG + "```\n")
+    assert (ff["signature"], ff["category"]) == ("ray.worker_died", "unknown")
