@@ -163,3 +163,26 @@ def test_an_unexplained_ray_death_after_a_collective_timeout_is_a_cascade():
 def test_an_unexplained_ray_death_before_any_timeout_stays_the_failure():
     ff = paste("```\n" + RAYLET_DIED + WATCHDOG + "```\n")
     assert (ff["signature"], ff["category"]) == ("ray.worker_died", "unknown")
+
+
+# ---------------------------------------------------------------------------------------------
+# A RayTaskError whose remote traceback is cut before the worker's exception line
+# ---------------------------------------------------------------------------------------------
+
+DRIVER_OOM_CUT = DRIVER_CUT.replace("RayTaskError(RuntimeError)", "RayTaskError(OutOfMemoryError)")
+
+
+@pytest.mark.parametrize("text, signature", [
+    (DRIVER_CUT, "ray.task_error_unresolved"),
+    (DRIVER_CUT + '  File "/app/ray_trai', "ray.task_error_unresolved"),  # cut inside a frame line
+    (DRIVER_OOM_CUT, "ray.task_oom_unresolved"),
+])
+def test_a_ray_task_error_cut_inside_its_remote_traceback_is_unresolved(text, signature):
+    ff = paste(text)
+    assert ff["signature"] == signature and ff["category"] == "unknown"
+
+
+def test_a_ray_task_error_with_the_workers_exception_line_is_that_exception():
+    ff = paste(DRIVER_OOM_CUT + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+               "total capacity of 79.10 GiB of which 1.02 GiB is free.\n")
+    assert (ff["signature"], ff["category"]) == ("cuda.oom", "gpu-memory")
