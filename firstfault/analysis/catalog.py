@@ -76,6 +76,8 @@ TRAITS = {
     "generic": "a last resort that names no failure of its own: its message is its fingerprint",
     "cut-traceback": "a traceback whose exception line is missing",
     "mention": "words in prose that name a class of failure",
+    "unexplained": "a death whose reporter does not know its cause: the text's words may name its class (judge.py)",
+    "quoted-exception": "an exception quoted inside a line (a sentence, quotes): the failure only when nothing else is (judge.py)",
     "nccl-result": "names only an ncclResult code; a 'Last error:' line below it names the cause (lasterror.py)",
     "nccl-trace": "NCCL's error back trace (file:line -> code): an earlier line of the same process says more (lasterror.py)",
 }

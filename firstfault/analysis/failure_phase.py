@@ -13,7 +13,9 @@ Every source the report may take a phase from is here, in the order they are tru
   the frames where the Flight Recorder saw that rank's last collective called;
 - last, for a failure a line names whose phase is still unknown: the phase DeepSpeed's own marks
   (memory_breakdown) open around the failure's time (bands.marked_phase, read by the memory
-  report).
+  report); then the phase a heading of the text names (an issue's title: "Save checkpoint error
+  when using FSDP2", "NCCL timeout during compute_log_prob": judge.phase_heading), the words of
+  the person who saw the whole log, where no line of it says more.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from firstfault.analysis.events import Event, Frame
 from firstfault.analysis.findings import Finding
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.hang import Inference
+from firstfault.analysis.judge import heading_phase, phase_heading
 from firstfault.analysis.phase import ENCLOSING_PHASES, phase_from_frames, phase_hint
 from firstfault.analysis.rankstate import RankState
 from firstfault.analysis.save_phase import phase_while_waiting
@@ -53,6 +56,8 @@ def failure_phase(dec: Decision, state: RankState, findings: list[Finding], savi
         return None
     if got[0] == "unknown" and marked in MARKED_PHASES:
         return marked, f"DeepSpeed's phase marks (memory_breakdown) in {marks_from}"
+    if got[0] == "unknown" and (said := phase_heading(findings)) is not None:
+        return heading_phase(said), f"the text's title says so: {said.ev.text.strip()[:120]}"
     return got
 
 
@@ -66,8 +71,8 @@ def headed(f: Finding, got: Phase, findings: Iterable[Finding]) -> Phase:
     when they name an enclosing phase themselves."""
     if not f.ev.fields.get("fragment") or got[1] != "frames" or got[0] in ENCLOSING_PHASES:
         return got
-    said = next((h.match.signature.phases[0] for h in findings if h.ev.fields.get("prose") and h.has("mention")
-                 and len(h.match.signature.phases) == 1 and h.match.signature.phases[0] in ENCLOSING_PHASES), None)
+    said = next((p for h in findings if h.ev.fields.get("prose") and h.has("mention")
+                 and (p := heading_phase(h)) in ENCLOSING_PHASES), None)
     return (said, HEADING_NAMED) if said is not None else got
 
 

@@ -10,7 +10,9 @@ evidence, each rule returning new Findings (nothing is edited):
    is host-memory at low confidence when no kernel log of its node covers the kill (the OOM
    killer is the usual sender; the dmesg command confirms it), and stays unknown when one does
    and shows no OOM kill. A SIGABRT (exit -6, "Fatal Python error: Aborted") after or with a
-   collective timeout is how PyTorch's NCCL watchdog takes a rank down: a cascade.
+   collective timeout is how PyTorch's NCCL watchdog takes a rank down: a cascade; so is a death
+   its reporter could not explain (trait ``unexplained``: Ray's SYSTEM_ERROR worker death) printed
+   after a collective timeout.
 3. A traceback cut before its exception line, or a worker's exit no line explains, takes its
    category from the text's words (``with_mentioned_category``).
 4. When no line says what failed, a worker's non-zero exit is the failure (``exit_failure``).
@@ -23,12 +25,14 @@ Rules 3 to 5 apply to the one failure the verdict picks (verdict.decide), rule 1
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from firstfault.analysis.deaths import merged, signal_deaths
 from firstfault.analysis.events import Event
 from firstfault.analysis.findings import Finding, exit_of
+from firstfault.analysis.phase import phase_from_task_words
 
 
 def judge(findings: list[Finding], procs: Iterable[Event], kernel_span: Mapping[str | None, tuple[int, int]],
@@ -75,6 +79,14 @@ def _judged(f: Finding, oom_ranks: set, timeouts: list[Finding], kernel_span: Ma
         return replace(f, match=replace(f.match, category="host-memory"), cap="low",
                        links=[*f.links, f"no kernel log{where} covers the kill: the kernel OOM killer is the usual "
                                         f"sender of SIGKILL; confirm with {DMESG} on that node"])
+    if f.has("unexplained") and f.category == "unknown":
+        waited = [t for t in timeouts if t.has("collective-timeout") and _printed_before(t, f)]
+        if waited:
+            t = waited[0]
+            return replace(f, match=replace(f.match, role="cascade", category="cascade"),
+                           links=[*f.links, f"a death no one explained after a collective timeout ({t.sig} on rank "
+                                            f"{t.ev.rank}): PyTorch's watchdog takes a process down once a collective "
+                                            "timed out, and Ray reports that as a death of unknown cause"])
     if _aborted(f):
         mine = [t for t in timeouts if t.ev.rank == f.ev.rank and f.ev.rank is not None]
         before = [t for t in timeouts if t.ev.occurred_ns is not None and f.ev.occurred_ns is not None
@@ -86,6 +98,15 @@ def _judged(f: Finding, oom_ranks: set, timeouts: list[Finding], kernel_span: Ma
                                             "PyTorch takes a rank down once a collective failed, not a cause"])
         return replace(f, cap="medium")  # an abort alone says little of why (a process can abort at teardown, FACTS.md)
     return f
+
+
+def _printed_before(t: Finding, f: Finding) -> bool:
+    """``t`` came before ``f``: earlier in the same stream (its order is what was printed; an untimed
+    line takes the time of a later one), or earlier in time across streams where both are timed."""
+    if t.ev.stream == f.ev.stream:
+        return t.ev.seq < f.ev.seq
+    return (t.ev.occurred_ns is not None and f.ev.occurred_ns is not None
+            and t.ev.occurred_ns <= f.ev.occurred_ns + f.ev.uncertainty_ns + t.ev.uncertainty_ns)
 
 
 _QUIET = ("SIGTERM", "SIGINT")  # how launchers stop the survivors: no failure of the rank's own
@@ -144,29 +165,66 @@ def launcher_stopped(stops: list[Finding]) -> Finding:
                                     "workers is the only sign that one ended"])
 
 
+QUOTED = ("no line of the log says what failed and no heading names it: the text quotes this exception "
+          "inside a sentence; find it in the failing rank's own output to confirm")
+
+
+def quoted_exception(findings: Iterable[Finding]) -> Finding | None:
+    """The last resort of rule 5: an exception the text quotes inside a line (a person's sentence:
+    'I got "AssertionError: ..."'; 99-fallback's text.exception_quoted), the last one, as a root at low
+    confidence, when nothing else says what failed; None when the text quotes none."""
+    said = [f for f in findings if f.has("quoted-exception")]
+    if not said:
+        return None
+    f = said[-1]
+    return replace(f, match=replace(f.match, role="root"), cap="low", links=[*f.links, QUOTED])
+
+
 def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
-    """A traceback cut before its exception line, or a worker's exit that no line explains
-    (exit_failure), says nothing of what failed: where the text names a class of failure in words
-    (an issue title, a note, a message, a known failure in a heading), the first such mention gives
-    the category, said in the links (confidence stays low)."""
-    if not (f.has("cut-traceback") or (f.category == "unknown" and f.cap == "low" and exit_of(f) is not None)):
+    """A traceback cut before its exception line, a worker's exit that no line explains
+    (exit_failure), or a death its reporter could not explain (trait ``unexplained``: Ray's
+    SYSTEM_ERROR worker death, whose list of possible causes is no finding) says nothing of what
+    failed: where the text names a class of failure in words (an issue title, a note, a message, a
+    known failure in a heading), the first such mention gives the category, said in the links
+    (confidence low)."""
+    unexplained = f.has("unexplained") and f.category == "unknown"
+    if not (f.has("cut-traceback") or unexplained
+            or (f.category == "unknown" and f.cap == "low" and exit_of(f) is not None)):
         return f
     said = _said(findings)
     if said is None:
         return f
-    return replace(f, match=replace(f.match, category=said.category),
+    category = said.category
+    if unexplained and category == "gpu-memory" and not _GPU_WORDS.search(said.ev.text):
+        category = "host-memory"  # out of memory, and the process died without an error of its own: killed
+    return replace(f, match=replace(f.match, category=category), cap="low" if unexplained else f.cap,
                    links=[*f.links, f"category from the text's words: {said.ev.text.strip()[:160]}"])
+
+
+# Words that put an out-of-memory on the GPU. A failed GPU allocation raises in the process
+# (torch.OutOfMemoryError, "CUDA out of memory"); a process that died with no error of its own was
+# killed, and "OOM" said of it without these words is the host's (the kernel's or Ray's OOM killer).
+_GPU_WORDS = re.compile(r"CUDA|GPU|HIP|NPU|XPU|VRAM|device|显存", re.IGNORECASE)
 
 
 WORDS_ONLY = ("no line of the log says what failed: the text names it in words only; find the failing "
               "rank's own error in its full log (its stderr, the launcher's summary, dmesg for a kill) to confirm")
 
 
+def heading_phase(f: Finding) -> str | None:
+    """The phase a mention names: its signature's one phase ("timeout on save checkpoint"), else the
+    Ray task or worker method its words name ("NCCL timeout during compute_log_prob":
+    phase.phase_from_task_words); None when it names none."""
+    phases = f.match.signature.phases
+    return phases[0] if len(phases) == 1 else phase_from_task_words(f.ev.text)
+
+
 def phase_heading(findings: Iterable[Finding]) -> Finding | None:
-    """The first heading (prose) that says the job failed in a phase without naming a class of failure
-    (99-fallback's phase mentions: "timeout on save checkpoint", "init_process_group hangs")."""
+    """The first heading (prose) that says the job failed in a phase (``heading_phase``): 99-fallback's
+    phase mentions ("timeout on save checkpoint", "init_process_group hangs"), a failure named with
+    the Ray task or worker method it happened in."""
     return next((f for f in findings if f.ev.fields.get("prose") and f.has("mention")
-                 and len(f.match.signature.phases) == 1), None)
+                 and heading_phase(f) is not None), None)
 
 
 def named_in_words(findings: Iterable[Finding], phases: bool = True) -> Finding | None:

@@ -441,6 +441,20 @@ def _task_phase(method: str, r: PhaseRules) -> str | None:
     return None
 
 
+_IDENT = re.compile(r"(?<![\w.])(?:ray::)?(?:[A-Za-z_]\w*\.)?(?P<method>[A-Za-z_]\w*_\w+)(?![\w.])")
+
+
+def phase_from_task_words(text: str, phase_rules: PhaseRules | None = None) -> str | None:
+    """The phase of the Ray task or worker method that ``text``, a person's words (an issue's
+    title: "TimeOutError when ray::WorkerDict.critic_init_model", "NCCL timeout during
+    compute_log_prob"), names as an identifier, without the call's parentheses ``phase_from_task``
+    needs; None when it names none, or names methods of different phases. Only snake_case
+    identifiers count (every task rule's name has an underscore): a plain word is no method."""
+    r = phase_rules or rules()
+    found = {p for m in _IDENT.finditer(text) if (p := _task_phase(m.group("method"), r)) is not None}
+    return found.pop() if len(found) == 1 else None
+
+
 def phase_from_worker_call(text: str, phase_rules: PhaseRules | None = None) -> str | None:
     """The phase of the worker group method verl's driver called (the task rules' names), or None.
 

@@ -12,7 +12,10 @@ the tool's own format (examples made up)::
     12:                               srun --label (task id = global rank)
     gpu-node-3:  10.0.0.5:            pdsh / the DeepSpeed multi-node launcher (host:)
     trainer.node-7 [stderr]           a runner naming the node and the stream (milabench)
-    (WorkerDict pid=123, ip=10.0.0.5) Ray's worker prefix; (raylet), (pid=123); "[repeated 3x across cluster]" after
+    (WorkerDict pid=123, ip=10.0.0.5) Ray's worker prefix; (raylet), (pid=123); "[repeated 3x across cluster]" after;
+                                      the ip is a host name where Ray was given one (--node-ip-address)
+    [2026-02-18 10:48:25]             a collector's bracketed time, peeled only before a Ray or rank prefix (a
+                                      program's own "[2026-02-18 10:48:25,681] [INFO]" header stays)
     trainer-1  |                      docker compose service prefix
     2026-02-18T10:48:25.681Z          a collector's RFC 3339 time (kubectl --timestamps, Loki, CloudWatch, docker)
     2026-02-18T10:48:25.681Z stdout F the CRI log format (kubelet's files)
@@ -53,9 +56,10 @@ _PREFIX = re.compile(
     r"|\[rank: (?P<lrank>\d+)\][ ]"
     r"|\[(?P<role>[A-Za-z_][\w.-]{0,62}?)(?P<local>\d+)\]:"
     r"|\[\d+,(?P<mpi>\d+)\]<(?:stdout|stderr)>:[ ]?"
-    r"|\((?P<ray>(?:[A-Za-z_][\w.<>:-]*)?(?: ?pid=\d+)?)(?:, ip=(?P<rayip>[0-9A-Fa-f.:]+))?(?:, repr=[^)]*)?\)[ ]"
+    r"|\((?P<ray>(?:[A-Za-z_][\w.<>:-]*)?(?: ?pid=\d+)?)(?:, ip=(?P<rayip>[0-9A-Fa-f.:]+|[A-Za-z0-9][\w.-]*))?(?:, repr=[^)]*)?\)[ ]"
     r"|(?P<service>[A-Za-z0-9][\w.-]*[-_]\d+)[ ]+\|[ ]"
     r"|(?P<runner>[A-Za-z][\w-]*\.[\w.-]+) \[(?:stdout|stderr)\][ ]"
+    r"|\[(?P<bstamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\][ ](?=\((?:[A-Za-z_][\w.<>:-]*)?(?: ?pid=\d+)|\[rank\d+\]:)"
     r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)[ \t]+(?:(?:stdout|stderr) [FP][ ])?"
     r"|(?P<syslog>(?:" + _MONTHS + r") [ \d]\d \d\d:\d\d:\d\d) (?P<sysnode>[\w.-]+) [\w./@-]+(?:\[\d+\])?:[ ]"
     r"|>+[ ]?"
@@ -133,6 +137,8 @@ def peel(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[s
                 who.append(g["runner"])
             elif g["iso"] is not None:
                 stamp = stamp or g["iso"]
+            elif g["bstamp"] is not None:
+                stamp = stamp or g["bstamp"]
             elif g["heading"] is not None:
                 prose = True
             elif g["syslog"] is not None:

@@ -22,7 +22,9 @@ Rules, in order:
    that stopped its workers says one ended (judge.launcher_stopped).
 5. No line of the log says what failed (nothing, or only cascades whose hang names no rank
    beyond a low guess): a failure the text names in words (a title, a note) is the answer at
-   low confidence (judge.named_in_words), not "no failure" or "stopped first".
+   low confidence (judge.named_in_words), not "no failure" or "stopped first"; with no such
+   words and no exit, the last exception the text quotes inside a sentence
+   (judge.quoted_exception), at low confidence.
 
 The phase of the failure is decided once, later (failure_phase.py).
 """
@@ -40,9 +42,11 @@ from firstfault.analysis.flight_recorder import analyze as analyze_flight
 from firstfault.analysis.hang import Inference, launcher_act, ranges, stopped_first
 from firstfault.analysis.judge import (
     exit_failure,
+    heading_phase,
     launcher_stopped,
     named_in_words,
     phase_heading,
+    quoted_exception,
     with_mentioned_category,
 )
 from firstfault.analysis.rankstate import RankState, nccl_work
@@ -172,7 +176,7 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
         if not fr_decided and (inf.rank is None or inf.confidence == "low"):
             first = named_in_words(findings, phases=False)  # rule 5: the words name a failure the cascades do not
         if first is None and (said := phase_heading(findings)) is not None:  # the title names the phase
-            inf = replace(inf, phase=(said.match.signature.phases[0],
+            inf = replace(inf, phase=(heading_phase(said),
                                       f"the text's title says so: {said.ev.text.strip()[:120]}"))
     elif first is None:
         exited = exit_failure(findings)
@@ -182,6 +186,8 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
             first = named_in_words(findings)
         if first is None and exited is None and stopping:
             exited = with_mentioned_category(launcher_stopped(casc), findings)
+        if first is None and exited is None:
+            first = quoted_exception(findings)  # rule 5's last resort: an exception quoted in a sentence
     if first is not None and not groups:  # named in words (rule 5): its own group
         inf = None
         groups = [Group(fingerprint(first), [first], [first.ev.rank] if first.ev.rank is not None else [],

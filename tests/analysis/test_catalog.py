@@ -78,8 +78,9 @@ def test_required_coverage():
     }
     assert required <= {s.id for s in CATALOG.signatures}
     # the last resorts come last: an exception line, a cut traceback, then mere words in prose
-    assert [s.id for s in CATALOG.signatures[-5:]] == ["python.exception", "python.traceback", "text.failure_mention",
-                                                       "text.phase_failure_mention", "text.init_failure_mention"]
+    assert [s.id for s in CATALOG.signatures[-7:]] == ["python.exception", "python.traceback", "text.failure_mention",
+                                                       "text.phase_failure_mention", "text.init_failure_mention",
+                                                       "text.task_failure_mention", "text.exception_quoted"]
 
 
 def test_launcher_roles():

@@ -1,0 +1,37 @@
+"""Prefixes in front of a Ray worker's line: Ray's own "(Name pid=N, ip=X) " with a host name for
+X (Ray's log_monitor prints the node's address as it was given: ray start --node-ip-address
+accepts a name, as on Kubernetes pods), and a collector's bracketed time in front of it. The
+global rank is the one PyTorch's "[rankN]:" prefix names, not a process group's "[Rank N]"."""
+
+from __future__ import annotations
+
+import pytest
+
+from firstfault.analysis.prefixes import peel
+
+WATCHDOG = ("[E510 00:18:19.328053719 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=3, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for "
+            "1800041 milliseconds before timing out.")
+
+
+@pytest.mark.parametrize("line, node, stamp", [
+    ("(WorkerDict pid=1230, ip=trainjob-7-worker-0) [rank15]:" + WATCHDOG, "trainjob-7-worker-0", None),
+    ("[2026-05-10 00:18:21] (WorkerDict pid=1230, ip=trainjob-7-worker-0) [rank15]:" + WATCHDOG,
+     "trainjob-7-worker-0", "2026-05-10 00:18:21"),
+    ("[2026-05-10 00:18:21] (WorkerDict pid=1230, ip=10.0.0.5) [rank15]:" + WATCHDOG, "10.0.0.5", "2026-05-10 00:18:21"),
+    ("[2026-05-10 00:18:21] [rank15]:" + WATCHDOG, None, "2026-05-10 00:18:21"),
+])
+def test_ray_and_collector_prefixes_come_off_and_the_global_rank_stays(line, node, stamp):
+    p = peel(line)
+    assert p.text == WATCHDOG and p.rank == 15
+    assert p.node == node and p.stamp == stamp
+
+
+@pytest.mark.parametrize("line", [
+    "[2026-08-02 01:24:59,694] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 33131",  # DeepSpeed's own header
+    "[2026-05-10 00:18:21] (see the note below) the run stopped",  # words in parentheses, no Ray prefix
+    "[2026-05-10 00:18:21] Epoch 3 finished",
+])
+def test_a_bracketed_time_before_anything_else_stays(line):
+    p = peel(line)
+    assert p.text == line and p.stamp is None and p.rank is None

@@ -1,0 +1,188 @@
+"""What a person's words add to a Ray-based trainer's failure (verl, OpenRLHF, ROLL): the class of
+a worker death Ray could not explain, and the phase a title names by the worker method it failed
+in. Lines are filled in from the format strings of Ray (node_manager.cc, exceptions.py) and
+PyTorch (ProcessGroupNCCL.cpp); headings are made up."""
+
+from __future__ import annotations
+
+import pytest
+
+from firstfault.analysis.catalog import load_catalog
+from firstfault.analysis.phase import phase_from_task_words
+from tests.offline.scoring import Case, analyze
+
+CATALOG = load_catalog()
+
+# src/ray/raylet/node_manager.cc: the WORKER_DIED error pushed to the driver (2.9-2.4x)
+RAYLET_DIED = (
+    "(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot "
+    "the problem, check the logs for the dead worker. RayTask ID: 0f1e2d3c4b5a69788796a5b4c3d2e1f001000000 "
+    "Worker ID: 5c9a1b2c Node ID: 3a4b5c6d Worker IP address: 10.0.0.5 Worker port: 10003 Worker PID: 24215 "
+    "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. "
+    "End of file. There are some potential root causes. (1) The process is killed by SIGKILL by OOM killer due "
+    "to high memory usage. (2) ray stop --force is called. (3) The worker is crashed unexpectedly due to SIGSEGV "
+    "or other unexpected errors.\n")
+
+# python/ray/exceptions.py ActorDiedError, with the GCS death cause of a worker that died
+ACTOR_DIED = (
+    "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+    "\tclass_name: PolicyActor\n\tactor_id: 9f8e7d6c5b4a39281706f5e401000000\n\tpid: 40404\n"
+    "\tnamespace: 0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d\n\tip: 10.0.0.7\n"
+    "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+    "Worker unexpectedly exits with a connection error code 2. End of file.\n")
+
+
+def paste(text: str) -> dict:
+    return analyze(Case("ray-words", ["-"], {}, stdin=text.encode()))["first_failure"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A death Ray could not explain takes its class from the text's words
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("heading, body", [
+    ("# Rollout workers get OOM killed after 3 steps", RAYLET_DIED),
+    ("# OOM", ACTOR_DIED),  # "OOM" of a process that died with no error of its own: it was killed
+    ("# Workers die after fork: Cannot allocate memory", RAYLET_DIED),
+])
+def test_an_unexplained_ray_death_takes_host_memory_from_the_words(heading, body):
+    ff = paste(heading + "\n```\n" + body + "```\n")
+    assert (ff["signature"], ff["category"], ff["confidence"]) == ("ray.worker_died", "host-memory", "low")
+    assert "text's words" in ff["evidence"][0]["linked_by"]
+
+
+def test_words_that_put_the_oom_on_the_gpu_keep_it_there():
+    ff = paste("# CUDA out of memory on 8 GPUs during generation\n```\n" + RAYLET_DIED + "```\n")
+    assert (ff["signature"], ff["category"], ff["confidence"]) == ("ray.worker_died", "gpu-memory", "low")
+
+
+@pytest.mark.parametrize("text", [
+    RAYLET_DIED,  # Ray's list of possible causes is no finding (62-ray.toml)
+    "# worker process died after the first epoch\n```\n" + RAYLET_DIED + "```\n",  # words naming no class
+])
+def test_an_unexplained_ray_death_without_such_words_stays_unknown(text):
+    ff = paste(text)
+    assert (ff["signature"], ff["category"]) == ("ray.worker_died", "unknown")
+    assert ff["confidence"] == "medium"
+
+
+@pytest.mark.parametrize("words, category", [
+    ("Some tasks have been OOM Killed", "host-memory"),
+    ("the oom-kill counter went up", "host-memory"),
+    ("Invoked the OOM killer twice", "host-memory"),
+    ("OOM when the sequence length is 700k", "gpu-memory"),  # unchanged: no kill named
+])
+def test_an_oom_kill_in_words_is_host_memory(words, category):
+    assert CATALOG.category_of(words, "unknown") == category
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker method a title names gives the phase where no line says it
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, phase", [
+    ("TimeOutError when ray::WorkerDict.critic_init_model", "init"),
+    ("NCCL timeout during compute_log_prob crashing runs", "forward"),
+    ("hang in ray::WorkerDict.actor_rollout_generate_sequences()", "forward"),
+    ("OpenRLHF save_model fails on 2 nodes", "checkpoint-save"),
+    ("error in LLMRayActor.__init__", "init"),
+])
+def test_a_worker_method_named_in_words_gives_its_phase(text, phase):
+    assert phase_from_task_words(text) == phase
+
+
+@pytest.mark.parametrize("text", [
+    "NCCL timeout in update_actor at step 40",  # a method no task rule names
+    "error while initializing the model",  # words, not the method's identifier
+    "compute_log_probability_v2 crashed",  # another identifier that merely starts like one
+    "crash between init_model and compute_log_prob",  # two phases: no answer
+])
+def test_no_phase_from_words_that_name_no_one_method(text):
+    assert phase_from_task_words(text) is None
+
+
+def test_every_task_rule_method_is_a_needle_of_the_task_mention():
+    from firstfault.analysis.phase import rules
+    needles = set(CATALOG.get("text.task_failure_mention").needles)
+    assert {m for r in rules().tasks for m in r.methods} <= needles
+
+
+WATCHDOG = (
+    "(WorkerDict pid=7001, ip=10.0.0.5) [rank1]:[E1023 02:44:30.941975491 ProcessGroupNCCL.cpp:632] [Rank 1] "
+    "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=26, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+    "Timeout(ms)=600000) ran for 600007 milliseconds before timing out.\n")
+
+
+def test_a_hang_takes_the_phase_of_the_task_its_title_names():
+    ff = paste("# NCCL timeout in ray::WorkerDict.actor_rollout_compute_log_prob after 20 steps\n```\n"
+               + WATCHDOG + "```\n")
+    assert ff["signature"] == "hang.stopped_first"
+    assert ff["phase"] == "forward" and "title" in ff["phase_from"]
+
+
+def test_a_hang_whose_title_names_no_task_keeps_its_unknown_phase():
+    ff = paste("# NCCL timeout after 20 steps\n```\n" + WATCHDOG + "```\n")
+    assert ff["signature"] == "hang.stopped_first" and ff["phase"] == "unknown"
+
+
+# python/ray/exceptions.py RayTaskError: "ray::TaskRunner.run() (pid=..., ip=...)" with the remote
+# traceback after it, cut here before the wrapped exception's own line
+DRIVER_CUT = """\
+Traceback (most recent call last):
+  File "/app/main_ppo.py", line 41, in run_ppo
+    ray.get(runner.run.remote(config))
+  File "/usr/lib/python3.10/site-packages/ray/_private/worker.py", line 929, in get_objects
+    raise value.as_instanceof_cause()
+ray.exceptions.RayTaskError(RuntimeError): ray::TaskRunner.run() (pid=11272, ip=10.0.0.5, actor_id=f6e8, repr=<main_ppo.TaskRunner object at 0x7ef9>)
+  File "/app/main_ppo.py", line 149, in run
+    trainer.fit()
+"""
+
+
+def test_a_failure_with_no_phase_of_its_own_takes_the_phase_its_title_names():
+    ff = paste("# Save checkpoint error when using FSDP2\n\n" + DRIVER_CUT)
+    assert ff["phase"] == "checkpoint-save" and "title" in ff["phase_from"]
+
+
+def test_a_failure_whose_frames_say_the_phase_keeps_it():
+    frames = DRIVER_CUT + ('  File "/usr/lib/python3.10/site-packages/torch/_tensor.py", line 525, in backward\n'
+                           "    torch.autograd.backward(\nRuntimeError: Function 'MulBackward0' returned nan values\n")
+    ff = paste("# Save checkpoint error when using FSDP2\n\n" + frames)
+    assert ff["phase"] == "backward" and ff["phase_from"] == "frames"
+
+
+# ---------------------------------------------------------------------------------------------
+# A death Ray could not explain, printed after a collective timeout, is the watchdog's doing
+# ---------------------------------------------------------------------------------------------
+
+def test_an_unexplained_ray_death_after_a_collective_timeout_is_a_cascade():
+    ff = paste("```\n" + WATCHDOG + RAYLET_DIED + "```\n")
+    assert ff["signature"] == "hang.stopped_first" and ff["category"] == "cascade"
+
+
+def test_an_unexplained_ray_death_before_any_timeout_stays_the_failure():
+    ff = paste("```\n" + RAYLET_DIED + WATCHDOG + "```\n")
+    assert (ff["signature"], ff["category"]) == ("ray.worker_died", "unknown")
+
+
+# ---------------------------------------------------------------------------------------------
+# A RayTaskError whose remote traceback is cut before the worker's exception line
+# ---------------------------------------------------------------------------------------------
+
+DRIVER_OOM_CUT = DRIVER_CUT.replace("RayTaskError(RuntimeError)", "RayTaskError(OutOfMemoryError)")
+
+
+@pytest.mark.parametrize("text, signature", [
+    (DRIVER_CUT, "ray.task_error_unresolved"),
+    (DRIVER_CUT + '  File "/app/ray_trai', "ray.task_error_unresolved"),  # cut inside a frame line
+    (DRIVER_OOM_CUT, "ray.task_oom_unresolved"),
+])
+def test_a_ray_task_error_cut_inside_its_remote_traceback_is_unresolved(text, signature):
+    ff = paste(text)
+    assert ff["signature"] == signature and ff["category"] == "unknown"
+
+
+def test_a_ray_task_error_with_the_workers_exception_line_is_that_exception():
+    ff = paste(DRIVER_OOM_CUT + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+               "total capacity of 79.10 GiB of which 1.02 GiB is free.\n")
+    assert (ff["signature"], ff["category"]) == ("cuda.oom", "gpu-memory")
