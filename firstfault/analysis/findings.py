@@ -157,8 +157,9 @@ def read_findings(events: Iterable[Event], catalog: Catalog) -> Read:
             ctx.feed_paths(ev.text)
         for sub in [ev, *_message_lines(ev)]:
             m = catalog.match(sub.text)
-            if m is None and sub is ev and ev.fields.get("message"):
-                m = catalog.match(ev.fields["message"])  # exception groups indent their final line
+            if sub is ev and ev.fields.get("message") and (m is None or "quoted-exception" in m.signature.traits):
+                # exception groups indent their final line; a traceback's own line beats a quote in its text
+                m = catalog.match(ev.fields["message"]) or m
             if m is not None:
                 dropped += _keep(owned(Finding(sub, m)), latest, kept, counts)
     findings = list(kept.values()) + list(latest.values())

@@ -47,6 +47,12 @@ def test_the_last_quoted_exception_is_the_one_that_ended_the_job():
      "  exitcode  : 1 (pid: 500)\n  error_file: <N/A>\n", "torchelastic.worker_failed"),
     # a heading that names a class of failure in words
     ("# CUDA out of memory with 8 GPUs\nthe log then shows KeyError: 'labels' once\n", "text.failure_mention"),
+    # a traceback's own exception line: Python 3.11's exception group prints its members' lines behind "| "
+    ("  + Exception Group Traceback (most recent call last):\n  |   File \"/w/run.py\", line 16, in <module>\n"
+     "  |     asyncio.run(main())\n  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)\n"
+     "  +-+---------------- 1 ----------------\n    | Traceback (most recent call last):\n"
+     "    |   File \"/w/run.py\", line 6, in worker\n    |     raise ConnectionError(\"peer gone\")\n"
+     "    | ConnectionError: peer gone\n    +------------------------------------\n", "python.exception"),
 ])
 def test_what_the_log_or_a_heading_says_comes_before_a_quoted_exception(text, signature):
     ff = paste(text)
