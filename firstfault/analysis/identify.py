@@ -113,6 +113,12 @@ def link_identity(findings: list[Finding], single_node: bool) -> tuple[list[Find
             if r is not None:
                 rank = change["rank"] = r
                 change["rank_from"] = "message" if f.role == "root" else "launcher or summary line"
+            elif int_or_none(g.get("pg_rank")) is not None:
+                # a process group's own rank (PyTorch 1.13-2.1's "[Rank r] NCCL watchdog ..."): the job's
+                # rank for the default group, a subgroup's otherwise, and the line does not say which
+                rank = change["rank"] = int_or_none(g.get("pg_rank"))
+                change["rank_from"] = "message (a process group's rank)"
+                f = replace(f, cap="medium" if f.cap in (None, "high") else f.cap)
         if ev.local_rank is None and int_or_none(g.get("local_rank")) is not None:
             change["local_rank"] = int_or_none(g.get("local_rank"))
         pid = int_or_none(g.get("pid")) or ev.pid

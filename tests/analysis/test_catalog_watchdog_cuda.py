@@ -9,7 +9,9 @@ exception: "`` (2.2+, logPrefix ``"[PG <id> Rank <r>] "``, from 2.4 ``"[PG ID <i
 without any rank prefix, says the same error; only the wrapper says whose it was.
 
 A subgroup's logPrefix carries the rank inside that group, which is not the global rank: those
-lines keep the signature and name no rank.
+lines keep the signature and name no rank. The 1.13-2.1 wrapper says no group at all: its rank is
+kept as ``pg_rank`` (the rank in the group that printed it), which the analysis uses as the rank
+but never at confidence high.
 
 Every line below is written from those format strings with made-up values.
 """
@@ -27,7 +29,7 @@ CATALOG = load_catalog()
 
 LINES = [
     ("[E ProcessGroupNCCL.cpp:916] [Rank 1] NCCL watchdog thread terminated with exception: "
-     "CUDA error: uncorrectable ECC error encountered", "cuda.ecc_uncorrectable", "root", "hardware", {"rank": "1"}),
+     "CUDA error: uncorrectable ECC error encountered", "cuda.ecc_uncorrectable", "root", "hardware", {"pg_rank": "1"}),
     ("[E1203 08:00:01.123456789 ProcessGroupNCCL.cpp:1412] [PG 0 Rank 6] Process group watchdog thread terminated "
      "with exception: CUDA error: unspecified launch failure", "cuda.launch_failure", "root", "unknown",
      {"rank": "6"}),
@@ -35,13 +37,13 @@ LINES = [
      "CUDA error: an illegal memory access was encountered", "cuda.illegal_memory_access", "root", "framework",
      {"rank": "12", "error": "an illegal memory access was encountered"}),
     ("[Rank 4] NCCL watchdog thread terminated with exception: CUDA error: uncorrectable NVLink error was "
-     "detected during the execution", "cuda.nvlink_uncorrectable", "root", "hardware", {"rank": "4"}),
+     "detected during the execution", "cuda.nvlink_uncorrectable", "root", "hardware", {"pg_rank": "4"}),
     ("[Rank 5] NCCL watchdog thread terminated with exception: CUDA error: unknown error",
-     "cuda.unknown_error", "root", "hardware", {"rank": "5"}),
+     "cuda.unknown_error", "root", "hardware", {"pg_rank": "5"}),
     ("[PG 0 Rank 3] Process group watchdog thread terminated with exception: CUDA error: misaligned address",
      "cuda.misaligned_address", "root", "framework", {"rank": "3", "error": "misaligned address"}),
     ("[Rank 7] NCCL watchdog thread terminated with exception: CUDA error: operation not supported",
-     "cuda.error", "root", "unknown", {"rank": "7", "error": "operation not supported"}),
+     "cuda.error", "root", "unknown", {"pg_rank": "7", "error": "operation not supported"}),
 ]
 
 
@@ -68,7 +70,7 @@ NO_RANK = [
 def test_no_rank_where_none_is_the_jobs(text, sig):
     m = CATALOG.match(text)
     assert m is not None and m.signature.id == sig
-    assert m.groups.get("rank") is None, m.groups
+    assert m.groups.get("rank") is None and m.groups.get("pg_rank") is None, m.groups
 
 
 # A rank's traceback (no prefix) and then its watchdog's wrapper of the same error.
@@ -85,9 +87,17 @@ Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException
 """
 
 
-def test_the_paste_names_the_rank_its_watchdog_named():
+def test_the_paste_names_the_rank_its_watchdog_named_but_not_at_high():
     ff = analyze_case(Case("paste", ["-"], {}, stdin=PASTE.encode()))["first_failure"]
     assert (ff["rank"], ff["signature"], ff["category"]) == (3, "cuda.ecc_uncorrectable", "hardware")
+    assert ff["confidence"] == "medium"  # 2.1's "[Rank r]" may be a subgroup's rank
+
+
+def test_the_default_groups_wrapper_names_the_jobs_rank():
+    text = PASTE.replace("[Rank 3] NCCL watchdog", "[PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog")
+    ff = analyze_case(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
+    assert (ff["rank"], ff["signature"], ff["category"]) == (3, "cuda.ecc_uncorrectable", "hardware")
+    assert ff["confidence"] == "high"
 
 
 def test_a_subgroup_watchdog_names_no_rank():
