@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from firstfault.analysis.events import Event, Frame
+from firstfault.analysis.findings import exit_of
 from firstfault.analysis.stacks import in_collective
 from firstfault.analysis.timeline import overlap
 
@@ -128,7 +129,12 @@ def stopped_first(errors, known_ranks: Iterable[int], progress: Mapping[int, Eve
     dumps = dumps or {}
     known = sorted(set(known_ranks) | {f.ev.rank for f in errors if f.ev.rank is not None} | set(dumps))
     implied = set(implied) if len(set(known) - set(implied)) == 1 else set()  # one rank's lines alone
-    timed_out = {f.ev.rank for f in errors if f.role == "cascade" and not launcher_act(f) and f.ev.rank is not None}
+    # a rank's SIGABRT judged a cascade (judge.py) where the collective timeout names no rank (a title, a copy
+    # without its prefix) is most likely that rank's own watchdog taking it down: it waited (a timeout of another
+    # named rank leaves the aborted rank a suspect)
+    unnamed = any(f.has("collective-timeout") and f.ev.rank is None for f in errors)
+    timed_out = {f.ev.rank for f in errors if f.role == "cascade" and f.ev.rank is not None
+                 and (not launcher_act(f) or (unnamed and (exit_of(f) or {}).get("signal") == "SIGABRT"))}
     outlier, waiting_list = stack_outlier({r: d.frames for r, d in dumps.items()}, timed_out)
     waiting = set(waiting_list)
     if outlier is not None:

@@ -89,8 +89,9 @@ def _judged(f: Finding, oom_ranks: set, timeouts: list[Finding], kernel_span: Ma
                                             "timed out, and Ray reports that as a death of unknown cause"])
     if _aborted(f):
         mine = [t for t in timeouts if t.ev.rank == f.ev.rank and f.ev.rank is not None]
-        before = [t for t in timeouts if t.ev.occurred_ns is not None and f.ev.occurred_ns is not None
-                  and t.ev.occurred_ns <= f.ev.occurred_ns + f.ev.uncertainty_ns + t.ev.uncertainty_ns]
+        before = [t for t in timeouts if (t.ev.occurred_ns is not None and f.ev.occurred_ns is not None
+                  and t.ev.occurred_ns <= f.ev.occurred_ns + f.ev.uncertainty_ns + t.ev.uncertainty_ns)
+                  or _printed_before(t, f)]  # in time, or above it in one stream (a paste)
         if mine or before:
             t = (mine or before)[0]
             return replace(f, match=replace(f.match, role="cascade", category="cascade"),

@@ -21,6 +21,9 @@ the tool's own format (examples made up)::
     2026-02-18T10:48:25.681Z stdout F the CRI log format (kubelet's files)
     Feb 18 10:48:25 gpu-3 kernel:     journald / syslog (time, host, identifier[pid])
     > >>  `                           Markdown quoting and inline code left in a paste
+    [80851]                           a log viewer's line number (3 to 7 digits; one or two digits may be a
+                                      rank's tag, "[0] node0:13571:13571 [0] NCCL INFO ...", and stay); it
+                                      names no one, so it adds nothing to the key
     # ##                              a Markdown heading (or a shell comment): what a person wrote, not a log
     **RuntimeError: x**  _**x**_      Markdown bold around a whole line: a person's emphasis over words
                                       quoted from the log; peeled at both ends and marked prose
@@ -63,6 +66,7 @@ _PREFIX = re.compile(
     r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)[ \t]+(?:(?:stdout|stderr) [FP][ ])?"
     r"|(?P<syslog>(?:" + _MONTHS + r") [ \d]\d \d\d:\d\d:\d\d) (?P<sysnode>[\w.-]+) [\w./@-]+(?:\[\d+\])?:[ ]"
     r"|>+[ ]?"
+    r"|\[(?P<lineno>\d{3,7})\][ ]"
     r"|(?P<tick>`+)"
     r"|(?P<heading>\#{1,6})[ ]"
     r")"

@@ -324,3 +324,28 @@ def test_trainer_staging_rename_race():
                       "'/out/tmp-checkpoint-1000' -> '/out/checkpoint-1000'")
     assert (m.signature.id, m.category) == ("hf.trainer_checkpoint_rename", "framework")
     assert m.groups["src"] == "/out/tmp-checkpoint-1000"
+
+
+def test_a_missing_zero_shard_on_resume_is_the_jobs_setup_on_that_rank():
+    # transformers Trainer.train -> deepspeed_load_checkpoint -> DeepSpeed engine.load_checkpoint -> torch.load,
+    # on the rank whose shard the save did not write (format strings of the frames and of open()'s error)
+    tb = ["Traceback (most recent call last):",
+          '  File "/opt/app/train.py", line 60, in <module>',
+          "    trainer.train(resume_from_checkpoint=True)",
+          '  File "/usr/lib/python3.10/site-packages/transformers/trainer.py", line 2398, in _inner_training_loop',
+          "    deepspeed_load_checkpoint(",
+          '  File "/usr/lib/python3.10/site-packages/deepspeed/runtime/engine.py", line 2900, in load_checkpoint',
+          "    success = self._load_zero_checkpoint(",
+          '  File "/usr/lib/python3.10/site-packages/torch/serialization.py", line 231, in _open_file_like',
+          "    return _open_file(name_or_buffer, mode)",
+          "FileNotFoundError: [Errno 2] No such file or directory: "
+          "'/out/checkpoint-400/global_step400/zero_pp_rank_5_mp_rank_00_optim_states.pt'"]
+    log = "\n".join(f"[rank5]: {line}" for line in tb) + "\n"
+    ff = analyze_case(Case("shard", ["-"], {}, stdin=log.encode()))["first_failure"]
+    assert (ff["signature"], ff["category"], ff["phase"], ff["rank"]) == (
+        "deepspeed.checkpoint_shard_missing", "config", "checkpoint-load", 5)
+    # not-example: a data file that is not there stays what the generic rules say, not a checkpoint shard
+    other = log.replace("/out/checkpoint-400/global_step400/zero_pp_rank_5_mp_rank_00_optim_states.pt",
+                        "/data/train.json")
+    assert analyze_case(Case("data", ["-"], {}, stdin=other.encode()))["first_failure"]["signature"] != \
+        "deepspeed.checkpoint_shard_missing"

@@ -127,3 +127,28 @@ def test_the_only_rank_seen_is_not_called_the_one_not_waiting_when_it_waits():
     """One rank's watchdog timeout alone: that rank waited; nothing says who stopped."""
     inf = stopped_first([f(WATCHDOG.format(r=0), 0)], [0], {})
     assert inf.rank is None and inf.suspects == [] and inf.confidence == "low"
+
+
+AGENT_EXIT = ("E1202 10:12:00.462000 2611 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: {code}) "
+              "local_rank: {r} (pid: 427{r}) of binary: /usr/bin/python3")
+
+
+def test_a_rank_its_watchdog_aborted_waited_and_one_killed_by_sigkill_did_not():
+    from dataclasses import replace
+    # judge.py turns a SIGABRT after a collective timeout into a cascade: the watchdog took that rank down
+    timeout = f(WATCHDOG.format(r=0), None)  # a watchdog line no rank prefix names (a title, a copy)
+    abort = f(AGENT_EXIT.format(code=-6, r=0), 0)
+    abort = replace(abort, match=replace(abort.match, role="cascade", category="cascade"))
+    inf = stopped_first([timeout, abort], range(2), {})
+    assert inf.rank == 1  # rank 0 waited (its watchdog aborted it); rank 1 said nothing
+    inf = stopped_first([timeout, abort], [0], {})
+    assert inf.rank is None  # the one rank seen waited: no one stands out
+    # not-example: a launcher's report of a SIGTERM it sent is still no sign of waiting
+    sent = f(SIGTERM_SENT, 1)
+    inf = stopped_first([f(WATCHDOG.format(r=0), 0), sent], range(2), {})
+    assert inf.rank == 1
+    # not-example: after a timeout ANOTHER named rank reported, an aborted rank stays the suspect
+    named = f(WATCHDOG.format(r=0), 0)
+    abort1 = f(AGENT_EXIT.format(code=-6, r=1), 1)
+    abort1 = replace(abort1, match=replace(abort1.match, role="cascade", category="cascade"))
+    assert stopped_first([named, abort1], range(2), {}).rank == 1

@@ -130,3 +130,19 @@ def test_phase_hint_tries_the_task_then_the_collective_then_the_markers():
     assert phase_hint(gather, setup)[0] == "init"  # not sharded: the collective says nothing, the markers do
     assert phase_hint("Killed", setup) == ("init", "set-up lines before it, with no training progress after them")
     assert phase_hint("Killed", setup + ["{'loss': 1.5, 'grad_norm': 0.9, 'learning_rate': 1e-05, 'epoch': 0.1}"]) is None
+
+
+def test_a_deepspeed_checkpoint_read_back_is_the_load_until_training_goes_on():
+    # transformers integrations/deepspeed.py deepspeed_load_checkpoint, DeepSpeed engine.py
+    # _get_all_zero_checkpoint_state_dicts / _load_zero_checkpoint (format strings filled in)
+    resume = ["[INFO|deepspeed.py:449] 2026-12-02 10:00:01,000 >> Attempting to resume from out/checkpoint-40",
+              "[2026-12-02 10:00:31,000] [INFO] [engine.py:4836:_get_all_zero_checkpoint_state_dicts] "
+              "successfully read 4 ZeRO state_dicts for rank 2"]
+    assert phase_before_failure(resume) == "checkpoint-load"
+    assert phase_before_failure(resume[:1]) == "checkpoint-load"
+    assert phase_before_failure(resume + ["  3%|▎         | 30/1000 [00:41<22:05,  1.37s/it]"]) is None  # resumed, training
+    # not-examples: the source lines of the format strings, a script's own words
+    assert phase_from_marker('        logger.info(f"successfully read {len(zero_optimizer_sd)} ZeRO state_dicts '
+                             'for rank {self.global_rank}")') is None
+    assert phase_from_marker('    logger.info(f"Attempting to resume from {checkpoint_path}")') is None
+    assert phase_from_marker("read 4 state dicts for rank 2") is None

@@ -172,3 +172,41 @@ def test_a_bold_exception_line_under_a_pasted_spawn_traceback_ends_it():
     )
     ff = analyze(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
     assert (ff["category"], ff["rank"]) == ("storage", 0)
+
+
+@pytest.mark.parametrize("line, text", [
+    ("[80851] E1202 10:12:00.462000 2611 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1)",
+     "E1202 10:12:00.462000 2611 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1)"),
+    ('[4242]   File "/opt/app/train.py", line 12, in <module>', '  File "/opt/app/train.py", line 12, in <module>'),
+    ("[1830] [rank3]:[E1202 10:12:00.100000000 ProcessGroupNCCL.cpp:632] [Rank 3] x",
+     "[E1202 10:12:00.100000000 ProcessGroupNCCL.cpp:632] [Rank 3] x"),
+])
+def test_a_log_viewers_line_number_is_peeled_and_names_no_one(line, text):
+    p = peel(line)
+    assert p.text == text
+    assert p.key in ("", "rank3") and (p.rank == 3) == ("[rank3]" in line)
+
+
+@pytest.mark.parametrize("line", [
+    "[0] node0:13571:13571 [0] NCCL INFO Connected all rings",  # one or two digits: maybe a rank's tag
+    "[12] ValueError: bad",
+    "[12345.678901] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",  # dmesg's time
+    "[2026-12-02 10:12:00,462] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 4242",
+    "[12345678] too long for a line number",
+])
+def test_not_a_line_number(line):
+    assert peel(line).text == line
+
+
+def test_a_line_numbered_paste_keeps_its_traceback_whole():
+    # torchrun's worker traceback (format of traceback.print_exc) behind a viewer's line numbers
+    lines = ["Traceback (most recent call last):",
+             '  File "/opt/app/train.py", line 40, in <module>',
+             "    main()",
+             '  File "/opt/app/train.py", line 31, in main',
+             "    loss = model(batch)",
+             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+             "79.14 GiB of which 1.02 GiB is free."]
+    log = "\n".join(f"[{n}] {line}" for n, line in enumerate(lines, start=1750)) + "\n"
+    ff = analyze(Case("numbered", ["-"], {}, stdin=log.encode()))["first_failure"]
+    assert ff["category"] == "gpu-memory" and ff["rank"] is None

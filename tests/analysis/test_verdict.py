@@ -153,3 +153,25 @@ def test_sigabrt_after_a_collective_timeout_is_a_cascade_and_before_any_it_is_a_
     first = finding("Fatal Python error: Aborted", 3, 0.5)
     first, _ = judge_signals([first, timeout], {}, {})
     assert first.role == "root" and first.cap == "medium"  # nothing had timed out yet: the abort is the failure
+
+
+NCCL_TIMEOUT = ("[rank1]:[E1202 10:11:59.000000000 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation "
+                "timeout: WorkNCCL(SeqNum=80, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=600000) ran for "
+                "600004 milliseconds before timing out.")
+
+
+def test_sigabrt_printed_below_an_untimed_watchdog_timeout_in_one_paste_is_a_cascade():
+    # a paste: the watchdog line has no time the reader trusts, torchrun's exit line comes below it
+    timeout = replace(finding(NCCL_TIMEOUT, None, stream="paste", seq=3), ev=replace(
+        finding(NCCL_TIMEOUT, None, stream="paste", seq=3).ev, occurred_ns=None))
+    abort = finding(SIGABRT, 0, 2.0, source="launcher", stream="paste", seq=9)
+    _, abort = judge_signals([timeout, abort], {}, {})
+    assert abort.role == "cascade" and abort.category == "cascade"
+    # not-example: the same abort printed ABOVE the timeout in that paste stays a root (capped)
+    above = finding(SIGABRT, 0, 2.0, source="launcher", stream="paste", seq=1)
+    _, above = judge_signals([timeout, above], {}, {})
+    assert above.role == "root" and above.cap == "medium"
+    # and a timeout in another, untimed stream orders nothing
+    elsewhere = replace(timeout, ev=replace(timeout.ev, stream="other"))
+    _, alone = judge_signals([elsewhere, above], {}, {})
+    assert alone.role == "root"
