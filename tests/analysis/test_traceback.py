@@ -9,10 +9,13 @@ import textwrap
 from firstfault.analysis import traceback as tb
 
 
-def _stderr(code: str) -> list[str]:
-    """What a real Python prints for a script (a file, so source and caret lines show)."""
+def _stderr(code: str, *subdirs: str) -> list[str]:
+    """What a real Python prints for a script (a file, so source and caret lines show), in the
+    folder ``subdirs`` below a temporary one."""
     with tempfile.TemporaryDirectory() as d:
-        script = os.path.join(d, "train.py")
+        folder = os.path.join(d, *subdirs)
+        os.makedirs(folder, exist_ok=True)
+        script = os.path.join(folder, "train.py")
         with open(script, "w") as f:
             f.write(textwrap.dedent(code))
         p = subprocess.run([sys.executable, script], capture_output=True, text=True)
@@ -113,15 +116,7 @@ def test_bounded_memory_on_runaway_recursion():
 
 def _stderr_deep(code: str) -> list[str]:
     """_stderr for a script whose path is long (frame lines far wider than its source lines)."""
-    with tempfile.TemporaryDirectory() as d:
-        deep = os.path.join(d, *(["site-packages-of-a-long-virtualenv"] * 4))
-        os.makedirs(deep)
-        script = os.path.join(deep, "train.py")
-        with open(script, "w") as f:
-            f.write(textwrap.dedent(code))
-        p = subprocess.run([sys.executable, script], capture_output=True, text=True)
-    assert p.returncode != 0
-    return p.stderr.splitlines()
+    return _stderr(code, *(["site-packages-of-a-long-virtualenv"] * 4))
 
 
 def test_frame_lines_a_terminal_wrapped_keep_the_traceback_whole():
