@@ -123,10 +123,10 @@ def test_a_crash_after_megatron_started_training_is_not_set_up():
 # ZeRO-3 releasing a parameter (partition_parameters.py free_param: assert not param.ds_active_sub_modules,
 # param.ds_summary()); the frames say param-gather, unless an outer frame (a save) holds them
 RELEASE = """\
-[rank1]:   File "/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/zero/partition_parameters.py", line 1535, \
+[rank1]:   File "/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/zero/partition_parameters.py", line 1490, \
 in _partition
 [rank1]:     self._partition_param(param, has_been_updated=has_been_updated)
-[rank1]:   File "/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/zero/partition_parameters.py", line 284, \
+[rank1]:   File "/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/zero/partition_parameters.py", line 301, \
 in free_param
 [rank1]:     assert not param.ds_active_sub_modules, param.ds_summary()
 [rank1]: AssertionError: {'id': 7, 'status': 'AVAILABLE', 'numel': 4096, 'ds_numel': 4096, 'shape': (64, 64), \

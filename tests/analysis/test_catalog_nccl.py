@@ -434,7 +434,7 @@ Traceback (most recent call last):
     sys.exit(main())
   File "/opt/venv/lib/python3.10/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 347, in wrapper
     return f(*args, **kwargs)
-  File "/opt/venv/lib/python3.10/site-packages/torch/distributed/run.py", line 812, in main
+  File "/opt/venv/lib/python3.10/site-packages/torch/distributed/run.py", line 794, in main
     run(args)
   File "
 """

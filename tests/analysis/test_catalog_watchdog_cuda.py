@@ -28,7 +28,7 @@ from tests.offline.scoring import analyze as analyze_case
 CATALOG = load_catalog()
 
 LINES = [
-    ("[E ProcessGroupNCCL.cpp:916] [Rank 1] NCCL watchdog thread terminated with exception: "
+    ("[E ProcessGroupNCCL.cpp:1003] [Rank 1] NCCL watchdog thread terminated with exception: "
      "CUDA error: uncorrectable ECC error encountered", "cuda.ecc_uncorrectable", "root", "hardware", {"pg_rank": "1"}),
     ("[E1203 08:00:01.123456789 ProcessGroupNCCL.cpp:1412] [PG 0 Rank 6] Process group watchdog thread terminated "
      "with exception: CUDA error: unspecified launch failure", "cuda.launch_failure", "root", "unknown",
@@ -81,7 +81,7 @@ RuntimeError: CUDA error: uncorrectable ECC error encountered
 CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.
 For debugging consider passing CUDA_LAUNCH_BLOCKING=1.
 
-[E ProcessGroupNCCL.cpp:916] [Rank 3] NCCL watchdog thread terminated with exception: CUDA error: uncorrectable ECC error encountered
+[E ProcessGroupNCCL.cpp:1003] [Rank 3] NCCL watchdog thread terminated with exception: CUDA error: uncorrectable ECC error encountered
 CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.
 Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:44 (most recent call first):
 """

@@ -9,9 +9,9 @@ import pytest
 
 from firstfault.analysis.prefixes import peel
 
-WATCHDOG = ("[E510 00:18:19.328053719 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught collective operation "
-            "timeout: WorkNCCL(SeqNum=3, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for "
-            "1800041 milliseconds before timing out.")
+WATCHDOG = ("[E305 14:02:47.500120334 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=5, OpType=BROADCAST, NumelIn=4, NumelOut=4, Timeout(ms)=1800000) ran for "
+            "1800212 milliseconds before timing out.")
 
 
 @pytest.mark.parametrize("line, node, stamp", [

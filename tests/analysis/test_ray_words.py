@@ -81,8 +81,8 @@ def test_an_oom_kill_in_words_is_host_memory(words, category):
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, phase", [
-    ("TimeOutError when ray::WorkerDict.critic_init_model", "init"),
-    ("NCCL timeout during compute_log_prob crashing runs", "forward"),
+    ("a timeout in ray::WorkerDict.critic_init_model on 4 nodes", "init"),
+    ("compute_log_prob dies with an NCCL timeout", "forward"),
     ("hang in ray::WorkerDict.actor_rollout_generate_sequences()", "forward"),
     ("OpenRLHF save_model fails on 2 nodes", "checkpoint-save"),
     ("error in LLMRayActor.__init__", "init"),
@@ -108,9 +108,9 @@ def test_every_task_rule_method_is_a_needle_of_the_task_mention():
 
 
 WATCHDOG = (
-    "(WorkerDict pid=7001, ip=10.0.0.5) [rank1]:[E1023 02:44:30.941975491 ProcessGroupNCCL.cpp:632] [Rank 1] "
-    "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=26, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
-    "Timeout(ms)=600000) ran for 600007 milliseconds before timing out.\n")
+    "(WorkerDict pid=7001, ip=10.0.0.5) [rank1]:[E0611 09:15:02.118400022 ProcessGroupNCCL.cpp:632] [Rank 1] "
+    "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=41, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, "
+    "Timeout(ms)=600000) ran for 600310 milliseconds before timing out.\n")
 
 
 def test_a_hang_takes_the_phase_of_the_task_its_title_names():
@@ -140,14 +140,14 @@ ray.exceptions.RayTaskError(RuntimeError): ray::TaskRunner.run() (pid=11272, ip=
 
 
 def test_a_failure_with_no_phase_of_its_own_takes_the_phase_its_title_names():
-    ff = paste("# Save checkpoint error when using FSDP2\n\n" + DRIVER_CUT)
+    ff = paste("# FSDP2 run fails while saving the checkpoint\n\n" + DRIVER_CUT)
     assert ff["phase"] == "checkpoint-save" and "title" in ff["phase_from"]
 
 
 def test_a_failure_whose_frames_say_the_phase_keeps_it():
     frames = DRIVER_CUT + ('  File "/usr/lib/python3.10/site-packages/torch/_tensor.py", line 525, in backward\n'
                            "    torch.autograd.backward(\nRuntimeError: Function 'MulBackward0' returned nan values\n")
-    ff = paste("# Save checkpoint error when using FSDP2\n\n" + frames)
+    ff = paste("# FSDP2 run fails while saving the checkpoint\n\n" + frames)
     assert ff["phase"] == "backward" and ff["phase_from"] == "frames"
 
 

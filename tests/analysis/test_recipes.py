@@ -14,7 +14,7 @@ INFO:torchtune.utils._logging:Loss is initialized.
 
 CUT = """\
 [rank1]: Traceback (most recent call last):
-[rank1]:   File "/work/recipes/lora_finetune_distributed.py", line 997, in <module>
+[rank1]:   File "/work/recipes/lora_finetune_distributed.py", line 1041, in <module>
 [rank1]:     sys.exit(recipe_main())
 """
 

@@ -157,7 +157,7 @@ def test_sigabrt_after_a_collective_timeout_is_a_cascade_and_before_any_it_is_a_
 
 NCCL_TIMEOUT = ("[rank1]:[E1202 10:11:59.000000000 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation "
                 "timeout: WorkNCCL(SeqNum=80, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=600000) ran for "
-                "600004 milliseconds before timing out.")
+                "600451 milliseconds before timing out.")
 
 
 def test_sigabrt_printed_below_an_untimed_watchdog_timeout_in_one_paste_is_a_cascade():
