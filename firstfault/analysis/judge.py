@@ -89,9 +89,7 @@ def _judged(f: Finding, oom_ranks: set, timeouts: list[Finding], kernel_span: Ma
                                             "timed out, and Ray reports that as a death of unknown cause"])
     if _aborted(f):
         mine = [t for t in timeouts if t.ev.rank == f.ev.rank and f.ev.rank is not None]
-        before = [t for t in timeouts if (t.ev.occurred_ns is not None and f.ev.occurred_ns is not None
-                  and t.ev.occurred_ns <= f.ev.occurred_ns + f.ev.uncertainty_ns + t.ev.uncertainty_ns)
-                  or _printed_before(t, f)]  # in time, or above it in one stream (a paste)
+        before = [t for t in timeouts if _timed_before(t, f) or _printed_before(t, f)]  # or above it in a paste
         if mine or before:
             t = (mine or before)[0]
             return replace(f, match=replace(f.match, role="cascade", category="cascade"),
@@ -106,6 +104,11 @@ def _printed_before(t: Finding, f: Finding) -> bool:
     line takes the time of a later one), or earlier in time across streams where both are timed."""
     if t.ev.stream == f.ev.stream:
         return t.ev.seq < f.ev.seq
+    return _timed_before(t, f)
+
+
+def _timed_before(t: Finding, f: Finding) -> bool:
+    """Both are timed and ``t`` is not after ``f`` (within their clocks' uncertainty)."""
     return (t.ev.occurred_ns is not None and f.ev.occurred_ns is not None
             and t.ev.occurred_ns <= f.ev.occurred_ns + f.ev.uncertainty_ns + t.ev.uncertainty_ns)
 
