@@ -130,7 +130,6 @@ def report(inp: Inputs, read: Read, findings: list[Finding], rank_nodes: Mapping
         if first["failing_frame"] is None:
             first["failing_frame_note"] = no_frame_reason((exit_of(dec.first) or {}).get("signal"),
                                                           dec.first.has("oom-kill"))
-        blame = BLAME.get(dec.first.category, "unknown")
     elif dec.inference is not None:
         first = _inferred(dec.inference, dec.cascades, activity, phase, rank_nodes, dec.outside)
         if dec.fr_decided:
@@ -141,6 +140,8 @@ def report(inp: Inputs, read: Read, findings: list[Finding], rank_nodes: Mapping
         first = _first(exited, [exited.ev.rank] if exited.ev.rank is not None else [], [], phase, rank_nodes)
         first["failing_frame"] = None
         first["failing_frame_note"] = no_frame_reason((exit_of(exited) or {}).get("signal"), exited.has("oom-kill"))
+    if first is not None:  # whose fault: that of the failure's category, however it was found
+        blame = BLAME.get(first["category"], "unknown")
     ranks_out = {}
     for r in sorted(dec.known_ranks | set(firsts) | set(activity.exits)):
         fe = firsts.get(r)
@@ -258,6 +259,20 @@ def _first(f: Finding, ranks: list[int], tied: list[Finding], phase: tuple[str, 
     }
 
 
+def _save_outlasted(summary: str) -> tuple[str, str, str]:
+    """(category, summary, first action) of a hang while the job was saving a checkpoint. The ranks
+    that timed out were waiting for the save: the usual cause is a save that took longer than the
+    collective timeout (one rank gathering and writing the whole state, slow or full shared storage),
+    so storage, inferred; a save that only some ranks enter (a collective under ``if rank == 0``) hangs
+    the same way, hence what would settle it."""
+    return ("storage",
+            summary + " The job was saving a checkpoint: most likely the save outlasted the collective timeout "
+                      "(inferred, not seen).",
+            "Time the save on the saving rank(s) (its write throughput and size on the checkpoint storage) against "
+            "the collective timeout, and check every rank enters the same save path (no collective only under "
+            "rank 0); then save sharded or asynchronously, or raise the timeout around the save.")
+
+
 def _inferred(inf: Inference, casc: list[Finding], activity: RankActivity, phase: tuple[str, str], rank_nodes,
               outside: list[Finding]) -> dict:
     rank = inf.rank
@@ -276,6 +291,16 @@ def _inferred(inf: Inference, casc: list[Finding], activity: RankActivity, phase
     else:
         summary = (f"Rank {rank} stopped first{where} and the other ranks timed out waiting for it "
                    "(inferred: no rank reported a failure of its own).")
+    # no rank singled out: all the log shows are consequences (timeouts, closed peers); a rank that
+    # stopped first is the failure, of a kind nothing said
+    category = "cascade" if rank is None else "unknown"
+    action = ("Dump the stacks of every rank while it hangs (py-spy dump --pid, or "
+              "TORCH_DISTRIBUTED_DEBUG=DETAIL and faulthandler) and look at what "
+              + (f"rank {rank}" if rank is not None else f"rank(s) {ranges(inf.suspects)}" if inf.suspects
+                 else "the rank that stopped")
+              + (" were" if rank is None and len(inf.suspects) > 1 else " was") + " doing instead of the collective.")
+    if phase[0] == "checkpoint-save" and not outside:
+        category, summary, action = _save_outlasted(summary)
     return {
         "rank": rank,
         "node": rank_nodes.get(rank) if rank is not None else None,
@@ -286,17 +311,11 @@ def _inferred(inf: Inference, casc: list[Finding], activity: RankActivity, phase
         "uncertainty_ms": None,
         "signature": HANG_ID,
         "fingerprint": None,
-        # no rank singled out: all the log shows are consequences (timeouts, closed peers); a rank that
-        # stopped first is the failure, of a kind nothing said
-        "category": "cascade" if rank is None else "unknown",
+        "category": category,
         "phase": phase[0],
         "phase_from": phase[1],
         "summary": summary,
-        "first_action": ("Dump the stacks of every rank while it hangs (py-spy dump --pid, or "
-                         "TORCH_DISTRIBUTED_DEBUG=DETAIL and faulthandler) and look at what "
-                         + (f"rank {rank}" if rank is not None else f"rank(s) {ranges(inf.suspects)}" if inf.suspects
-                            else "the rank that stopped")
-                         + (" were" if rank is None and len(inf.suspects) > 1 else " was") + " doing instead of the collective."),
+        "first_action": action,
         "reference": None,
         "evidence": [_evidence(c) for c in casc[:MAX_EVIDENCE]],
         "ranks_sharing": [rank] if rank is not None else [],

@@ -207,7 +207,32 @@ def test_a_title_naming_a_failed_save_is_the_answer_when_the_log_shows_none():
 def test_a_hang_takes_its_phase_from_the_title_when_nothing_else_gives_one():
     got = first(SAVE_HANG)
     assert got["inferred"] and got["phase"] == "checkpoint-save" and "title" in got["phase_from"]
-    assert got["category"] == "cascade" and got["confidence"] == "low"
+    assert got["confidence"] == "low"
+
+
+def test_a_hang_during_a_save_is_a_save_that_outlasted_the_timeout_inferred():
+    got = analyze(Case("paste", ["-"], {}, stdin=SAVE_HANG.encode()))
+    ff = got["first_failure"]
+    assert (ff["category"], ff["confidence"], ff["inferred"]) == ("storage", "low", True)
+    assert "saving a checkpoint" in ff["summary"] and "inferred" in ff["summary"]
+    assert ff["first_action"].startswith("Time the save") and got["blame"] == "infrastructure"
+
+
+def test_a_hang_outside_a_save_stays_a_cascade():
+    ff = first(ONE_SURVIVOR)
+    assert ff["phase"] != "checkpoint-save" and ff["category"] == "cascade"
+
+
+# torch/distributed/elastic/agent/server/api.py SimpleElasticAgent.run ("Received %s death signal, shutting
+# down workers"): the launcher was stopped from outside during the save, so no save outlasted anything
+SAVE_CANCELLED = SAVE_HANG + (
+    "W0616 00:37:22.830000 4015698 torch/distributed/elastic/agent/server/api.py:719] "
+    "Received Signals.SIGTERM death signal, shutting down workers\n")
+
+
+def test_a_save_stopped_from_outside_is_not_blamed_on_storage():
+    ff = first(SAVE_CANCELLED)
+    assert ff["killed_from_outside"] and ff["category"] != "storage"
 
 
 def test_a_title_that_asks_how_to_save_is_no_failure():

@@ -43,10 +43,10 @@ STALL_S = 4.0  # the agent's stacks.stall_s: well below the gloo timeout
 TIMEOUT_S = 15.0  # gloo timeout of the world group (train.py --timeout)
 
 
-def _hang(name, nproc, fail, rank, phase, truth):
-    return run.Scenario(name, "torchrun", nproc, fail, rank, 3, steps=5, save=False, timeout_s=TIMEOUT_S,
+def _hang(name, nproc, fail, rank, phase, truth, category="unknown", save=False):
+    return run.Scenario(name, "torchrun", nproc, fail, rank, 3, steps=5, save=save, save_every=3, timeout_s=TIMEOUT_S,
                         train_extra=("--faulthandler",),
-                        expected=dict(rank=rank, phase=phase, inferred=True), truth=truth)
+                        expected=dict(rank=rank, phase=phase, category=category, inferred=True), truth=truth)
 
 
 HANGS = {s.name: s for s in [
@@ -57,6 +57,9 @@ HANGS = {s.name: s for s in [
     _hang("agent-branch-rank1-of-4", 4, "branch", 1, "forward",
           "In its forward at step 3 rank 1 calls broadcast; ranks 0, 2, 3 call the loss all_reduce: every rank "
           "waits in a different collective until gloo's timeout."),
+    _hang("agent-stall-in-save-rank1-of-2", 2, "stall-in-save", 1, "checkpoint-save",
+          "Rank 1's write of its optimizer shard never returns in the save of step 3; rank 0 waits in the save's "
+          "closing barrier until gloo's timeout.", category="storage", save=True),
 ]}
 
 

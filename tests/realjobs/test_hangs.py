@@ -26,7 +26,7 @@ pytestmark = [
 ]
 # the frame each hung rank's stack must show, by scenario
 HUNG_FRAME = {"agent-hang-rank1-of-2": "__next__", "agent-sleep-rank2-of-4": "check_features",
-              "agent-branch-rank1-of-4": "broadcast"}
+              "agent-branch-rank1-of-4": "broadcast", "agent-stall-in-save-rank1-of-2": "stalled_write"}
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +72,7 @@ def test_report_names_the_rank_and_phase_from_the_stacks(name, runs):
     ff = rep["first_failure"]
     assert ff["inferred"] and ff["rank"] == info["expected"]["rank"]
     assert ff["phase"] == info["expected"]["phase"] and ff["phase_from"] == "stack dump"
+    assert ff["category"] == info["expected"]["category"]  # a save that hung: storage, inferred (low)
     assert any("stack dump" in h or "Flight Recorder" in h for h in ff["inferred_from"])
     assert rep["flight_recorder"]["culprits"] == [info["expected"]["rank"]]
     assert rep["flight_recorder"]["basis"] == ("mismatch" if "branch" in name else "behind")

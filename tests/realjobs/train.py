@@ -25,6 +25,9 @@ Failure modes (``--fail``), on rank ``--fail-rank`` at step ``--fail-step``:
 - ``kill-in-save``: during ``save_checkpoint`` of step S the rank writes the first half of
   its ZeRO optimizer shard and SIGKILLs itself: that tag is incomplete, the previous one
   complete.
+- ``stall-in-save``: during ``save_checkpoint`` of step S the rank's write of its ZeRO
+  optimizer shard never returns (``stalled_write``, as a write to a hung shared mount);
+  the others wait in the save's closing barrier and time out.
 - ``hang``: the rank's data loader sleeps forever at step S; the survivors wait in the
   world-group loss ``all_reduce`` and time out after ``--timeout`` seconds (gloo).
 - ``sleep``: the rank sleeps inside its model's forward at step S (a stuck call in the
@@ -93,8 +96,8 @@ import deepspeed.comm as dist  # noqa: E402
 import torch  # noqa: E402
 from torch.optim.optimizer import register_optimizer_step_pre_hook  # noqa: E402
 
-FAIL_MODES = ("none", "exception", "oom", "kill-in-save", "hang", "sleep", "branch", "bad-config", "nan",
-              "param-probe", "abort")
+FAIL_MODES = ("none", "exception", "oom", "kill-in-save", "stall-in-save", "hang", "sleep", "branch", "bad-config",
+              "nan", "param-probe", "abort")
 
 
 def parse_args(argv=None):
@@ -221,17 +224,25 @@ def install_oom(injector):
     register_optimizer_step_pre_hook(hook)
 
 
+def stalled_write():
+    time.sleep(3600)  # a write that never returns: a hung shared mount
+
+
 def install_kill_in_save(injector):
-    """Write half of this rank's ZeRO shard of the failing step, then SIGKILL ourselves."""
+    """Write half of this rank's ZeRO shard of the failing step, then SIGKILL ourselves
+    (``kill-in-save``); or never return from writing it (``stall-in-save``)."""
     real_save = torch.save
 
     def save(obj, f, *a, **kw):
-        if injector.active("kill-in-save") and isinstance(f, str) and "optim_states" in f:
+        shard = isinstance(f, str) and "optim_states" in f
+        if injector.active("kill-in-save") and shard:
             real_save(obj, f, *a, **kw)  # then keep the first half: what a write cut short leaves
             with open(f, "r+b") as out:
                 out.truncate(os.fstat(out.fileno()).st_size // 2)
                 os.fsync(out.fileno())
             os.kill(os.getpid(), signal.SIGKILL)
+        if injector.active("stall-in-save") and shard:
+            stalled_write()
         return real_save(obj, f, *a, **kw)
 
     torch.save = save
