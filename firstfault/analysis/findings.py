@@ -221,8 +221,8 @@ def merge_xids(findings: list[Finding]) -> list[Finding]:
 def _keep(f: Finding, latest: dict, kept: dict, counts: dict) -> int:
     """Keep what the verdict needs of one finding, in bounded memory; 1 when it had to be dropped."""
     ev = f.ev
-    if f.has("progress"):
-        key = (ev.stream, ev.rank)
+    if f.has("progress") or f.has("phase-marker"):  # the latest of a rank's progress, of each of its markers
+        key = (ev.stream, ev.rank) if f.has("progress") else (ev.stream, ev.rank, f.sig)
         old = latest.get(key)
         if old is None or (ev.occurred_ns or 0) >= (old.ev.occurred_ns or 0):
             latest[key] = f

@@ -77,8 +77,10 @@ def test_required_coverage():
         "python.exception",
     }
     assert required <= {s.id for s in CATALOG.signatures}
-    # the last resorts come last: an exception line, a cut traceback, then mere words in prose
-    assert [s.id for s in CATALOG.signatures[-7:]] == ["python.exception", "python.traceback", "text.failure_mention",
+    # the last resorts come last: an exception line, a cut traceback, then mere words in prose; after them
+    # only lines that tell a phase and nothing else (99-phase-markers.toml)
+    assert [s.id for s in CATALOG.signatures[-2:]] == ["setup.phase_marker", "training.bar_progress"]
+    assert [s.id for s in CATALOG.signatures[-9:-2]] == ["python.exception", "python.traceback", "text.failure_mention",
                                                        "text.phase_failure_mention", "text.init_failure_mention",
                                                        "text.task_failure_mention", "text.exception_quoted"]
 
