@@ -4,6 +4,8 @@ import io
 import json
 import os
 import shutil
+import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,18 @@ def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["analyze", "x.log", "--tz", "Mars/Olympus"])
     assert e.value.code == 2 and "unknown time zone" in capsys.readouterr().err
+
+
+def test_output_to_a_fifo_writes_into_it_and_leaves_it_a_fifo(tmp_path):
+    """-o /dev/null or a named pipe: written as it is, never replaced by a regular file."""
+    logs = tmp_path / "logs"
+    shutil.copytree(REAL / "torchrun-exception-rank1-of-2" / "logs", logs)
+    fifo = tmp_path / "report.pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    assert cli.main(["analyze", str(logs), "--format", "json", "-o", str(fifo)]) == 0
+    reader.join(timeout=30)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and not (tmp_path / "report.pipe.tmp").exists()
+    assert json.loads(got[0])["first_failure"]["rank"] == 1
