@@ -265,7 +265,8 @@ def test_a_headless_traceback_whose_phase_is_not_from_its_frames_is_no_bet_eithe
 
 # deepspeed/launcher/runner.py main(): the passwordless-ssh check, the command a string (older releases,
 # shell=True) or a shlex.split list; Python's CalledProcessError prints "Command '{cmd}' returned non-zero ..."
-SSH_STR = "subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no {h} hostname' returned non-zero exit status {c}."
+SSH_STR = ("subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no {h} hostname' "
+           "returned non-zero exit status {c}.")
 SSH_LIST = ("subprocess.CalledProcessError: Command '['ssh', '-o', 'PasswordAuthentication=no', {p}'{h}', 'hostname']' "
             "returned non-zero exit status {c}.")
 # megatron/training/checkpointing.py check_checkpoint_args._compare
@@ -291,7 +292,8 @@ def test_launch_and_checkpoint_config_lines(text, sig, facts):
     # someone's own ssh command in a shell script, without the failure
     ("ssh -o PasswordAuthentication=no node-b hostname", "deepspeed.runner_ssh_check_failed"),
     # the source line as a traceback prints it
-    ("        error_message = '{} value from checkpoint ({}) is not equal to the ' \\", "megatron.checkpoint_args_mismatch"),
+    ("        error_message = '{} value from checkpoint ({}) is not equal to the ' \\",
+     "megatron.checkpoint_args_mismatch"),
 ])
 def test_launch_and_checkpoint_near_misses(text, forbidden):
     m = CATALOG.match(text)
