@@ -12,6 +12,8 @@ the tool's own format (examples made up)::
     12:                               srun --label (task id = global rank)
     gpu-node-3:  10.0.0.5:            pdsh / the DeepSpeed multi-node launcher (host:)
     trainer.node-7 [stderr]           a runner naming the node and the stream (milabench)
+    finetune/0 [default2]:[rank2]:    torchx's log viewer (role/replica id; NeMo-Run), peeled only before a
+                                      PyTorch or torchrun --tee prefix
     (WorkerDict pid=123, ip=10.0.0.5) Ray's worker prefix; (raylet), (pid=123); "[repeated 3x across cluster]" after;
                                       the ip is a host name where Ray was given one (--node-ip-address)
     [2026-02-18 10:48:25]             a collector's bracketed time, peeled only before a Ray or rank prefix (a
@@ -62,6 +64,7 @@ _PREFIX = re.compile(
     r"|\((?P<ray>(?:[A-Za-z_][\w.<>:-]*)?(?: ?pid=\d+)?)(?:, ip=(?P<rayip>[0-9A-Fa-f.:]+|[A-Za-z0-9][\w.-]*))?(?:, repr=[^)]*)?\)[ ]"
     r"|(?P<service>[A-Za-z0-9][\w.-]*[-_]\d+)[ ]+\|[ ]"
     r"|(?P<runner>[A-Za-z][\w-]*\.[\w.-]+) \[(?:stdout|stderr)\][ ]"
+    r"|(?P<torchx>[A-Za-z_][\w-]*/\d+)[ ](?=\[(?:rank\d+|[A-Za-z_][\w.-]*?\d+)\]:)"
     r"|\[(?P<bstamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\][ ](?=\((?:[A-Za-z_][\w.<>:-]*)?(?: ?pid=\d+)|\[rank\d+\]:)"
     r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)[ \t]+(?:(?:stdout|stderr) [FP][ ])?"
     r"|(?P<syslog>(?:" + _MONTHS + r") [ \d]\d \d\d:\d\d:\d\d) (?P<sysnode>[\w.-]+) [\w./@-]+(?:\[\d+\])?:[ ]"
@@ -136,6 +139,8 @@ def peel(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[s
                 rank = int(g["mpi"])
             elif g["service"] is not None:
                 who.append(g["service"])
+            elif g["torchx"] is not None:
+                who.append(g["torchx"])
             elif g["runner"] is not None:
                 node = node or g["runner"].rsplit(".", 1)[-1]
                 who.append(g["runner"])

@@ -261,3 +261,65 @@ def test_a_headless_traceback_whose_phase_is_not_from_its_frames_is_no_bet_eithe
     ff = _answer(user_frame + RELEASE.splitlines(keepends=True)[-1])
     assert (ff["rank"], ff["category"]) == (1, "framework")
     assert ff["confidence"] == "medium"
+
+
+# deepspeed/launcher/runner.py main(): the passwordless-ssh check, the command a string (older releases,
+# shell=True) or a shlex.split list; Python's CalledProcessError prints "Command '{cmd}' returned non-zero ..."
+SSH_STR = ("subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no {h} hostname' "
+           "returned non-zero exit status {c}.")
+SSH_LIST = ("subprocess.CalledProcessError: Command '['ssh', '-o', 'PasswordAuthentication=no', {p}'{h}', 'hostname']' "
+            "returned non-zero exit status {c}.")
+# megatron/training/checkpointing.py check_checkpoint_args._compare
+CKPT_ARGS = "AssertionError: {a} value from checkpoint ({c}) is not equal to the input argument value ({v})."
+
+
+@pytest.mark.parametrize("text,sig,facts", [
+    (SSH_STR.format(h="10.9.8.7", c=255), "deepspeed.runner_ssh_check_failed", {"host": "10.9.8.7", "exitcode": "255"}),
+    (SSH_LIST.format(p="", h="node-b", c=255), "deepspeed.runner_ssh_check_failed", {"host": "node-b"}),
+    (SSH_LIST.format(p="'-p', '2022', ", h="node-b", c=1), "deepspeed.runner_ssh_check_failed",
+     {"host": "node-b", "exitcode": "1"}),
+    (CKPT_ARGS.format(a="pipeline_model_parallel_size", c=2, v=4), "megatron.checkpoint_args_mismatch",
+     {"arg": "pipeline_model_parallel_size", "ckpt": "2", "value": "4"}),
+])
+def test_launch_and_checkpoint_config_lines(text, sig, facts):
+    assert_line(CATALOG, text, sig, "root", "config", facts)
+
+
+@pytest.mark.parametrize("text,forbidden", [
+    # the master-address lookup that follows the check runs another ssh command: not this check
+    ("subprocess.CalledProcessError: Command '['ssh', 'node-b', 'hostname', '-I']' returned non-zero exit status 255.",
+     "deepspeed.runner_ssh_check_failed"),
+    # someone's own ssh command in a shell script, without the failure
+    ("ssh -o PasswordAuthentication=no node-b hostname", "deepspeed.runner_ssh_check_failed"),
+    # the source line as a traceback prints it
+    ("        error_message = '{} value from checkpoint ({}) is not equal to the ' \\",
+     "megatron.checkpoint_args_mismatch"),
+])
+def test_launch_and_checkpoint_near_misses(text, forbidden):
+    m = CATALOG.match(text)
+    assert m is None or m.signature.id != forbidden, text
+
+
+def test_ssh_check_traceback_cut_before_deepspeeds_own_error_is_config_at_init():
+    """A paste that stops at the CalledProcessError (before 'was not reachable via ssh') is still the launch
+    refusing to start, not a user's exception."""
+    text = ("Traceback (most recent call last):\n"
+            '  File "/opt/venv/lib/python3.10/site-packages/deepspeed/launcher/runner.py", line 470, in main\n'
+            "    subprocess.check_call(safe_ssh_cmd, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)\n"
+            '  File "/usr/lib/python3.10/subprocess.py", line 369, in check_call\n'
+            "    raise CalledProcessError(retcode, cmd)\n"
+            + SSH_LIST.format(p="", h="node-b", c=255) + "\n")
+    ff = _answer(text)
+    assert ff is not None
+    assert (ff["signature"], ff["category"], ff["phase"]) == ("deepspeed.runner_ssh_check_failed", "config", "init")
+
+
+def test_megatron_checkpoint_args_mismatch_is_config_at_checkpoint_load():
+    text = ("[rank0]: Traceback (most recent call last):\n"
+            '[rank0]:   File "/workspace/megatron/training/checkpointing.py", line 900, in _compare\n'
+            "[rank0]:     assert checkpoint_value == args_value, error_message\n"
+            "[rank0]: " + CKPT_ARGS.format(a="tensor_model_parallel_size", c=1, v=2) + "\n")
+    ff = _answer(text)
+    assert ff is not None
+    assert (ff["signature"], ff["category"], ff["phase"]) == ("megatron.checkpoint_args_mismatch", "config",
+                                                              "checkpoint-load")

@@ -26,6 +26,7 @@ WATCHDOG = ("[rank7]:[E218 10:48:25.681000 4242 ProcessGroupNCCL.cpp:632] [Rank 
     ("> ", 7, None, None),  # Markdown quote
     ("gpu-node-3: ", 7, "gpu-node-3", None),  # pdsh
     ("job.node-7 [stderr] ", 7, "node-7", None),
+    ("train/1 [default3]:", 7, None, None),  # torchx's log viewer (role/replica), then torchrun --tee
 ])
 def test_a_known_prefix_hides_nothing(prefix, rank, node, stamp):
     from firstfault.analysis.traceback import visible
@@ -210,3 +211,30 @@ def test_a_line_numbered_paste_keeps_its_traceback_whole():
     log = "\n".join(f"[{n}] {line}" for n, line in enumerate(lines, start=1750)) + "\n"
     ff = analyze(Case("numbered", ["-"], {}, stdin=log.encode()))["first_failure"]
     assert ff["category"] == "gpu-memory" and ff["rank"] is None
+
+
+def test_torchx_role_replica_label_is_peeled_before_a_worker_prefix():
+    # torchx cli/cmd_log.py prints f"{role_name}/{replica_id} {line}"; NeMo-Run shows its logs this way
+    p = peel("trainer/0 [default2]:[rank2]: Traceback (most recent call last):")
+    assert (p.text, p.rank, p.local_rank) == ("Traceback (most recent call last):", 2, 2)
+    q = peel("trainer/1 [default2]:[rank10]: Traceback (most recent call last):")
+    assert q.key != p.key  # the same local rank on another replica is another writer
+
+
+@pytest.mark.parametrize("line", [
+    "trainer/0 started 8 processes",  # nothing known follows: a person's or a program's words
+    "checkpoints/12 saved in 3.2 s",
+    "see logs/3 [details]: below",  # brackets without a role and a number
+])
+def test_not_a_torchx_label(line):
+    assert peel(line).text == line
+
+
+def test_torchx_prefixed_traceback_names_its_rank():
+    lines = ["[rank3]: Traceback (most recent call last):",
+             '[rank3]:   File "/opt/app/train.py", line 40, in <module>',
+             "[rank3]:     main()",
+             "[rank3]: ValueError: expected 4 experts, found 2"]
+    log = "".join(f"trainer/0 [default3]:{line}\n" for line in lines)
+    ff = analyze(Case("torchx", ["-"], {}, stdin=log.encode()))["first_failure"]
+    assert ff["rank"] == 3 and ff["summary"]
