@@ -307,6 +307,16 @@ CASES = {
                                    (f"{SP}/mmengine/model/wrappers/distributed.py", "_run_forward")), "forward"),
     "mmengine build": (stack((f"{SP}/mmengine/_strategy/deepspeed.py", "prepare"),
                              (f"{SP}/mmengine/_strategy/base.py", "build_model")), "init"),
+    # --- torchtune recipes (site-packages/recipes/ or a checkout's recipes/) ---
+    "torchtune recipe construction": (stack((f"{SP}/recipes/full_finetune_distributed.py", "recipe_main"),
+                                            (f"{SP}/recipes/full_finetune_distributed.py", "__init__")), "init"),
+    "torchtune recipe setup loads the model": (stack(("/src/torchtune/recipes/lora_finetune_distributed.py", "recipe_main"),
+                                                     ("/src/torchtune/recipes/lora_finetune_distributed.py", "setup"),
+                                                     ("/src/torchtune/recipes/lora_finetune_distributed.py", "_setup_model"),
+                                                     (f"{SP}/torchtune/training/_distributed.py", "load_from_full_model_state_dict")), "init"),
+    "torchtune recipe data setup": (stack((f"{SP}/recipes/full_finetune_distributed.py", "setup"),
+                                          (f"{SP}/recipes/full_finetune_distributed.py", "_setup_data"),
+                                          (f"{SP}/torchtune/datasets/_sft.py", "__init__")), "init"),
     # --- TRL, vLLM ---
     "trl grpo weight sync under zero3": (stack((f"{TF}/trainer.py", "training_step"), (f"{SP}/trl/extras/profiling.py", "wrapper"),
                                                (f"{SP}/trl/trainer/grpo_trainer.py", "_prepare_inputs"),
@@ -330,6 +340,13 @@ CASES = {
 
 # Frames that must give no phase, or not the phase a careless name match would give.
 NOT_CASES = {
+    "torchtune recipe_main alone holds training too": (stack((f"{SP}/recipes/full_finetune_distributed.py", "recipe_main")), None),
+    "torchtune train() is no set-up": (stack((f"{SP}/recipes/full_finetune_distributed.py", "recipe_main"),
+                                             (f"{SP}/recipes/full_finetune_distributed.py", "train"), CALL,
+                                             MODEL_FWD), "forward"),
+    "a recipe's save is the save, not set-up": (stack((f"{SP}/recipes/full_finetune_distributed.py", "train"),
+                                                      (f"{SP}/recipes/full_finetune_distributed.py", "save_checkpoint")),
+                                                "checkpoint-save"),
     "a user's own step is no optimizer step": (stack(USER, ("/home/u/train.py", "step")), None),
     "colossalai inference engine step": (stack(USER, (f"{SP}/colossalai/inference/core/engine.py", "step")), None),
     "a forward in a collate function is data": (stack(USER, (f"{T}/utils/data/dataloader.py", "__next__"),

@@ -176,10 +176,18 @@ DRIVER_OOM_CUT = DRIVER_CUT.replace("RayTaskError(RuntimeError)", "RayTaskError(
     (DRIVER_CUT, "ray.task_error_unresolved"),
     (DRIVER_CUT + '  File "/app/ray_trai', "ray.task_error_unresolved"),  # cut inside a frame line
     (DRIVER_OOM_CUT, "ray.task_oom_unresolved"),
+    (DRIVER_CUT.split("\n", 1)[1], "ray.task_error_unresolved"),  # the paste starts below the header too
+    (DRIVER_CUT.split("\n", 1)[1].replace("RayTaskError(RuntimeError)", "RayTaskError(DistBackendError)"),
+     "ray.task_error_unresolved"),
 ])
 def test_a_ray_task_error_cut_inside_its_remote_traceback_is_unresolved(text, signature):
     ff = paste(text)
     assert ff["signature"] == signature and ff["category"] == "unknown"
+
+
+def test_a_headerless_ray_task_error_with_the_workers_exception_line_is_that_exception():
+    ff = paste(DRIVER_CUT.split("\n", 1)[1] + "ValueError: prompt too long for max_prompt_length=512\n")
+    assert (ff["signature"], ff["category"]) == ("python.exception", "user-code")
 
 
 def test_a_ray_task_error_with_the_workers_exception_line_is_that_exception():
