@@ -277,6 +277,17 @@ def test_paste_mpirun_names_the_rank():
     assert ff["confidence"] != "high"  # a SIGKILL alone does not say who sent it
 
 
+def test_paste_mpirun_with_pid_and_node_blanked_out_still_names_the_rank():
+    """Users blank out PIDs and host names before they paste (xxxxxx): the line stays Open MPI's."""
+    blanked = MPIRUN_KILL.replace("with PID 24215 on node gpu-08", "with PID xxxxxx on node xxxxxxxx")
+    rep = paste("mpirun-kill-blanked", blanked)
+    ff = rep["first_failure"]
+    assert (ff["rank"], ff["signature"], ff["category"], ff["confidence"]) == (5, "mpi.proc_signal", "host-memory", "low")
+    assert ff["node"] is None and "xxxxxxxx" not in {n["node"] for n in rep["nodes"]}
+    assert CATALOG.match("mpirun noticed that process rank 5 with PID xxxxxx on node gpu-08 exited on signal 15 "
+                         "(Terminated).").role == "cascade"
+
+
 K8S_DESCRIBE = """\
 Name:             llm-sft-worker-1
 Namespace:        default
