@@ -127,8 +127,17 @@ def exit_failure(findings: list[Finding]) -> Finding | None:
         return _child_failed(findings)
     under = [f for f in exits if any(f.ev.stream == h.ev.stream and f.ev.seq > h.ev.seq for h in headers)]
     pick = min(under, key=lambda f: (f.ev.stream, f.ev.seq)) if under else exits[0]  # exits: in timeline order
-    return replace(pick, match=replace(pick.match, role="root"), cap="low",
-                   links=[*pick.links, "no line of the job says what failed: this worker's exit is the only sign"])
+    links = [*pick.links, "no line of the job says what failed: this worker's exit is the only sign"]
+    category = pick.category
+    if exit_of(pick)["code"] == USAGE_EXIT and pick.category == "unknown" and _said(findings) is None:
+        category, links = "config", [*links, USAGE]
+    return replace(pick, match=replace(pick.match, role="root", category=category), cap="low", links=links)
+
+
+USAGE_EXIT = 2
+USAGE = ("exit status 2 with no error line is what a command line the script rejects ends with (argparse's "
+         "parser.error, e.g. --local-rank where the script expects --local_rank) or a script path Python can not "
+         "open; read the worker's first stderr lines (usage: ... error: ...) to confirm")
 
 
 def _said(findings: Iterable[Finding]) -> Finding | None:

@@ -255,3 +255,26 @@ PEER_TITLE = """\
 def test_a_heading_over_set_up_lines_fails_in_init():
     got = first(PEER_TITLE)
     assert got["phase"] == "init" and got["rank"] is None and got["confidence"] == "low"
+
+
+# ---- a worker's exit status that says what kind of failure it was ---------------------------------
+
+def _only_failure(code: int) -> str:
+    """torchrun's ChildFailedError table (2.x) with one failed worker and nothing else of it."""
+    return ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "=" * 40 + "\ntrain.py FAILED\n"
+            + "-" * 40 + "\nFailures:\n  <NO_OTHER_FAILURES>\n" + "-" * 40
+            + "\nRoot Cause (first observed failure):\n" + _row(0, 1, code, 703) + "=" * 40 + "\n")
+
+
+def test_exit_status_2_alone_is_a_rejected_command_line_at_low():
+    got = first(_only_failure(2))
+    assert (got["rank"], got["category"], got["confidence"]) == (1, "config", "low")
+
+
+def test_exit_status_1_alone_names_no_category():
+    assert first(_only_failure(1))["category"] == "unknown"
+
+
+def test_words_that_name_a_class_beat_exit_status_2():
+    got = first("# CUDA out of memory on one rank\n" + _only_failure(2))
+    assert got["category"] == "gpu-memory"
