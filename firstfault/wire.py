@@ -274,9 +274,14 @@ def _fast_names(nullable: bool) -> Callable[[list], bool]:
     allowed = {str, _NONE} if nullable else {str}
 
     def ok(col: list) -> bool:
-        if not set(map(type, col)) <= allowed:
+        try:
+            vals = set(col)  # few distinct values: source, kind, job, boot_id
+        except TypeError:  # an unhashable value: a list or a map
             return False
-        vals = set(col)  # few distinct values: source, kind, job, boot_id
+        # a str or None equals no value of another type, so the distinct values show
+        # every type the column holds
+        if not set(map(type, vals)) <= allowed:
+            return False
         vals.discard(None)
         return all(v and _fits(v, MAX_NAME_BYTES) for v in vals)
     return ok
