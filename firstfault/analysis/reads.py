@@ -204,8 +204,15 @@ class ReportMarker:
                      fields: Sequence[dict], pos: Sequence[int]) -> None:
         """Mark the latest progress line of each (path, rank), the block's last first."""
         paths = _paths(fields) if any(fields) else [None] * len(message)
-        keys = set(compress(zip(at(paths, pos), at(rank, pos)), at(plain, pos)))
-        keys = {k for k in keys if k[1] is not None}
+        ranks = set(compress(at(rank, pos), at(plain, pos)))
+        ranks.discard(None)
+        one = set(at(paths, pos))
+        if len(one) == 1:  # one file (or none): a key per rank, no tuple per record
+            path = one.pop()
+            keys = {(path, r) for r in ranks}
+        else:
+            keys = set(compress(zip(at(paths, pos), at(rank, pos)), at(plain, pos)))
+            keys = {k for k in keys if k[1] is not None}
         done: set[tuple] = set()
         latest = self._latest
         for i in reversed(pos):
