@@ -102,8 +102,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_
 from typing import Any, Callable, ClassVar
 
 import msgpack
@@ -274,9 +274,14 @@ def _fast_names(nullable: bool) -> Callable[[list], bool]:
     allowed = {str, _NONE} if nullable else {str}
 
     def ok(col: list) -> bool:
-        if not set(map(type, col)) <= allowed:
+        try:
+            vals = set(col)  # few distinct values: source, kind, job, boot_id
+        except TypeError:  # an unhashable value: a list or a map
             return False
-        vals = set(col)  # few distinct values: source, kind, job, boot_id
+        # a str or None equals no value of another type, so the distinct values show
+        # every type the column holds
+        if not set(map(type, vals)) <= allowed:
+            return False
         vals.discard(None)
         return all(v and _fits(v, MAX_NAME_BYTES) for v in vals)
     return ok
@@ -297,12 +302,15 @@ def _fast_fields(col: list) -> bool:
     types = set(map(type, values))
     if not types <= _FIELD_TYPE_SET:
         return False
+    kinds = list(map(type, values)) if len(types) > 1 else None
     if int in types:
-        ints = [v for v in values if type(v) is int]
+        ints = values if kinds is None else list(compress(values, map(is_, kinds, repeat(int))))
         if min(ints) < _INT64_MIN or max(ints) > _INT64_MAX:
             return False
-    return str not in types or max(
-        len(v) for v in values if type(v) is str) <= MAX_TEXT_BYTES // 4
+    if str not in types:
+        return True
+    strs = values if kinds is None else compress(values, map(is_, kinds, repeat(str)))
+    return max(map(len, strs)) <= MAX_TEXT_BYTES // 4
 
 
 # Whole-column checks through C builtins (~0.3 µs a record instead of ~3): each is

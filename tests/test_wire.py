@@ -321,7 +321,7 @@ def test_too_many_records():
     ("rank", "3"), ("rank", True), ("rank", -1), ("rank", 2**63), ("pid", 1.5),
     ("severity", 8), ("severity", None), ("observed_ns", None), ("occurred_ns", "now"),
     ("source", ""), ("source", None), ("kind", 7), ("message", None), ("job", ""),
-    ("boot_id", b""), ("fields", None), ("fields", {"a": [1]}), ("fields", {"": 1}),
+    ("boot_id", b""), ("source", [1]), ("job", {"a": 1}), ("fields", None), ("fields", {"a": [1]}), ("fields", {"": 1}),
     ("fields", {"a": 2**63}), ("fields", {"a": "x" * 1025}), ("fields", {"a": {"b": 1}}),
     ("fields", {f"k{i}": i for i in range(MAX_FIELDS + 1)}),
 ])

@@ -51,8 +51,8 @@ import json
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, compress, repeat
-from operator import and_, eq, not_
+from itertools import accumulate, compress, count, repeat
+from operator import add, and_, eq, is_not, not_
 from typing import Any
 
 import ahocorasick_rs
@@ -195,18 +195,24 @@ class ReportMarker:
             return set()
         sizes = map(len, message)
         if len(blob) != sum(map(len, message)) + len(message) - 1:  # not all ASCII
-            sizes = (len(m.encode()) for m in message)
-        ends = list(accumulate(s + 1 for s in sizes))  # ends[i]: past message i and its NUL
+            sizes = map(len, map(str.encode, message))
+        ends = list(map(add, accumulate(sizes), count(1)))  # ends[i]: past message i and its NUL
         return {bisect_right(ends, p) for p in positions}
 
     def _mark_latest(self, need: set[int], plain: list[bool], message: Sequence[str],
                      occurred: Sequence[int | None], rank: Sequence[int | None],
                      fields: Sequence[dict], pos: Sequence[int]) -> None:
         """Mark the latest progress line of each (path, rank), the block's last first."""
-        paths: Sequence[Any] = ([f.get("path") or None if f else None for f in fields]
-                                if any(fields) else [None] * len(message))
-        keys = set(compress(zip(at(paths, pos), at(rank, pos)), at(plain, pos)))
-        keys = {k for k in keys if k[1] is not None}
+        paths = _paths(fields) if any(fields) else [None] * len(message)
+        ranks = set(compress(at(rank, pos), at(plain, pos)))
+        ranks.discard(None)
+        one = set(at(paths, pos))
+        if len(one) == 1:  # one file (or none): a key per rank, no tuple per record
+            path = one.pop()
+            keys = {(path, r) for r in ranks}
+        else:
+            keys = set(compress(zip(at(paths, pos), at(rank, pos)), at(plain, pos)))
+            keys = {k for k in keys if k[1] is not None}
         done: set[tuple] = set()
         latest = self._latest
         for i in reversed(pos):
@@ -227,6 +233,17 @@ class ReportMarker:
                 done.add(key)
                 if len(done) == len(keys):
                     break
+
+
+def _paths(fields: Sequence[dict | None]) -> list[Any]:
+    """Each record's ``path`` field, None where it has none or an empty one."""
+    try:
+        paths = list(map(dict.get, fields, repeat("path")))  # C-level: no step per record
+    except TypeError:  # a record without a map of fields
+        return [f.get("path") or None if f else None for f in fields]
+    if all(compress(paths, map(is_not, paths, repeat(None)))):
+        return paths
+    return [p or None for p in paths]  # an empty path: none
 
 
 def _found(message: Sequence[str], pos: Sequence[int]) -> list[int]:

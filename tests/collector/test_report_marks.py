@@ -305,3 +305,24 @@ def test_throughput_lines_are_read_per_second_and_report_the_same(tmp_path, requ
     clock.now = T0 + 3 * S + 3600 * S  # cuts the stream (~6 s) inside blocks and seconds
     assert marked.prune(max_age_s=3600, max_bytes=None) == plain.prune(max_age_s=3600, max_bytes=None) > 0
     assert _report(marked, "j") == _report(plain, "j")
+
+
+def _progress(step: int) -> str:
+    return (f"[2026-12-02 10:11:{step % 60:02d},000] [INFO] [logging.py:107:log_dist] [Rank 0] "
+            f"step={step}, skipped=0, lr=[0.0001], loss=1.0, samples/s=180.00")
+
+
+@pytest.mark.parametrize("fields", [
+    [{}, {"path": "/logs/a"}, {}, {"path": "/logs/a"}, {"path": "/logs/b"}],
+    [{"path": ""}, {"path": "/logs/a"}, {}, {"path": "/logs/a"}, {"path": "/logs/b"}],
+    [{}, {"path": "/logs/a"}, {"path": ""}, {"path": "/logs/a"}, {"path": "/logs/b"}],
+    [None, {"path": "/logs/a"}, {"path": ""}, {"path": "/logs/a"}, {"path": "/logs/b"}],
+])
+def test_the_latest_progress_line_of_each_file_is_marked_an_empty_path_none(fields):
+    """Records 2 and 3 are the latest of no file (no path, an empty one, no fields) and
+    of file a, record 4 the block's last: records 0 and 1, earlier ones, are left."""
+    n = len(fields)
+    got = ReportMarker(load_catalog()).mark(
+        source=["ranklog"] * n, kind=["rank.line"] * n, message=[_progress(s) for s in range(n)],
+        occurred_ns=[10**18 + s for s in range(n)], rank=[0] * n, fields=fields)
+    assert got == [2, 3, 4]
