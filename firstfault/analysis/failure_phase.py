@@ -5,7 +5,8 @@ Every source the report may take a phase from is here, in the order they are tru
 
 - a failure a line names (``phase_of``): its own frames; the frames of the same failure told
   elsewhere; the hints that are not frames (phase.phase_hint); the signature's one phase; a
-  checkpoint save under way; the stacks of the ranks that waited for it; of a traceback pasted
+  checkpoint save under way; the stacks of the ranks that waited for it; a worker's exit status 2
+  with nothing else said (judge.exit_failure: a rejected command line) is init; of a traceback pasted
   from its middle, a heading's save, load or set-up over the step its frames show (``headed``);
 - an inferred hang (``hang_phase``): the stack dump of the rank that stopped; a checkpoint save
   under way; the collective the survivors waited in; a save, load or set-up begun before they
@@ -28,7 +29,7 @@ from firstfault.analysis.events import Event, Frame
 from firstfault.analysis.findings import Finding
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.hang import Inference
-from firstfault.analysis.judge import heading_phase, phase_heading
+from firstfault.analysis.judge import USAGE, heading_phase, phase_heading
 from firstfault.analysis.phase import ENCLOSING_PHASES, phase_from_frames, phase_hint
 from firstfault.analysis.rankstate import RankState
 from firstfault.analysis.save_phase import phase_while_waiting
@@ -136,6 +137,8 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: 
                       and len(h.match.signature.phases) == 1), None)
         if named is not None:
             return named.match.signature.phases[0], "the failure the text names in words"
+    if USAGE in f.links:  # judge.exit_failure: a command line is read before anything else runs
+        return "init", "exit status 2: a command line the script rejects ends it at start"
     hints = f.match.signature.phases
     if len(hints) == 1:
         return hints[0], "signature"

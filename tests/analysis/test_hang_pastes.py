@@ -268,7 +268,7 @@ def _only_failure(code: int) -> str:
 
 def test_exit_status_2_alone_is_a_rejected_command_line_at_low():
     got = first(_only_failure(2))
-    assert (got["rank"], got["category"], got["confidence"]) == (1, "config", "low")
+    assert (got["rank"], got["category"], got["confidence"], got["phase"]) == (1, "config", "low", "init")
 
 
 def test_exit_status_1_alone_names_no_category():
