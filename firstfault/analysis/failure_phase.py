@@ -4,10 +4,10 @@ Every source the report may take a phase from is here, in the order they are tru
 (``failure_phase``):
 
 - a failure a line names (``phase_of``): its own frames; the frames of the same failure told
-  elsewhere; the hints that are not frames (phase.phase_hint); the signature's one phase; a
-  checkpoint save under way; the stacks of the ranks that waited for it; a worker's exit status 2
-  with nothing else said (judge.exit_failure: a rejected command line) is init; of a traceback pasted
-  from its middle, a heading's save, load or set-up over the step its frames show (``headed``);
+  elsewhere; the hints that are not frames (phase.phase_hint); a worker's exit status 2 with
+  nothing else said (judge.exit_failure: a rejected command line) is init; the signature's one
+  phase; a checkpoint save under way; the stacks of the ranks that waited for it; of a traceback
+  pasted from its middle, a heading's save, load or set-up over the step its frames show (``headed``);
 - an inferred hang (``hang_phase``): the stack dump of the rank that stopped; a checkpoint save
   under way; the collective the survivors waited in; a save, load or set-up begun before they
   waited and never ended (save_phase); the one phase their errors belong to; then
