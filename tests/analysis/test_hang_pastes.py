@@ -278,3 +278,9 @@ def test_exit_status_1_alone_names_no_category():
 def test_words_that_name_a_class_beat_exit_status_2():
     got = first("# CUDA out of memory on one rank\n" + _only_failure(2))
     assert got["category"] == "gpu-memory"
+
+
+def test_a_failure_row_cut_before_its_pid_still_names_the_rank():
+    """A paste that ends at the Root Cause row's "exitcode  : 1" (its "(pid: N)" cut off)."""
+    got = first(_only_failure(1).split(" (pid: 703)")[0] + "\n")
+    assert (got["rank"], got["signature"]) == (1, "torchelastic.worker_failed")
