@@ -251,14 +251,17 @@ def _message_lines(ev: Event) -> list[Event]:
     """The lines of a multi-line exception message as Events of their own.
 
     torchrun's ChildFailedError carries its whole failure summary (rank, exitcode,
-    pid of every failed worker) in the message; each line says something.
+    pid of every failed worker) in the message; each line says something. Each line keeps the
+    traceback's frames and exception type: it is a line of the same exception (PyTorch's
+    "NCCL error in: ..." then "ncclSystemError: ..." raised from DDP's constructor is set-up).
     """
     msg = ev.fields.get("message") if ev.kind in (KIND_TRACEBACK, KIND_RECORD) else None
     if not msg or "\n" not in msg:
         return []
     return [Event(text=line, source=ev.source, node=ev.node, job=ev.job, occurred_ns=ev.occurred_ns,
                   observed_ns=ev.observed_ns, clock=ev.clock, uncertainty_ns=ev.uncertainty_ns,
-                  origin=ev.origin, stream=f"{ev.stream}#{ev.seq}", seq=i, fields=dict(ev.fields))
+                  origin=ev.origin, stream=f"{ev.stream}#{ev.seq}", seq=i, fields=dict(ev.fields),
+                  frames=ev.frames, exc_type=ev.exc_type)
             for i, line in enumerate(msg.splitlines()[1:], 1)]
 
 

@@ -223,9 +223,9 @@ NEAR_MISSES = [
      "OpType=ALLREDUCE, TensorShape=[4], TensorDtypes=Float)", None),
     # (a set-up line: only the context that maps host:pid to its communicator rank)
     ("node-1:3301:3390 [0] NCCL INFO Channel 03/0 : 0[90000] -> 1[1000] [send] via NET/Socket/3", "nccl.comm_rank"),
-    # a timeout of the NCCL socket is not a dead peer
+    # a timeout of the NCCL socket is not a dead peer (nccl.socket_recv_failed's cascade): the network's
     ("node-1:3301:3390 [1] misc/socket.cc:30 NCCL WARN socketProgressOpt: Call to recv from 10.9.8.7<50123> "
-     "failed : Connection timed out", "nccl.warn"),
+     "failed : Connection timed out", "nccl.socket_io_unreachable"),
     # "internal error" words that are not NCCL's result text
     ("RuntimeError: CUDA error: an internal error occurred", "cuda.error"),
     ("RuntimeError: Internal error, please check the config", "python.exception"),

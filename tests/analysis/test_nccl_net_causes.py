@@ -41,3 +41,23 @@ def test_a_refused_socket_is_the_network():
     got = first(REFUSED)
     assert (got["signature"], got["category"]) == ("nccl.socket_io_unreachable", "network")
 
+
+
+# torch NCCLUtils.hpp (1.7-1.13): "NCCL error in: <site>, unhandled system error, NCCL version <v>" then
+# getNcclErrorDetailStr's "ncclSystemError: System call (socket, malloc, munmap, etc) failed." on the
+# next line of the same message, raised from DistributedDataParallel's constructor: set-up
+DDP_INIT_SYSTEM_ERROR = """\
+# RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:911, unhandled system error, NCCL version 2.7.8
+Traceback (most recent call last):
+  File "/work/train.py", line 48, in <module>
+    model = DistributedDataParallel(model, device_ids=[rank])
+  File "/usr/lib/python3/dist-packages/torch/nn/parallel/distributed.py", line 496, in __init__
+    dist._verify_model_across_ranks(self.process_group, parameters)
+RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:911, unhandled system error, NCCL version 2.7.8
+ncclSystemError: System call (socket, malloc, munmap, etc) failed.
+"""
+
+
+def test_a_line_of_an_exception_message_keeps_its_traceback_s_phase():
+    got = first(DDP_INIT_SYSTEM_ERROR)
+    assert (got["signature"], got["phase"]) == ("nccl.system_error", "init")
