@@ -116,6 +116,12 @@ def _timed_before(t: Finding, f: Finding) -> bool:
 _QUIET = ("SIGTERM", "SIGINT")  # how launchers stop the survivors: no failure of the rank's own
 
 
+USAGE_EXIT = 2
+USAGE = ("exit status 2 with no error line is what a command line the script rejects ends with (argparse's "
+         "parser.error, e.g. --local-rank where the script expects --local_rank) or a script path Python can not "
+         "open; read the worker's first stderr lines (usage: ... error: ...) to confirm")
+
+
 def exit_failure(findings: list[Finding]) -> Finding | None:
     """When no line says what failed, a worker that exited non-zero (not stopped by its launcher)
     is the failure, at low confidence: the one under torchrun's Root Cause header first (the
@@ -133,11 +139,6 @@ def exit_failure(findings: list[Finding]) -> Finding | None:
         category, links = "config", [*links, USAGE]
     return replace(pick, match=replace(pick.match, role="root", category=category), cap="low", links=links)
 
-
-USAGE_EXIT = 2
-USAGE = ("exit status 2 with no error line is what a command line the script rejects ends with (argparse's "
-         "parser.error, e.g. --local-rank where the script expects --local_rank) or a script path Python can not "
-         "open; read the worker's first stderr lines (usage: ... error: ...) to confirm")
 
 
 def _said(findings: Iterable[Finding]) -> Finding | None:

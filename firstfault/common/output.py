@@ -43,9 +43,8 @@ def write_output(data: str | bytes, path: str | None) -> None:
         return
     if _special(path):
         try:
-            with open(path, "wb" if isinstance(data, bytes) else "w", **({} if isinstance(data, bytes) else
-                                                                         {"encoding": "utf-8"})) as f:
-                f.write(data)
+            with open(path, "wb") as f:
+                f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
         except OSError as e:
             raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
         return
