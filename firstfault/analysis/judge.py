@@ -140,7 +140,6 @@ def exit_failure(findings: list[Finding]) -> Finding | None:
     return replace(pick, match=replace(pick.match, role="root", category=category), cap="low", links=links)
 
 
-
 def _said(findings: Iterable[Finding]) -> Finding | None:
     """The first failure the text names in words: a mention (99-fallback's text.failure_mention), or a
     known failure in a heading (prose); of a class, not ``unknown`` or a cascade."""
