@@ -10,8 +10,7 @@ import pytest
 
 from firstfault.analysis.catalog import load_catalog
 from tests.analysis.catalog_lines import assert_line
-from tests.offline.scoring import Case
-from tests.offline.scoring import analyze as analyze_case
+from tests.offline.scoring import first_failure_of
 
 CATALOG = load_catalog()
 
@@ -63,14 +62,12 @@ def test_near_misses(text, forbidden):
     assert m is None or m.signature.id != forbidden, text
 
 
-def _answer(text: str) -> dict:
-    return analyze_case(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
 
 
 def test_zero3_disagreement_names_the_rank_the_message_names_without_a_bet():
     """The raising rank is the one the message names (dist.get_rank()), even with no line prefix; the order
     differs on that rank for the model's own reasons as often as for DeepSpeed's: medium at most."""
-    ff = _answer("Epoch 0:   0%|          | 0/500 [00:00<?, ?it/s]\n" + DISAGREE_OLD.format(r=5) + "\n")
+    ff = first_failure_of("Epoch 0:   0%|          | 0/500 [00:00<?, ?it/s]\n" + DISAGREE_OLD.format(r=5) + "\n")
     assert ff is not None
     assert (ff["signature"], ff["rank"], ff["category"]) == ("deepspeed.zero3_rank_disagreement", 5, "framework")
     assert ff["confidence"] == "medium"
@@ -89,7 +86,7 @@ Traceback (most recent call last):
     assert ompi_local_rank == local_rank, f"LOCAL_RANK ({{local_rank}}) != OMPI_COMM_WORLD_LOCAL_RANK ({{ompi_local_rank}}), " \\
 {LOCAL_CONFLICT.format(env=0, ompi=1)}
 """
-    ff = _answer(text)
+    ff = first_failure_of(text)
     assert (ff["signature"], ff["category"], ff["phase"]) == ("deepspeed.local_rank_conflict", "config", "init")
 
 
@@ -104,7 +101,7 @@ INFO:megatron.core.datasets.gpt_dataset:Build and save the GPTDataset train indi
 
 
 def test_a_crash_while_megatron_builds_its_datasets_is_init():
-    ff = _answer(SETUP + SEGV)
+    ff = first_failure_of(SETUP + SEGV)
     assert ff is not None
     assert ff["phase"] == "init"
     assert ff["phase_from"].startswith("set-up lines")
@@ -113,7 +110,7 @@ def test_a_crash_while_megatron_builds_its_datasets_is_init():
 def test_a_crash_after_megatron_started_training_is_not_set_up():
     text = SETUP + "[after dataloaders are built] datetime: 2026-12-03 08:00:41 \ndone with setup ...\ntraining ...\n" \
         "[before the start of training step] datetime: 2026-12-03 08:00:42 \n" + SEGV
-    ff = _answer(text)
+    ff = first_failure_of(text)
     assert ff is not None
     assert ff["phase"] != "init"
 
@@ -146,7 +143,7 @@ SAVE = """\
 def test_a_step_phase_from_a_headless_traceback_is_no_bet():
     """The paste starts in the middle of the traceback: the frames above it, cut off, may be a save or a load
     that holds the gather. The rank and the category stand; the answer is not high."""
-    whole, headless = _answer(HEAD + RELEASE), _answer(RELEASE)
+    whole, headless = first_failure_of(HEAD + RELEASE), first_failure_of(RELEASE)
     assert (whole["phase"], whole["confidence"]) == ("param-gather", "high")
     assert (headless["signature"], headless["rank"], headless["category"]) == ("deepspeed.zero3_param_status", 1,
                                                                               "framework")
@@ -155,7 +152,7 @@ def test_a_step_phase_from_a_headless_traceback_is_no_bet():
 
 def test_an_enclosing_phase_in_a_headless_traceback_keeps_its_confidence():
     """A save among the frames that are there is the phase whatever the cut frames were."""
-    ff = _answer(SAVE + RELEASE)
+    ff = first_failure_of(SAVE + RELEASE)
     assert (ff["phase"], ff["confidence"]) == ("checkpoint-save", "high")
 
 
@@ -188,7 +185,7 @@ dot_product_attention.py", line 1290, in forward
 [rank1]: ValueError: No dot product attention backend is available for the provided inputs. Please run with \
 NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 to find out the reasons for disabling all backends.
 """
-    ff = _answer(text)
+    ff = first_failure_of(text)
     assert (ff["signature"], ff["rank"], ff["category"], ff["phase"]) == (
         "transformer_engine.no_attention_backend", 1, "config", "forward")
 
@@ -222,7 +219,7 @@ def test_setup_refusal_source_lines_are_not_failures():
 
 
 def test_a_quantized_model_on_the_wrong_gpu_names_the_rank_and_init():
-    ff = _answer("[rank1]: Traceback (most recent call last):\n"
+    ff = first_failure_of("[rank1]: Traceback (most recent call last):\n"
                  "[rank1]:   File \"/work/sft.py\", line 61, in <module>\n"
                  "[rank1]:     trainer = SFTTrainer(model=model, args=args, train_dataset=ds)\n"
                  "[rank1]:   File \"/opt/venv/lib/python3.11/site-packages/accelerate/accelerator.py\", line 1472, in "
@@ -243,14 +240,14 @@ SAVE_TITLE = "# Training fails when saving checkpoints with ZeRO-3\n\n"
 def test_a_headless_traceback_under_a_heading_that_names_a_save_is_the_save():
     """The frames of the save are above the cut; the title says the job failed saving: the save is the phase,
     at medium (a person's words, and frames that are not there)."""
-    ff = _answer(SAVE_TITLE + RELEASE)
+    ff = first_failure_of(SAVE_TITLE + RELEASE)
     assert (ff["signature"], ff["rank"], ff["category"]) == ("deepspeed.zero3_param_status", 1, "framework")
     assert (ff["phase"], ff["confidence"]) == ("checkpoint-save", "medium")
     assert "heading" in ff["phase_from"]
 
 
 def test_a_whole_traceback_keeps_its_frames_phase_whatever_the_heading_says():
-    ff = _answer(SAVE_TITLE + HEAD + RELEASE)
+    ff = first_failure_of(SAVE_TITLE + HEAD + RELEASE)
     assert (ff["phase"], ff["phase_from"]) == ("param-gather", "frames")
 
 
@@ -258,7 +255,7 @@ def test_a_headless_traceback_whose_phase_is_not_from_its_frames_is_no_bet_eithe
     """One user frame only: the phase comes from the signature's hint, and the cut frames could still hold a save."""
     user_frame = ("[rank1]:   File \"/work/train.py\", line 77, in run\n"
                   "[rank1]:     engine.step()\n")
-    ff = _answer(user_frame + RELEASE.splitlines(keepends=True)[-1])
+    ff = first_failure_of(user_frame + RELEASE.splitlines(keepends=True)[-1])
     assert (ff["rank"], ff["category"]) == (1, "framework")
     assert ff["confidence"] == "medium"
 
@@ -309,7 +306,7 @@ def test_ssh_check_traceback_cut_before_deepspeeds_own_error_is_config_at_init()
             '  File "/usr/lib/python3.10/subprocess.py", line 369, in check_call\n'
             "    raise CalledProcessError(retcode, cmd)\n"
             + SSH_LIST.format(p="", h="node-b", c=255) + "\n")
-    ff = _answer(text)
+    ff = first_failure_of(text)
     assert ff is not None
     assert (ff["signature"], ff["category"], ff["phase"]) == ("deepspeed.runner_ssh_check_failed", "config", "init")
 
@@ -319,7 +316,7 @@ def test_megatron_checkpoint_args_mismatch_is_config_at_checkpoint_load():
             '[rank0]:   File "/workspace/megatron/training/checkpointing.py", line 900, in _compare\n'
             "[rank0]:     assert checkpoint_value == args_value, error_message\n"
             "[rank0]: " + CKPT_ARGS.format(a="tensor_model_parallel_size", c=1, v=2) + "\n")
-    ff = _answer(text)
+    ff = first_failure_of(text)
     assert ff is not None
     assert (ff["signature"], ff["category"], ff["phase"]) == ("megatron.checkpoint_args_mismatch", "config",
                                                               "checkpoint-load")

@@ -17,8 +17,7 @@ import pytest
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.lasterror import MAX_GAP, TRACE, TRACE_REACH, WRAPPER, prefer_details
 from tests.analysis.catalog_lines import assert_line
-from tests.offline.scoring import Case
-from tests.offline.scoring import analyze as analyze_case
+from tests.offline.scoring import first_failure_of
 
 CATALOG = load_catalog()
 
@@ -163,8 +162,6 @@ def test_a_wrapper_stays_without_a_cause_close_below_it():
 
 # --- whole pasted logs through the analysis -----------------------------------------------------
 
-def _answer(text: str) -> dict:
-    return analyze_case(Case("initnet", ["-"], {}, stdin=text.encode()))["first_failure"]
 
 
 def test_a_cut_nccl_paste_names_the_rank_from_its_channel_lines():
@@ -177,7 +174,7 @@ def test_a_cut_nccl_paste_names_the_rank_from_its_channel_lines():
         "node-a:2201:2261 [0] NCCL INFO transport/net.cc:590 -> 2",
         "",
     ])
-    ff = _answer(log)
+    ff = first_failure_of(log)
     assert ff is not None
     assert (ff["rank"], ff["category"], ff["phase"]) == (0, "network", "init")
     assert ff["confidence"] == "low"
@@ -190,7 +187,7 @@ def test_the_warn_above_a_back_trace_is_the_failure():
         "node-a:2201:2201 [2] NCCL INFO init.cc:1120 -> 5",
         "",
     ])
-    ff = _answer(log)
+    ff = first_failure_of(log)
     assert ff["signature"] == "nccl.duplicate_gpu"
     assert (ff["category"], ff["phase"]) == ("config", "init")
 
@@ -201,7 +198,7 @@ def test_a_warn_line_takes_the_rank_its_pid_was_taught():
         "node-a:2201:2201 [2] init.cc:737 NCCL WARN Duplicate GPU detected : rank 2 and rank 3 both on CUDA device 61000",
         "",
     ])
-    assert _answer(log)["rank"] == 2
+    assert first_failure_of(log)["rank"] == 2
 
 
 def test_a_launch_with_more_ranks_than_gpus():
@@ -214,7 +211,7 @@ def test_a_launch_with_more_ranks_than_gpus():
         "[rank6]: RuntimeError: CUDA error: invalid device ordinal",
         "",
     ])
-    ff = _answer(log)
+    ff = first_failure_of(log)
     assert ff["signature"] == "cuda.invalid_device_ordinal"
     assert (ff["rank"], ff["category"], ff["phase"]) == (6, "config", "init")
 
@@ -226,7 +223,7 @@ def test_an_mpirun_rank_killed_is_named_by_its_rank():
         "--------------------------------------------------------------------------",
         "",
     ])
-    ff = _answer(log)
+    ff = first_failure_of(log)
     assert ff["rank"] == 3
 
 
@@ -241,7 +238,7 @@ def test_a_rendezvous_store_reset_at_start_up():
         "RuntimeError: Connection reset by peer",
         "",
     ])
-    ff = _answer(log)
+    ff = first_failure_of(log)
     assert (ff["category"], ff["phase"]) == ("network", "init")
     assert ff["confidence"] == "low"
 
@@ -257,7 +254,7 @@ def test_env_rendezvous_without_master_addr():
         "expected, but not set",
         "",
     ])
-    ff = _answer(log)
+    ff = first_failure_of(log)
     assert ff["signature"] == "c10d.env_var_not_set"
     assert (ff["category"], ff["phase"]) == ("config", "init")
 
@@ -298,7 +295,7 @@ def test_a_failed_connect_attempt_that_c10d_retried_is_no_failure():
         "capacity of 79.10 GiB of which 1.20 GiB is free.",
         "",
     ])
-    ff = _answer(log)
+    ff = first_failure_of(log)
     assert (ff["rank"], ff["category"]) == (1, "gpu-memory")
 
 
@@ -369,7 +366,7 @@ def test_a_distbackenderror_traceback_is_named_by_its_last_error():
         "[rank2]: socketStartConnect: Connect to 10.4.0.9<45123> failed : No route to host",
         "",
     ])
-    ff = _answer(log)
+    ff = first_failure_of(log)
     assert ff["signature"] == "nccl.socket_connect_failed"
     assert (ff["rank"], ff["category"]) == (2, "network")
 
@@ -382,5 +379,5 @@ def test_a_slurm_step_whose_program_is_missing():
         "srun: error: gpu-07: task 0: Exited with exit code 2",
         "",
     ])
-    ff = _answer(log)
+    ff = first_failure_of(log)
     assert (ff["signature"], ff["category"], ff["phase"]) == ("slurm.task_execve_failed", "config", "init")

@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 
 from firstfault.analysis.catalog import load_catalog
-from tests.offline.scoring import Case
-from tests.offline.scoring import analyze as analyze_case
+from tests.offline.scoring import first_failure_of
 
 CATALOG = load_catalog()
 
@@ -223,9 +222,6 @@ def test_the_megatron_progress_line_with_nan_iterations_is_not_progress():
 
 # --- whole pasted logs through the analysis -----------------------------------------------------------------------
 
-def _answer(text: str) -> dict:
-    rep = analyze_case(Case("paste", ["-"], {}, stdin=text.encode()))
-    return rep["first_failure"]
 
 
 VERL_DEATH = """\
@@ -254,7 +250,7 @@ ray.exceptions.RayTaskError(ActorDiedError): ray::TaskRunner.run() (pid=2000, ip
 
 
 def test_verl_worker_death_names_the_rank_and_not_an_oom():
-    ff = _answer(VERL_DEATH)
+    ff = first_failure_of(VERL_DEATH)
     assert ff is not None
     assert ff["rank"] == 2  # WorkerDict_0:2
     assert ff["category"] != "host-memory"  # Ray's list of possible causes is not a finding
@@ -269,7 +265,7 @@ def test_ray_memory_monitor_kill_is_host_memory_on_the_named_rank():
         + ACTOR_DIED.format(pid=5151, pg=0, local=3)
         + "The actor is dead because its worker process has died. Worker exit type: NODE_OUT_OF_MEMORY Worker exit "
         "detail: Task was killed due to the node running low on memory.\n")
-    ff = _answer(text)
+    ff = first_failure_of(text)
     assert ff["category"] == "host-memory"
     assert ff["signature"] == "ray.oom_killed"
 
@@ -289,7 +285,7 @@ ip=10.1.2.3, actor_id=bb22, repr=<verl.single_controller.ray.base.WorkerDict obj
     next_tokens = torch.multinomial(probs, num_samples=1).squeeze(1)
 RuntimeError: probability tensor contains either `inf`, `nan` or element < 0
 """
-    ff = _answer(text)
+    ff = first_failure_of(text)
     assert (ff["category"], ff["phase"]) == ("numerics", "forward")
 
 
@@ -301,7 +297,7 @@ Epoch 2:  41%|████      | 410/1000 [03:12<04:37,  2.13it/s, v_num=7, tra
 zombies 🧟
 Killed
 """
-    ff = _answer(text)
+    ff = first_failure_of(text)
     assert ff["rank"] == 3
     assert ff["category"] == "host-memory"  # a SIGKILL with no kernel log: the OOM killer, at low confidence
     assert ff["confidence"] == "low"
@@ -325,7 +321,7 @@ deepspeed_load_checkpoint
 but the current world size is 4. Automatic adjustment of ZeRO's optimizer state partitioning with a new world size \
 is not currently supported.
 """
-    ff = _answer(text)
+    ff = first_failure_of(text)
     assert (ff["rank"], ff["category"]) == (0, "config")
     assert ff["phase"] in ("checkpoint-load", "init")
 
@@ -334,7 +330,7 @@ def test_recovering_fp16_overflows_alone_blame_nothing_confidently():
     lines = [f"[2026-12-03 08:00:{10 + i:02d},001] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! "
              f"Rank 0 Skipping step. Attempted loss scale: {2 ** (16 - i)}, reducing to {2 ** (15 - i)}"
              for i in range(4)]
-    ff = _answer("\n".join(lines) + "\n")
+    ff = first_failure_of("\n".join(lines) + "\n")
     assert ff is None or ff["confidence"] == "low"
 
 
@@ -345,6 +341,6 @@ def test_megatron_nan_iterations_are_numerics():
         " iteration      200/  100000 | consumed samples:       102400 | lm loss: 9.87E+00 | loss scale: 1.0 | "
         "number of skipped iterations:   7 | number of nan iterations:   7 |",
     ]) + "\n"
-    ff = _answer(text)
+    ff = first_failure_of(text)
     assert ff["category"] == "numerics"
     assert ff["confidence"] != "high"

@@ -1,12 +1,7 @@
 """Whole pasted logs, written from the frameworks' format strings, through ``analyze -``: what an
 inferred hang, a failure named only in words, and a launcher's summary answer."""
 
-from tests.offline.scoring import Case, analyze
-
-
-def first(text: str) -> dict:
-    return analyze(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
-
+from tests.offline.scoring import Case, analyze, first_failure_of
 
 # torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp WorkNCCL::checkTimeout ("Watchdog caught collective
 # operation timeout: WorkNCCL(SeqNum=..., OpType=..., ...) ran for ... milliseconds before timing out.")
@@ -37,18 +32,18 @@ RANK0_ONLY = """\
 
 
 def test_status_lines_of_two_runs_single_out_no_rank():
-    got = first(TWO_RUNS)
+    got = first_failure_of(TWO_RUNS)
     assert got["inferred"] and got["rank"] is None and got["category"] == "cascade" and got["confidence"] == "low"
 
 
 def test_ranks_below_the_one_that_timed_out_are_suspects_only():
-    got = first(ONE_SURVIVOR)
+    got = first_failure_of(ONE_SURVIVOR)
     assert got["inferred"] and got["rank"] is None and got["confidence"] == "low"
     assert got["suspects"] == [0, 1, 2] and got["category"] == "cascade"
 
 
 def test_the_one_rank_that_timed_out_is_not_where_the_job_stopped():
-    got = first(RANK0_ONLY)
+    got = first_failure_of(RANK0_ONLY)
     assert got["inferred"] and got["rank"] is None and got["confidence"] == "low"
 
 
@@ -73,19 +68,19 @@ NO_FAILURE = """\
 
 
 def test_a_failure_named_in_a_title_when_the_log_is_cut_before_it():
-    got = first(OOM_TITLE)
+    got = first_failure_of(OOM_TITLE)
     assert (got["category"], got["confidence"], got["rank"], got["inferred"]) == ("gpu-memory", "low", None, False)
     assert got["signature"] == "text.failure_mention" and "Confirm" in got["first_action"]
     assert "in words only" in got["evidence"][0]["linked_by"]
 
 
 def test_words_naming_a_failure_beat_a_hang_that_names_no_rank():
-    got = first(OOM_TITLE_AND_TIMEOUT)
+    got = first_failure_of(OOM_TITLE_AND_TIMEOUT)
     assert (got["category"], got["confidence"], got["signature"]) == ("gpu-memory", "low", "text.failure_mention")
 
 
 def test_no_words_of_a_failure_no_failure():
-    assert first(NO_FAILURE) is None
+    assert first_failure_of(NO_FAILURE) is None
 
 
 # ---- torchrun's ChildFailedError with its table cut (judge.exit_failure) ---------------------
@@ -114,7 +109,7 @@ Root Cause (first observed failure):
 
 
 def test_torchruns_child_failed_error_is_a_failure_even_when_its_table_is_cut():
-    got = first(CHILD_FAILED_CUT)
+    got = first_failure_of(CHILD_FAILED_CUT)
     assert (got["signature"], got["category"], got["confidence"], got["rank"]) == (
         "torchelastic.child_failed", "unknown", "low", None)
     assert got["phase"] == "init" and "set-up lines" in got["phase_from"]
@@ -134,7 +129,7 @@ loading weights file pytorch_model.bin from cache
 
 
 def test_a_launcher_killing_its_workers_is_a_worker_that_ended_not_a_hang():
-    got = first(DS_KILLED)
+    got = first_failure_of(DS_KILLED)
     assert not got["inferred"] and got["signature"] == "deepspeed.launcher_kill"
     assert (got["rank"], got["category"], got["confidence"]) == (None, "unknown", "low")
     assert "A worker ended" in got["summary"]
@@ -142,7 +137,7 @@ def test_a_launcher_killing_its_workers_is_a_worker_that_ended_not_a_hang():
 
 def test_the_launchers_kill_beside_a_timeout_is_still_a_hang():
     text = ONE_SURVIVOR + "[2026-02-03 03:17:53,592] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 143917\n"
-    got = first(text)
+    got = first_failure_of(text)
     assert got["inferred"] and got["signature"] == "hang.stopped_first"
 
 
@@ -172,13 +167,13 @@ def _summary(other: tuple[int, int], root: tuple[int, int]) -> str:
 
 
 def test_the_root_cause_rank_among_several_failed_is_used_at_low():
-    got = first(UNRANKED + _summary((1, 1), (3, 1)))
+    got = first_failure_of(UNRANKED + _summary((1, 1), (3, 1)))
     assert (got["rank"], got["confidence"]) == (3, "low") and "Root Cause" in got["rank_from"]
     assert got["signature"] != "python.traceback"  # the CUDA error, not the table
 
 
 def test_two_agents_root_causes_that_disagree_name_no_rank():
-    got = first(UNRANKED + _summary((1, 1), (3, 1)) + _summary((5, 1), (6, 1)))
+    got = first_failure_of(UNRANKED + _summary((1, 1), (3, 1)) + _summary((5, 1), (6, 1)))
     assert got["rank"] is None
 
 
@@ -200,12 +195,12 @@ SAVE_QUESTION = """\
 
 
 def test_a_title_naming_a_failed_save_is_the_answer_when_the_log_shows_none():
-    got = first(SAVE_TITLE)
+    got = first_failure_of(SAVE_TITLE)
     assert (got["phase"], got["category"], got["confidence"], got["rank"]) == ("checkpoint-save", "unknown", "low", None)
 
 
 def test_a_hang_takes_its_phase_from_the_title_when_nothing_else_gives_one():
-    got = first(SAVE_HANG)
+    got = first_failure_of(SAVE_HANG)
     assert got["inferred"] and got["phase"] == "checkpoint-save" and "title" in got["phase_from"]
     assert got["confidence"] == "low"
 
@@ -219,7 +214,7 @@ def test_a_hang_during_a_save_is_a_save_that_outlasted_the_timeout_inferred():
 
 
 def test_a_hang_outside_a_save_stays_a_cascade():
-    ff = first(ONE_SURVIVOR)
+    ff = first_failure_of(ONE_SURVIVOR)
     assert ff["phase"] != "checkpoint-save" and ff["category"] == "cascade"
 
 
@@ -231,12 +226,12 @@ SAVE_CANCELLED = SAVE_HANG + (
 
 
 def test_a_save_stopped_from_outside_is_not_blamed_on_storage():
-    ff = first(SAVE_CANCELLED)
+    ff = first_failure_of(SAVE_CANCELLED)
     assert ff["killed_from_outside"] and ff["category"] != "storage"
 
 
 def test_a_title_that_asks_how_to_save_is_no_failure():
-    assert first(SAVE_QUESTION) is None
+    assert first_failure_of(SAVE_QUESTION) is None
 
 
 # ---- a heading speaks of the whole log below it (failure_phase.before) ------------------------
@@ -253,7 +248,7 @@ PEER_TITLE = """\
 
 
 def test_a_heading_over_set_up_lines_fails_in_init():
-    got = first(PEER_TITLE)
+    got = first_failure_of(PEER_TITLE)
     assert got["phase"] == "init" and got["rank"] is None and got["confidence"] == "low"
 
 
@@ -267,20 +262,20 @@ def _only_failure(code: int) -> str:
 
 
 def test_exit_status_2_alone_is_a_rejected_command_line_at_low():
-    got = first(_only_failure(2))
+    got = first_failure_of(_only_failure(2))
     assert (got["rank"], got["category"], got["confidence"], got["phase"]) == (1, "config", "low", "init")
 
 
 def test_exit_status_1_alone_names_no_category():
-    assert first(_only_failure(1))["category"] == "unknown"
+    assert first_failure_of(_only_failure(1))["category"] == "unknown"
 
 
 def test_words_that_name_a_class_beat_exit_status_2():
-    got = first("# CUDA out of memory on one rank\n" + _only_failure(2))
+    got = first_failure_of("# CUDA out of memory on one rank\n" + _only_failure(2))
     assert got["category"] == "gpu-memory"
 
 
 def test_a_failure_row_cut_before_its_pid_still_names_the_rank():
     """A paste that ends at the Root Cause row's "exitcode  : 1" (its "(pid: N)" cut off)."""
-    got = first(_only_failure(1).split(" (pid: 703)")[0] + "\n")
+    got = first_failure_of(_only_failure(1).split(" (pid: 703)")[0] + "\n")
     assert (got["rank"], got["signature"]) == (1, "torchelastic.worker_failed")

@@ -2,7 +2,7 @@
 cause NCCL's WARN printed above it, written from NCCL's and PyTorch's format strings: the WARN is
 the failure, of the network."""
 
-from tests.analysis.test_hang_pastes import first
+from tests.offline.scoring import first_failure_of
 
 # NCCL src/graph/topo.h ncclTopoIdToNetDev WARN("Could not find NET with id %lx") returns
 # ncclInternalError; torch NCCLUtils.cpp then raises DistBackendError "NCCL error in: <site>, internal
@@ -29,16 +29,16 @@ node2: RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system 
 
 
 def test_a_net_device_the_topology_lacks_is_the_network_at_init():
-    got = first(NET_NOT_FOUND)
+    got = first_failure_of(NET_NOT_FOUND)
     assert (got["signature"], got["category"], got["phase"]) == ("nccl.net_not_found", "network", "init")
 
 
 def test_the_internal_error_alone_stays_nccl_s_own():
-    assert first(WRAPPER_ONLY)["signature"] == "nccl.internal_error"
+    assert first_failure_of(WRAPPER_ONLY)["signature"] == "nccl.internal_error"
 
 
 def test_a_refused_socket_is_the_network():
-    got = first(REFUSED)
+    got = first_failure_of(REFUSED)
     assert (got["signature"], got["category"]) == ("nccl.socket_io_unreachable", "network")
 
 
@@ -59,5 +59,5 @@ ncclSystemError: System call (socket, malloc, munmap, etc) failed.
 
 
 def test_a_line_of_an_exception_message_keeps_its_traceback_s_phase():
-    got = first(DDP_INIT_SYSTEM_ERROR)
+    got = first_failure_of(DDP_INIT_SYSTEM_ERROR)
     assert (got["signature"], got["phase"]) == ("nccl.system_error", "init")

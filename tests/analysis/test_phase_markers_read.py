@@ -4,7 +4,7 @@ fires (a kill while loading a model named no phase because its set-up line was n
 
 from firstfault.analysis.catalog import shipped
 from firstfault.analysis.phase import rules
-from tests.analysis.test_hang_pastes import first
+from tests.offline.scoring import first_failure_of
 
 # NCCL's INFO lines come by the thousand with NCCL_DEBUG=INFO; the set-up ones the marker's pattern
 # keeps are read by 40-nccl's nccl.comm_setup needles ("- Init START", "] [send] via NET/")
@@ -38,14 +38,14 @@ EVAL_THEN_RELOAD_THEN_KILL = (
 
 
 def test_a_kill_after_a_set_up_line_is_in_init():
-    got = first(LOAD_THEN_KILL)
+    got = first_failure_of(LOAD_THEN_KILL)
     assert got["phase"] == "init" and "set-up" in got["phase_from"]
 
 
 def test_a_progress_bar_after_set_up_means_training_had_started():
-    assert first(TRAIN_THEN_KILL)["phase"] != "init"
+    assert first_failure_of(TRAIN_THEN_KILL)["phase"] != "init"
 
 
 def test_the_latest_set_up_line_counts_a_second_load_after_training_is_init_again():
-    got = first(EVAL_THEN_RELOAD_THEN_KILL)
+    got = first_failure_of(EVAL_THEN_RELOAD_THEN_KILL)
     assert got["phase"] == "init"

@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.offline.scoring import Case, analyze
-
-
-def paste(text: str) -> dict | None:
-    return analyze(Case("quoted", ["-"], {}, stdin=text.encode()))["first_failure"]
+from tests.offline.scoring import first_failure_of
 
 
 def test_an_exception_quoted_in_a_sentence_is_the_failure_when_nothing_else_is():
-    ff = paste('# Error while starting the pipeline\n\nwhen I start the example I got "AssertionError: the cluster '
+    ff = first_failure_of('# Error while starting the pipeline\n\nwhen I start the example I got "AssertionError: the cluster '
                'has 1 node but the config asks for 2", however num_nodes is 1 in my yaml\n')
     # "the config asks for": the words of a configuration (99-fallback's category rules)
     assert (ff["signature"], ff["confidence"], ff["category"]) == ("text.exception_quoted", "low", "config")
@@ -23,14 +19,14 @@ def test_an_exception_quoted_in_a_sentence_is_the_failure_when_nothing_else_is()
 
 
 def test_a_quoted_exception_takes_its_category_from_its_words():
-    ff = paste("it dies at start with ValueError: the tensor parallel size must be divisible by the head count\n")
+    ff = first_failure_of("it dies at start with ValueError: the tensor parallel size must be divisible by the head count\n")
     assert (ff["signature"], ff["category"]) == ("text.exception_quoted", "config")
-    ff = paste("it dies in the loader with KeyError: 'input_ids' on every rank\n")
+    ff = first_failure_of("it dies in the loader with KeyError: 'input_ids' on every rank\n")
     assert (ff["signature"], ff["category"]) == ("text.exception_quoted", "user-code")
 
 
 def test_the_last_quoted_exception_is_the_one_that_ended_the_job():
-    ff = paste("first I saw KeyError: 'labels' which I fixed,\nnow it ends with IndexError: list index out of range "
+    ff = first_failure_of("first I saw KeyError: 'labels' which I fixed,\nnow it ends with IndexError: list index out of range "
                "in the collator\n")
     assert ff["summary"].startswith("The text quotes IndexError")
 
@@ -55,7 +51,7 @@ def test_the_last_quoted_exception_is_the_one_that_ended_the_job():
      "    | ConnectionError: peer gone\n    +------------------------------------\n", "python.exception"),
 ])
 def test_what_the_log_or_a_heading_says_comes_before_a_quoted_exception(text, signature):
-    ff = paste(text)
+    ff = first_failure_of(text)
     assert ff["signature"] == signature
 
 
@@ -65,4 +61,4 @@ def test_what_the_log_or_a_heading_says_comes_before_a_quoted_exception(text, si
     "UserWarning: TypedStorage is deprecated\n",
 ])
 def test_no_quoted_exception_no_failure(text):
-    assert paste(text) is None
+    assert first_failure_of(text) is None

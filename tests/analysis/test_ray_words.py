@@ -9,7 +9,7 @@ import pytest
 
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.phase import phase_from_task_words
-from tests.offline.scoring import Case, analyze
+from tests.offline.scoring import first_failure_of
 
 CATALOG = load_catalog()
 
@@ -32,8 +32,6 @@ ACTOR_DIED = (
     "Worker unexpectedly exits with a connection error code 2. End of file.\n")
 
 
-def paste(text: str) -> dict:
-    return analyze(Case("ray-words", ["-"], {}, stdin=text.encode()))["first_failure"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -46,13 +44,13 @@ def paste(text: str) -> dict:
     ("# Workers die after fork: Cannot allocate memory", RAYLET_DIED),
 ])
 def test_an_unexplained_ray_death_takes_host_memory_from_the_words(heading, body):
-    ff = paste(heading + "\n```\n" + body + "```\n")
+    ff = first_failure_of(heading + "\n```\n" + body + "```\n")
     assert (ff["signature"], ff["category"], ff["confidence"]) == ("ray.worker_died", "host-memory", "low")
     assert "text's words" in ff["evidence"][0]["linked_by"]
 
 
 def test_words_that_put_the_oom_on_the_gpu_keep_it_there():
-    ff = paste("# CUDA out of memory on 8 GPUs during generation\n```\n" + RAYLET_DIED + "```\n")
+    ff = first_failure_of("# CUDA out of memory on 8 GPUs during generation\n```\n" + RAYLET_DIED + "```\n")
     assert (ff["signature"], ff["category"], ff["confidence"]) == ("ray.worker_died", "gpu-memory", "low")
 
 
@@ -61,7 +59,7 @@ def test_words_that_put_the_oom_on_the_gpu_keep_it_there():
     "# worker process died after the first epoch\n```\n" + RAYLET_DIED + "```\n",  # words naming no class
 ])
 def test_an_unexplained_ray_death_without_such_words_stays_unknown(text):
-    ff = paste(text)
+    ff = first_failure_of(text)
     assert (ff["signature"], ff["category"]) == ("ray.worker_died", "unknown")
     assert ff["confidence"] == "medium"
 
@@ -114,14 +112,14 @@ WATCHDOG = (
 
 
 def test_a_hang_takes_the_phase_of_the_task_its_title_names():
-    ff = paste("# NCCL timeout in ray::WorkerDict.actor_rollout_compute_log_prob after 20 steps\n```\n"
+    ff = first_failure_of("# NCCL timeout in ray::WorkerDict.actor_rollout_compute_log_prob after 20 steps\n```\n"
                + WATCHDOG + "```\n")
     assert ff["signature"] == "hang.stopped_first"
     assert ff["phase"] == "forward" and "title" in ff["phase_from"]
 
 
 def test_a_hang_whose_title_names_no_task_keeps_its_unknown_phase():
-    ff = paste("# NCCL timeout after 20 steps\n```\n" + WATCHDOG + "```\n")
+    ff = first_failure_of("# NCCL timeout after 20 steps\n```\n" + WATCHDOG + "```\n")
     assert ff["signature"] == "hang.stopped_first" and ff["phase"] == "unknown"
 
 
@@ -140,14 +138,14 @@ ray.exceptions.RayTaskError(RuntimeError): ray::TaskRunner.run() (pid=11272, ip=
 
 
 def test_a_failure_with_no_phase_of_its_own_takes_the_phase_its_title_names():
-    ff = paste("# FSDP2 run fails while saving the checkpoint\n\n" + DRIVER_CUT)
+    ff = first_failure_of("# FSDP2 run fails while saving the checkpoint\n\n" + DRIVER_CUT)
     assert ff["phase"] == "checkpoint-save" and "title" in ff["phase_from"]
 
 
 def test_a_failure_whose_frames_say_the_phase_keeps_it():
     frames = DRIVER_CUT + ('  File "/usr/lib/python3.10/site-packages/torch/_tensor.py", line 525, in backward\n'
                            "    torch.autograd.backward(\nRuntimeError: Function 'MulBackward0' returned nan values\n")
-    ff = paste("# FSDP2 run fails while saving the checkpoint\n\n" + frames)
+    ff = first_failure_of("# FSDP2 run fails while saving the checkpoint\n\n" + frames)
     assert ff["phase"] == "backward" and ff["phase_from"] == "frames"
 
 
@@ -156,12 +154,12 @@ def test_a_failure_whose_frames_say_the_phase_keeps_it():
 # ---------------------------------------------------------------------------------------------
 
 def test_an_unexplained_ray_death_after_a_collective_timeout_is_a_cascade():
-    ff = paste("```\n" + WATCHDOG + RAYLET_DIED + "```\n")
+    ff = first_failure_of("```\n" + WATCHDOG + RAYLET_DIED + "```\n")
     assert ff["signature"] == "hang.stopped_first" and ff["category"] == "cascade"
 
 
 def test_an_unexplained_ray_death_before_any_timeout_stays_the_failure():
-    ff = paste("```\n" + RAYLET_DIED + WATCHDOG + "```\n")
+    ff = first_failure_of("```\n" + RAYLET_DIED + WATCHDOG + "```\n")
     assert (ff["signature"], ff["category"]) == ("ray.worker_died", "unknown")
 
 
@@ -181,16 +179,16 @@ DRIVER_OOM_CUT = DRIVER_CUT.replace("RayTaskError(RuntimeError)", "RayTaskError(
      "ray.task_error_unresolved"),
 ])
 def test_a_ray_task_error_cut_inside_its_remote_traceback_is_unresolved(text, signature):
-    ff = paste(text)
+    ff = first_failure_of(text)
     assert ff["signature"] == signature and ff["category"] == "unknown"
 
 
 def test_a_headerless_ray_task_error_with_the_workers_exception_line_is_that_exception():
-    ff = paste(DRIVER_CUT.split("\n", 1)[1] + "ValueError: prompt too long for max_prompt_length=512\n")
+    ff = first_failure_of(DRIVER_CUT.split("\n", 1)[1] + "ValueError: prompt too long for max_prompt_length=512\n")
     assert (ff["signature"], ff["category"]) == ("python.exception", "user-code")
 
 
 def test_a_ray_task_error_with_the_workers_exception_line_is_that_exception():
-    ff = paste(DRIVER_OOM_CUT + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+    ff = first_failure_of(DRIVER_OOM_CUT + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
                "total capacity of 79.10 GiB of which 1.02 GiB is free.\n")
     assert (ff["signature"], ff["category"]) == ("cuda.oom", "gpu-memory")

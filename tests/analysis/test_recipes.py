@@ -4,7 +4,7 @@ strings; the traceback's paths are made up."""
 
 from __future__ import annotations
 
-from tests.offline.scoring import Case, analyze
+from tests.offline.scoring import first_failure_of
 
 SETUP = """\
 INFO:torchtune.utils._logging:Instantiating model and loading checkpoint took 3.21 secs
@@ -22,16 +22,14 @@ CUT = """\
 PROGRESS = "1|5|Loss: 1.2345: 5%|▌         | 5/100 [00:10<03:10,  2.00s/it]\n"
 
 
-def paste(text: str) -> dict:
-    return analyze(Case("torchtune", ["-"], {}, stdin=text.encode()))["first_failure"]
 
 
 def test_a_failure_after_torchtune_set_up_lines_is_in_init():
-    ff = paste(SETUP + CUT)
+    ff = first_failure_of(SETUP + CUT)
     assert ff["rank"] == 1
     assert ff["phase"] == "init" and ff["phase_from"].startswith("set-up lines")
 
 
 def test_a_failure_after_training_progress_is_not_in_init():
-    ff = paste(SETUP + PROGRESS + CUT)
+    ff = first_failure_of(SETUP + PROGRESS + CUT)
     assert ff["phase"] != "init"

@@ -102,6 +102,11 @@ def analyze(case: Case) -> dict:
     return json.loads(out.getvalue())
 
 
+def first_failure_of(text: str) -> dict | None:
+    """The report's first failure of ``text`` pasted on standard input (``analyze -``), as users paste logs."""
+    return analyze(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
+
+
 def answer(rep: dict) -> dict:
     ff = rep["first_failure"]
     if ff is None:
