@@ -16,8 +16,7 @@ from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.phase import load_phase_rules, phase_before_failure
 from firstfault.analysis.save_phase import phase_while_waiting
 from tests.analysis.catalog_lines import assert_line
-from tests.offline.scoring import Case
-from tests.offline.scoring import analyze as analyze_case
+from tests.offline.scoring import first_failure_of
 
 CATALOG = load_catalog()
 RULES = load_phase_rules()
@@ -224,10 +223,6 @@ def test_a_save_whose_end_is_never_printed_says_nothing_of_a_silence(start):
 # ------------------------------------------------------------------------- whole pasted logs
 
 
-def _analyze(text: str) -> dict:
-    return analyze_case(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
-
-
 def test_deepspeed_save_on_a_full_disk():
     text = "\n".join([
         "[2026-12-02 10:12:00,101] [INFO] [logging.py:123:log_dist] [Rank 0] [Torch] Checkpoint global_step200 is "
@@ -243,7 +238,7 @@ def test_deepspeed_save_on_a_full_disk():
         "[rank1]:     _save(obj, opened_zipfile, pickle_module, pickle_protocol, _disable_byteorder_record)",
         "[rank1]: RuntimeError: [enforce fail at inline_container.cc:603] . unexpected pos 8585216 vs 8585104",
     ]) + "\n"
-    ff = _analyze(text)
+    ff = first_failure_of(text)
     assert (ff["rank"], ff["category"], ff["phase"]) == (1, "storage", "checkpoint-save")
 
 
@@ -253,7 +248,7 @@ def test_megatron_save_over_quota_without_frames_is_the_save():
         "saving checkpoint at iteration    2000 to /ckpt/gpt in torch_dist format",
         "[rank5]: OSError: [Errno 122] Disk quota exceeded",
     ]) + "\n"
-    ff = _analyze(text)
+    ff = first_failure_of(text)
     assert (ff["rank"], ff["category"], ff["phase"]) == (5, "storage", "checkpoint-save")
 
 
@@ -263,7 +258,7 @@ def test_a_failure_after_the_save_ended_is_not_the_save():
         "  successfully saved checkpoint from iteration    2000 to /ckpt/gpt [ t 1/4, p 1/2 ]",
         "[rank2]: OSError: [Errno 5] Input/output error: '/data/shard_0117.bin'",
     ]) + "\n"
-    ff = _analyze(text)
+    ff = first_failure_of(text)
     assert (ff["rank"], ff["category"]) == (2, "storage")
     assert ff["phase"] != "checkpoint-save"
 
@@ -273,7 +268,7 @@ def test_resume_from_a_truncated_safetensors_file():
         "[INFO|trainer.py:2480] 2026-05-02 11:00:00,000 >> Loading model from /out/run1/checkpoint-500.",
         "[rank1]: safetensors_rust.SafetensorError: Error while deserializing header: MetadataIncompleteBuffer",
     ]) + "\n"
-    ff = _analyze(text)
+    ff = first_failure_of(text)
     assert (ff["rank"], ff["category"], ff["phase"]) == (1, "storage", "checkpoint-load")
 
 
@@ -288,7 +283,7 @@ def test_hub_unreachable_at_start_is_network_init():
         "cached files and it looks like org/model-7b is not the path to a directory containing a file named "
         "config.json.",
     ]) + "\n"
-    ff = _analyze(text)
+    ff = first_failure_of(text)
     assert (ff["rank"], ff["category"], ff["phase"]) == (0, "network", "init")
 
 
@@ -303,7 +298,7 @@ def test_corrupt_checkpoint_at_resume_with_frames():
         "    with _open_zipfile_reader(opened_file) as opened_zipfile:",
         "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
     ]) + "\n"
-    ff = _analyze(text)
+    ff = first_failure_of(text)
     assert (ff["category"], ff["phase"]) == ("storage", "checkpoint-load")
 
 
@@ -314,7 +309,7 @@ def test_a_worker_killed_while_the_trainer_saves():
         "E1202 11:57:01.000000 140 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: -9) "
         "local_rank: 0 (pid: 3301) of binary: /usr/bin/python3",
     ]) + "\n"
-    ff = _analyze(text)
+    ff = first_failure_of(text)
     assert (ff["rank"], ff["phase"]) == (0, "checkpoint-save")
     assert ff["confidence"] != "high"
 
@@ -341,11 +336,10 @@ def test_a_missing_zero_shard_on_resume_is_the_jobs_setup_on_that_rank():
           "FileNotFoundError: [Errno 2] No such file or directory: "
           "'/out/checkpoint-400/global_step400/zero_pp_rank_5_mp_rank_00_optim_states.pt'"]
     log = "\n".join(f"[rank5]: {line}" for line in tb) + "\n"
-    ff = analyze_case(Case("shard", ["-"], {}, stdin=log.encode()))["first_failure"]
+    ff = first_failure_of(log)
     assert (ff["signature"], ff["category"], ff["phase"], ff["rank"]) == (
         "deepspeed.checkpoint_shard_missing", "config", "checkpoint-load", 5)
     # not-example: a data file that is not there stays what the generic rules say, not a checkpoint shard
     other = log.replace("/out/checkpoint-400/global_step400/zero_pp_rank_5_mp_rank_00_optim_states.pt",
                         "/data/train.json")
-    assert analyze_case(Case("data", ["-"], {}, stdin=other.encode()))["first_failure"]["signature"] != \
-        "deepspeed.checkpoint_shard_missing"
+    assert first_failure_of(other)["signature"] != "deepspeed.checkpoint_shard_missing"

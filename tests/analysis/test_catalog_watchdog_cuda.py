@@ -22,8 +22,7 @@ import pytest
 
 from firstfault.analysis.catalog import load_catalog
 from tests.analysis.catalog_lines import assert_line
-from tests.offline.scoring import Case
-from tests.offline.scoring import analyze as analyze_case
+from tests.offline.scoring import first_failure_of
 
 CATALOG = load_catalog()
 
@@ -88,19 +87,19 @@ Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException
 
 
 def test_the_paste_names_the_rank_its_watchdog_named_but_not_at_high():
-    ff = analyze_case(Case("paste", ["-"], {}, stdin=PASTE.encode()))["first_failure"]
+    ff = first_failure_of(PASTE)
     assert (ff["rank"], ff["signature"], ff["category"]) == (3, "cuda.ecc_uncorrectable", "hardware")
     assert ff["confidence"] == "medium"  # 2.1's "[Rank r]" may be a subgroup's rank
 
 
 def test_the_default_groups_wrapper_names_the_jobs_rank():
     text = PASTE.replace("[Rank 3] NCCL watchdog", "[PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog")
-    ff = analyze_case(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
+    ff = first_failure_of(text)
     assert (ff["rank"], ff["signature"], ff["category"]) == (3, "cuda.ecc_uncorrectable", "hardware")
     assert ff["confidence"] == "high"
 
 
 def test_a_subgroup_watchdog_names_no_rank():
     text = PASTE.replace("[Rank 3] NCCL watchdog", "[PG 2 Rank 3] Process group watchdog")
-    ff = analyze_case(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
+    ff = first_failure_of(text)
     assert (ff["rank"], ff["signature"]) == (None, "cuda.ecc_uncorrectable")

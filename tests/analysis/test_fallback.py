@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from firstfault.analysis.catalog import CatalogError, load_catalog, parse_catalog
-from tests.offline.scoring import Case, analyze
+from tests.offline.scoring import Case, analyze, first_failure_of
 
 CATALOG = load_catalog()
 
@@ -69,26 +69,26 @@ CUT = """\
 
 
 def test_a_traceback_cut_before_its_exception_is_a_low_confidence_failure():
-    ff = analyze(Case("cut", ["-"], {}, stdin=CUT.encode()))["first_failure"]
+    ff = first_failure_of(CUT)
     assert ff["signature"] == "python.traceback" and ff["rank"] == 2
     assert ff["phase"] == "backward" and ff["confidence"] == "low"
 
 
 def test_a_bare_exception_line_in_prose_is_never_no_failure():
     text = "I get this after a few steps:\n`[rank1]: RuntimeError: Expected all tensors to be on the same device`\n"
-    ff = analyze(Case("prose", ["-"], {}, stdin=text.encode()))["first_failure"]
+    ff = first_failure_of(text)
     assert ff is not None and ff["rank"] == 1 and ff["confidence"] != "high"
 
 
 def test_a_cut_traceback_takes_its_category_from_words_around_it():
     text = "Host memory grows until the OOM killer fires in engine.step\n```\n" + CUT.replace("backward", "step") + "```\n"
-    ff = analyze(Case("mention", ["-"], {}, stdin=text.encode()))["first_failure"]
+    ff = first_failure_of(text)
     assert ff["signature"] == "python.traceback" and ff["category"] == "host-memory"
     assert ff["confidence"] == "low" and "text's words" in ff["evidence"][0]["linked_by"]
 
 
 def test_words_alone_are_never_the_failure():
-    ff = analyze(Case("words", ["-"], {}, stdin=b"we saw NaN once last week, unrelated\nall good now\n"))["first_failure"]
+    ff = first_failure_of("we saw NaN once last week, unrelated\nall good now\n")
     assert ff is None
 
 
@@ -103,7 +103,7 @@ def test_a_nonzero_exit_is_the_failure_when_nothing_says_more():
     text = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "=" * 40 + "\ntrain.py FAILED\n"
             + "-" * 40 + "\nFailures:\n" + _table(1, 1, 501) + _table(2, 1, 502) + "-" * 40
             + "\nRoot Cause (first observed failure):\n" + _table(0, 1, 500) + "=" * 40 + "\n")
-    ff = analyze(Case("table", ["-"], {}, stdin=text.encode()))["first_failure"]
+    ff = first_failure_of(text)
     assert ff["rank"] == 0 and ff["confidence"] == "low" and ff["category"] == "unknown"
     assert "exit is the only sign" in ff["evidence"][0]["linked_by"]
 
@@ -117,7 +117,7 @@ RICH = """\
 
 
 def test_a_rich_traceback_cut_before_its_exception_is_a_failure():
-    ff = analyze(Case("rich", ["-"], {}, stdin=RICH.encode()))["first_failure"]
+    ff = first_failure_of(RICH)
     assert ff["signature"] == "python.traceback" and ff["confidence"] == "low"
 
 

@@ -10,13 +10,7 @@ ProcessGroupNCCL's "[Rank N] found async exception ..." (2.x). Values are made u
 from __future__ import annotations
 
 from firstfault.analysis.identify import FOLLOW_GAP
-from tests.offline.scoring import Case
-from tests.offline.scoring import analyze as analyze_case
-
-
-def _first(text: str) -> dict:
-    return analyze_case(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
-
+from tests.offline.scoring import first_failure_of
 
 ASSERT_THEN_TRACEBACK = """\
 /src/aten/src/ATen/native/cuda/Indexing.cu:1289: indexSelectLargeIndex: block: [12,0,0], thread: [64,0,0] Assertion `srcIndex < srcSelectDimSize` failed.
@@ -35,7 +29,7 @@ gpu-node-7:51234:51300 [2] NCCL INFO transport/net.cc:1298 -> 6
 
 
 def test_device_assert_takes_the_rank_of_the_traceback_below():
-    ff = _first(ASSERT_THEN_TRACEBACK)
+    ff = first_failure_of(ASSERT_THEN_TRACEBACK)
     assert ff["signature"] == "cuda.device_assert"
     assert ff["rank"] == 3
     assert ff["rank_from"] == "the ranked error that follows it"
@@ -43,7 +37,7 @@ def test_device_assert_takes_the_rank_of_the_traceback_below():
 
 
 def test_nccl_warn_takes_the_rank_of_its_process_error():
-    ff = _first(WARN_THEN_ASYNC)
+    ff = first_failure_of(WARN_THEN_ASYNC)
     assert ff["signature"] == "nccl.ib_completion_error"
     assert ff["rank"] == 6
     assert ff["category"] == "network"
@@ -52,7 +46,7 @@ def test_nccl_warn_takes_the_rank_of_its_process_error():
 def test_not_when_two_processes_printed_the_unranked_lines():
     text = WARN_THEN_ASYNC.replace("gpu-node-7:51234:51300 [2] NCCL INFO",
                                    "gpu-node-7:51240:51301 [3] transport/net_ib.cc:1700 NCCL WARN NET/IB : Got completion from peer 10.1.2.3<40022> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.1.2.4 remoteGids::ffff:10.1.2.3 hca mlx5_3\ngpu-node-7:51240:51301 [3] NCCL INFO")
-    assert _first(text)["rank"] is None
+    assert first_failure_of(text)["rank"] is None
 
 
 def test_not_when_the_ranked_error_is_another_pid():
@@ -61,7 +55,7 @@ def test_not_when_the_ranked_error_is_another_pid():
         "[rank6]:gpu-node-7:60001:60050 [3] transport/net_ib.cc:1700 NCCL WARN NET/IB : Got completion from peer "
         "10.1.2.3<40021> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.1.2.4 "
         "remoteGids::ffff:10.1.2.3 hca mlx5_3\n")
-    ff = _first(text)
+    ff = first_failure_of(text)
     assert ff["rank"] is None or ff["rank_from"] != "the ranked error that follows it"
 
 
@@ -69,13 +63,13 @@ def test_not_when_far_below():
     gap = "".join(f"step {i} loss 2.{i:03d}\n" for i in range(FOLLOW_GAP + 2))
     lines = ASSERT_THEN_TRACEBACK.splitlines(keepends=True)
     text = "".join(lines[:2]) + gap + "".join(lines[2:])
-    ff = _first(text)
+    ff = first_failure_of(text)
     assert ff["rank_from"] != "the ranked error that follows it"
 
 
 def test_a_gpu_index_is_not_a_rank():
     """The WARN's "[2]" is its CUDA device: with no ranked error below, the answer names no rank."""
-    ff = _first(WARN_THEN_ASYNC.splitlines(keepends=True)[0])
+    ff = first_failure_of(WARN_THEN_ASYNC.splitlines(keepends=True)[0])
     assert ff["rank"] is None
 
 
@@ -86,7 +80,7 @@ def test_another_printers_line_breaks_the_run():
             "E1202 10:12:00.462000 2611 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) "
             "local_rank: 0 (pid: 24215) of binary: /usr/bin/python3\n"
             + "".join(ASSERT_THEN_TRACEBACK.splitlines(keepends=True)[2:]))
-    ff = _first(text)
+    ff = first_failure_of(text)
     assert not (ff["signature"] == "cuda.device_assert" and ff["rank"] == 3 and ff["rank_from"] == "the ranked error that follows it")
 
 
@@ -97,7 +91,7 @@ def test_a_line_of_another_printer_takes_no_rank():
             "(WorkerWrapper pid=7002, ip=10.0.0.3) [rank1]:[E1202 10:43:22.118000 7002 ProcessGroupNCCL.cpp:1704] "
             "[Rank 1] found async exception when checking for NCCL errors: NCCL error: remote process exited or "
             "there was a network error, NCCL version 2.21.5\n")
-    ff = _first(text)
+    ff = first_failure_of(text)
     assert ff["signature"] == "nccl.ib_completion_error"
     assert ff["rank"] is None
 
@@ -105,7 +99,7 @@ def test_a_line_of_another_printer_takes_no_rank():
 def test_colossalai_run_failure_alone_is_a_failure_of_unknown_cause():
     """colossalai run's line (cli/launcher/multinode_runner.py run_on_host) over a log with nothing
     else: a failure, not "no failure found", whose category its command line's words do not give."""
-    ff = _first("Error: failed to run torchrun --nproc_per_node=4 --nnodes=1 --node_rank=0 "
+    ff = first_failure_of("Error: failed to run torchrun --nproc_per_node=4 --nnodes=1 --node_rank=0 "
                 "--rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:29500 train.py --config config.py on 127.0.0.1\n")
     assert ff["signature"] == "colossalai.run_failed"
     assert (ff["category"], ff["rank"], ff["confidence"]) == ("unknown", None, "low")
@@ -118,5 +112,5 @@ def test_not_when_another_ranks_line_lies_between():
     text = "".join(lines[:2]) + ("[rank0]:[2026-12-02 10:11:59,790] [INFO] [logging.py:123:log_dist] [Rank 0] "
                                  "step=10, skipped=0, lr=[0.001], mom=[(0.9, 0.999)]\n") \
         + "".join(lines[2:])
-    ff = _first(text)
+    ff = first_failure_of(text)
     assert ff["rank_from"] != "the ranked error that follows it"

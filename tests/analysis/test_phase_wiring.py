@@ -4,11 +4,7 @@ names. Inputs are written from the frameworks' formats."""
 
 from __future__ import annotations
 
-from tests.offline.scoring import Case, analyze
-
-
-def _first(text: str) -> dict:
-    return analyze(Case("t", ["-"], {}, stdin=text.encode()))["first_failure"]
+from tests.offline.scoring import first_failure_of
 
 
 def _watchdog(rank: int, op: str, seq: int) -> str:
@@ -18,7 +14,7 @@ def _watchdog(rank: int, op: str, seq: int) -> str:
 
 
 def test_a_hang_at_the_first_broadcast_is_in_init():
-    ff = _first(_watchdog(0, "BROADCAST", 1) + _watchdog(1, "BROADCAST", 1))
+    ff = first_failure_of(_watchdog(0, "BROADCAST", 1) + _watchdog(1, "BROADCAST", 1))
     assert ff["signature"] == "hang.stopped_first" and ff["phase"] == "init"
     assert ff["phase_from"] == "the collective it timed out in"
 
@@ -29,7 +25,7 @@ def test_a_heading_naming_the_failure_gives_a_cut_traceback_its_phase():
             "[rank3]: Traceback (most recent call last):\n"
             '[rank3]:   File "/w/pretrain.py", line 12, in <module>\n'
             "[rank3]:     main()\n")
-    ff = _first(text)
+    ff = first_failure_of(text)
     assert ff["rank"] == 3 and ff["category"] == "numerics" and ff["phase"] == "backward"
 
 
@@ -39,7 +35,7 @@ def test_the_same_failure_with_frames_on_the_same_rank_gives_the_phase():
             '[rank2]:   File "/site-packages/torch/autograd/graph.py", line 768, in _engine_run_backward\n'
             "[rank2]:     return Variable._execution_engine.run_backward(\n"
             "[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered\n")
-    ff = _first(text)
+    ff = first_failure_of(text)
     assert ff["rank"] == 2 and (ff["phase"], ff["phase_from"]) == ("backward", "frames")
 
 
@@ -48,5 +44,5 @@ def test_survivors_errors_without_a_rank_are_a_cascade_not_no_failure():
     cascade, in the phase its signature belongs to (the unique id exchange is set-up)."""
     text = ("RuntimeError: [2] is setting up NCCL communicator and retreiving ncclUniqueId from [0] via c10d "
             "key-value store by key '0', but store->get('0') got error: Socket Timeout\n")
-    ff = _first(text)
+    ff = first_failure_of(text)
     assert ff is not None and ff["signature"] == "hang.stopped_first" and ff["category"] == "cascade"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from firstfault.analysis.phase import phase_from_worker_call, phase_hint
-from tests.offline.scoring import Case, analyze
+from tests.offline.scoring import first_failure_of
 
 FRAME = '  File "/opt/verl/verl/single_controller/ray/base.py", line {line}, in {func}\n'
 
@@ -52,6 +52,6 @@ def test_a_named_ray_task_comes_first():
 def test_a_pasted_actor_death_in_the_reference_forward():
     text = ("ray.exceptions.RayTaskError(ActorDiedError): ray::main_task() (pid=5012, ip=10.0.0.7)\n"
             + _tb("ref_log_prob = self.ref_policy_wg.compute_ref_log_prob(batch)").split("\n", 1)[1])
-    ff = analyze(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
+    ff = first_failure_of(text)
     assert ff["phase"] == "forward"
     assert ff["phase_from"] == "the worker group method the driver called"

@@ -7,7 +7,7 @@ import pytest
 
 from firstfault.analysis.catalog import load_catalog
 from firstfault.analysis.prefixes import peel
-from tests.offline.scoring import Case, analyze
+from tests.offline.scoring import Case, analyze, first_failure_of
 
 WATCHDOG = ("[rank7]:[E218 10:48:25.681000 4242 ProcessGroupNCCL.cpp:632] [Rank 7] Watchdog caught collective "
             "operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
@@ -137,7 +137,7 @@ def test_a_caption_above_a_pasted_spawn_failure_is_no_failure_of_its_own():
         "    raise ProcessExitedException(\n"
         "torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with signal SIGKILL\n"
     )
-    ff = analyze(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
+    ff = first_failure_of(text)
     assert ff["signature"] == "torchelastic.worker_sigkill"
     assert ff["rank"] == 2
     assert ff["confidence"] != "high"
@@ -171,7 +171,7 @@ def test_a_bold_exception_line_under_a_pasted_spawn_traceback_ends_it():
         "    super().__init__(torch._C.PyTorchFileReader(name_or_buffer))\n"
         "**RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory**\n"
     )
-    ff = analyze(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
+    ff = first_failure_of(text)
     assert (ff["category"], ff["rank"]) == ("storage", 0)
 
 
@@ -209,7 +209,7 @@ def test_a_line_numbered_paste_keeps_its_traceback_whole():
              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
              "79.14 GiB of which 1.02 GiB is free."]
     log = "\n".join(f"[{n}] {line}" for n, line in enumerate(lines, start=1750)) + "\n"
-    ff = analyze(Case("numbered", ["-"], {}, stdin=log.encode()))["first_failure"]
+    ff = first_failure_of(log)
     assert ff["category"] == "gpu-memory" and ff["rank"] is None
 
 
@@ -236,5 +236,5 @@ def test_torchx_prefixed_traceback_names_its_rank():
              "[rank3]:     main()",
              "[rank3]: ValueError: expected 4 experts, found 2"]
     log = "".join(f"trainer/0 [default3]:{line}\n" for line in lines)
-    ff = analyze(Case("torchx", ["-"], {}, stdin=log.encode()))["first_failure"]
+    ff = first_failure_of(log)
     assert ff["rank"] == 3 and ff["summary"]

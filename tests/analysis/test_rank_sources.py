@@ -4,12 +4,7 @@ names the rank of the traceback below it, the same failure said again by a rank;
 
 from __future__ import annotations
 
-from tests.offline.scoring import Case, analyze
-
-
-def _first(text: str) -> dict:
-    return analyze(Case("t", ["-"], {}, stdin=text.encode()))["first_failure"]
-
+from tests.offline.scoring import Case, analyze, first_failure_of
 
 SPAWN = """\
 Traceback (most recent call last):
@@ -30,7 +25,7 @@ KeyError: 'pixel_values'
 
 
 def test_mp_spawn_names_the_rank_of_the_traceback_below_it():
-    ff = _first(SPAWN)
+    ff = first_failure_of(SPAWN)
     assert ff["rank"] == 2 and ff["category"] == "user-code"
     assert "KeyError" in ff["evidence"][0]["text"]
 
@@ -45,25 +40,25 @@ def test_a_launcher_line_names_only_the_next_traceback():
 def test_the_same_failure_said_without_a_rank_first_is_the_ranked_ones():
     text = ("The job dies with: RuntimeError: CUDA error: an illegal memory access was encountered\n"
             "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered\n")
-    ff = _first(text)
+    ff = first_failure_of(text)
     assert ff["rank"] == 3 and ff["signature"] == "cuda.illegal_memory_access"
 
 
 def test_an_unknown_category_is_never_high_confidence():
-    ff = _first("[rank9]: RuntimeError: CUDA error: unspecified launch failure\n")
+    ff = first_failure_of("[rank9]: RuntimeError: CUDA error: unspecified launch failure\n")
     assert ff["rank"] == 9 and ff["category"] == "unknown" and ff["confidence"] != "high"
 
 
 def test_the_report_says_where_the_rank_came_from():
-    assert _first("[rank4]: ValueError: bad shape\n")["rank_from"] == "line prefix"
-    assert _first(SPAWN)["rank_from"] == "launcher line above the traceback"
+    assert first_failure_of("[rank4]: ValueError: bad shape\n")["rank_from"] == "line prefix"
+    assert first_failure_of(SPAWN)["rank_from"] == "launcher line above the traceback"
 
 
 def test_a_line_of_an_exception_message_names_the_rank_above_it():
     text = ("RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. "
             "This error indicates that your module has parameters that were not used in producing loss.\n"
             "Parameter indices which did not receive grad for rank 5: 40 41\n")
-    ff = _first(text)
+    ff = first_failure_of(text)
     assert ff["signature"] == "torch.ddp_unused_parameters" and ff["rank"] == 5 and ff["phase"] == "forward"
 
 
@@ -74,7 +69,7 @@ def test_a_heading_is_a_persons_words_and_the_logs_own_line_goes_first():
             "[rank0]: Traceback (most recent call last):\n"
             '[rank0]:   File "/w/tools/train.py", line 104, in <module>\n'
             "[rank0]:     main()\n")
-    ff = _first(text)
+    ff = first_failure_of(text)
     assert ff["rank"] == 0 and ff["signature"] == "python.traceback" and ff["category"] == "user-code"
 
 
@@ -84,7 +79,7 @@ def test_a_failure_without_a_rank_is_the_only_failed_workers():
             "AssertionError: Check batch related parameters. train_batch_size is not equal to "
             "micro_batch_per_gpu * gradient_acc_step * world_size 256 != 4 * 8 * 1\n"
             "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 9180) of binary: /usr/bin/python3\n")
-    ff = _first(text)
+    ff = first_failure_of(text)
     assert ff["rank"] == 0 and ff["rank_from"] == "launcher summary (the only rank that failed)"
     assert ff["confidence"] != "high"
 
@@ -93,4 +88,4 @@ def test_two_failed_workers_name_no_rank():
     text = ("ValueError: bad\n"
             "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 9180) of binary: /usr/bin/python3\n"
             "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 1 (pid: 9181) of binary: /usr/bin/python3\n")
-    assert _first(text)["rank"] is None
+    assert first_failure_of(text)["rank"] is None
