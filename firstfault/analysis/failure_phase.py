@@ -21,6 +21,7 @@ Every source the report may take a phase from is here, in the order they are tru
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 
@@ -30,6 +31,7 @@ from firstfault.analysis.findings import Finding
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.hang import Inference
 from firstfault.analysis.judge import USAGE, heading_phase, phase_heading
+from firstfault.analysis.lasterror import TRACE
 from firstfault.analysis.phase import ENCLOSING_PHASES, phase_from_frames, phase_hint
 from firstfault.analysis.rankstate import RankState
 from firstfault.analysis.save_phase import phase_while_waiting
@@ -107,6 +109,23 @@ def before(f: Finding, findings: Iterable[Finding], most: int = 2000) -> list[st
     return [t for _, t in lines[-most:]]
 
 
+# NCCL's error back trace (lasterror.TRACE) climbing through init.cc: the call that failed was
+# ncclCommInitRank/ncclCommInitAll/ncclCommSplit (src/init.cc, 2.10-2.28), a communicator being set
+# up. PyTorch makes a group's communicator at its first collective (DDP's broadcast in its
+# constructor, a barrier, a group's first call): the job's set-up, whatever step it came in.
+_NCCL_SETUP = re.compile(r"NCCL INFO (?:\S*/)?init\.cc:\d+(?: \(\w+\))? -> [1-9]")
+
+
+def nccl_setup(f: Finding, parts: Iterable[Finding]) -> Phase | None:
+    """``init`` when ``f`` is an NCCL failure and NCCL's back trace in the same stream passes through
+    its communicator set-up (init.cc)."""
+    if not (f.sig.startswith("nccl.") or "nccl" in f.ev.text.lower()):
+        return None
+    if any(p.has(TRACE) and p.ev.stream == f.ev.stream and _NCCL_SETUP.search(p.ev.text) for p in parts):
+        return "init", "NCCL's error back trace passes through its communicator set-up (init.cc)"
+    return None
+
+
 def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: Iterable[Finding] = (),
              before: Iterable[str] = (), sharded: bool | None = None) -> tuple[str, str]:
     """The phase of a failure and where that came from.
@@ -129,7 +148,7 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: 
                 and (p := phase_from_frames(part.ev.frames)):
             return p, "frames of the same failure told elsewhere" if not f.has("cut-traceback") else \
                 "frames of the rest of the cut traceback"
-    hinted = phase_hint(f.ev.text, before, sharded)
+    hinted = phase_hint(f.ev.text, before, sharded) or nccl_setup(f, parts)
     if hinted:
         return hinted
     if f.has("cut-traceback"):  # a cut traceback's own words are missing: the failure a heading names

@@ -229,9 +229,11 @@ def _keep(f: Finding, latest: dict, kept: dict, counts: dict) -> int:
         return 0
     fp = fingerprint(f)
     counts[fp] += 1
-    g = f.match.groups  # lines that name a pid, rank, srun task(s) or tag each say something of their own
+    # lines that name a pid, rank, srun task(s) or tag each say something of their own; so does each
+    # code site of a back trace (NCCL's "init.cc:1493 -> 2": a bounded set, the calls it climbed)
+    g = f.match.groups
     key = (ev.stream, ev.rank, fp, g.get("pid"), g.get("rank"), g.get("local_rank"), g.get("tag"), tuple(g),
-           g.get("task"), g.get("tasks"))
+           g.get("task"), g.get("tasks"), g.get("site"))
     if ev.source == "kernel":  # one node's kernel log given twice (dmesg and dmesg -T): once
         key = (ev.node, ev.text)
     if key in kept:

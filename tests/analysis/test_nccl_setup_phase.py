@@ -1,0 +1,65 @@
+"""NCCL's error back trace (checks.h NCCLCHECK: ``INFO(NCCL_ALL, "%s:%d -> %d")``, and from 2.28
+``"%s:%d (%s) -> %d"``) names each call the error climbed out of. A trace through src/init.cc
+(ncclCommInitRank, ncclCommInitAll, ncclCommSplit) is a communicator being set up: the job's
+set-up, even when PyTorch made the communicator at the group's first collective. Made-up hosts,
+pids and paths; the line shapes are NCCL's and PyTorch's."""
+
+from __future__ import annotations
+
+from tests.offline.scoring import first_failure_of
+
+# Two processes on one host fail to reach the bootstrap root while making the communicator;
+# the worker's PyTorch error names only the collective (its frames cut by the paste).
+SETUP = """\
+n07:4410:4522 [0] NCCL INFO misc/socket.cc:484 -> 2 (Connection refused)
+n07:4411:4523 [1] NCCL INFO misc/socket.cc:484 -> 2 (Connection refused)
+n07:4410:4522 [0] NCCL INFO misc/socket.cc:571 -> 2
+n07:4411:4523 [1] NCCL INFO misc/socket.cc:571 -> 2
+n07:4410:4522 [0] NCCL INFO bootstrap.cc:274 -> 2
+n07:4411:4523 [1] NCCL INFO bootstrap.cc:274 -> 2
+n07:4410:4522 [0] NCCL INFO init.cc:1501 -> 2
+n07:4411:4523 [1] NCCL INFO init.cc:1501 -> 2
+n07:4410:4522 [0] NCCL INFO group.cc:64 -> 2 [Async thread]
+n07:4411:4523 [1] NCCL INFO group.cc:64 -> 2 [Async thread]
+[rank3]:   File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2288, in all_reduce
+[rank3]:     work = group.allreduce([tensor], opts)
+[rank3]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1975, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5
+"""
+
+# NCCL 2.28's trace names the function too
+SETUP_228 = """\
+gpu3:981:1040 [2] NCCL INFO misc/socket.cc:532 (socketStartConnect) -> 2 (No route to host)
+gpu3:981:1040 [2] NCCL INFO bootstrap.cc:301 (bootstrapInit) -> 2
+gpu3:981:1040 [2] NCCL INFO init.cc:1622 (ncclCommInitRankFunc) -> 2
+"""
+
+# A proxy's send fails in training: the trace climbs through the network transport and the
+# proxy, never through init.cc
+RUNTIME = """\
+n07:4410:4590 [0] NCCL INFO transport/net_socket.cc:541 -> 2
+n07:4410:4590 [0] NCCL INFO transport/net.cc:1134 -> 2
+n07:4410:4590 [0] NCCL INFO proxy.cc:858 -> 2
+n07:4410:4590 [0] NCCL INFO proxy.cc:1012 -> 2 [Proxy Thread]
+"""
+
+
+def test_a_trace_through_init_cc_is_set_up():
+    ff = first_failure_of(SETUP)
+    assert ff["category"] == "network"
+    assert ff["phase"] == "init"
+    assert "init.cc" in ff["phase_from"]
+
+
+def test_the_2_28_trace_with_function_names_is_set_up_too():
+    ff = first_failure_of(SETUP_228)
+    assert (ff["category"], ff["phase"]) == ("network", "init")
+
+
+def test_a_trace_through_the_proxy_is_not_set_up():
+    ff = first_failure_of(RUNTIME)
+    assert ff["category"] == "network"
+    assert ff["phase"] != "init"
+
+
+def test_init_cc_returning_success_is_no_failure():
+    assert first_failure_of("n07:4410:4522 [0] NCCL INFO init.cc:1501 -> 0\n") is None
