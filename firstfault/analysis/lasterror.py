@@ -28,6 +28,12 @@ as a network root of its own. ``prefer_details`` drops a back trace when an earl
 same process (stream and pid) lies within ``TRACE_REACH`` lines above it; a back trace with none
 (a paste cut below the WARN) stays, the only sign of the failure.
 
+A native stack trace (trait ``native-trace``: c10's "Exception raised from ... (most recent call
+first):" and its "frame #N:" lines, glibc's backtrace_symbols lines) is the tail of the message printed
+above it: a watchdog's timeout, a CUDA error, a fatal signal. ``prefer_details`` drops one when a
+failure of the same stream (the same rank, or either without one) lies within ``NATIVE_REACH`` lines
+above it; one with none (a paste that kept only the frames) stays, the only sign of the failure.
+
 Invariants: the order of the findings kept is unchanged; a wrapper with no such cause below it,
 a back trace with no finding of its process above it, and every other finding, are returned as
 they came.
@@ -44,6 +50,8 @@ WRAPPER = "nccl-result"  # the catalog trait of a signature that only names an n
 MAX_GAP = 4  # lines from the wrapper to its cause: the code's detail line, "Last error:", the cause
 TRACE = "nccl-trace"  # the catalog trait of NCCL's error back trace lines
 TRACE_REACH = 40  # lines a back trace climbs (one line per call) above which its WARN may be
+NATIVE = "native-trace"  # the catalog trait of a native stack trace's lines
+NATIVE_REACH = 80  # lines from a message to its stack trace: a traceback or a long message between
 _ORIGIN = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] ")  # NCCL's "host:pid:tid [cudaDev] "
 
 
@@ -99,8 +107,32 @@ def prefer_details(findings: Sequence[F]) -> list[F]:
         proc = _process(t.ev) if t.has(TRACE) else None
         if proc is not None and any(0 < t.ev.seq - s <= TRACE_REACH for s in seen.get((t.ev.stream, proc), ())):
             dropped.add(id(t))
+    failed: dict[str, list[tuple[int, int | None, bool]]] = {}  # stream -> (line, rank, cascade) of its failures
+    for f in findings:
+        if f.role in ("root", "cascade") and not f.has(NATIVE):
+            failed.setdefault(f.ev.stream, []).append((f.ev.seq, f.ev.rank, f.role == "cascade"))
+    for t in findings:
+        if t.has(NATIVE):
+            stream, seq = _line_of(t.ev)
+            if any(_tail_of(seq, t.ev.rank, *f) for f in failed.get(stream, ())):
+                dropped.add(id(t))
     return [replace(f, links=[*f.links, *explained[id(f)]]) if id(f) in explained else f
             for f in findings if id(f) not in dropped]
+
+
+def _line_of(ev: _Event) -> tuple[str, int]:
+    """The stream and line of an Event; a line of an exception's message (findings._message_lines: stream
+    "<stream>#<seq>") stands at its exception's line."""
+    base, _, at = ev.stream.rpartition("#")
+    return (base, int(at)) if base and at.isdigit() else (ev.stream, ev.seq)
+
+
+def _tail_of(trace_seq: int, trace_rank: int | None, seq: int, rank: int | None, cascade: bool) -> bool:
+    """Whether a native stack trace at line ``trace_seq`` may be the tail of the failure at ``seq``: within
+    NATIVE_REACH lines below it, of the same rank (or either without one). A survivor's error may also
+    lie below: interleaved ranks, or a paste that put one rank's frames above another's message."""
+    gap = trace_seq - seq if not cascade else abs(trace_seq - seq)
+    return 0 <= gap <= NATIVE_REACH and (rank is None or trace_rank is None or rank == trace_rank)
 
 
 def _process(ev: _Event) -> str | None:
