@@ -81,6 +81,8 @@ TRAITS = {
     "nccl-result": "names only an ncclResult code; a 'Last error:' line below it names the cause (lasterror.py)",
     "nccl-trace": "NCCL's error back trace (file:line -> code): an earlier line of the same process says more (lasterror.py)",
     "native-trace": "a native stack trace (c10's frames, glibc backtrace_symbols): the failure printed just above it says more (lasterror.py)",
+    "work-bar": "a progress bar of work other than training (data preparation, evaluation), with its elapsed time: timeout_cause.py",
+    "training-ended": "a trainer's own line that training ended (max epochs or steps reached): timeout_cause.py",
     "phase-marker": "a line phases.toml's [[marker]] rules name (set-up, a save, progress): the latest of each is kept",
 }
 NAMES_RANK_OF = ("next-traceback",)

@@ -9,7 +9,8 @@ Every source the report may take a phase from is here, in the order they are tru
   phase; a checkpoint save under way; the stacks of the ranks that waited for it; of a traceback
   pasted from its middle, a heading's save, load or set-up over the step its frames show (``headed``);
 - an inferred hang (``hang_phase``): the stack dump of the rank that stopped; a checkpoint save
-  under way; the collective the survivors waited in; a save, load or set-up begun before they
+  under way; the work one rank did alone while the others waited (timeout_cause.py); the
+  collective the survivors waited in; a save, load or set-up begun before they
   waited and never ended (save_phase); the one phase their errors belong to; then
   the frames where the Flight Recorder saw that rank's last collective called;
 - last, for a failure a line names whose phase is still unknown: the phase DeepSpeed's own marks
@@ -48,7 +49,8 @@ def failure_phase(dec: Decision, state: RankState, findings: list[Finding], savi
     if dec.inference is not None:
         dump = state.dumps.at_hang.get(dec.inference.rank) if dec.inference.rank is not None else None
         waiting = before(dec.cascades[0], findings) if dec.cascades else []
-        return hang_phase(dec.inference, dec.cascades, dump, dec.flight, saving, sharded, waiting)
+        work = dec.cause.phase if dec.cause is not None else None
+        return hang_phase(dec.inference, dec.cascades, dump, dec.flight, saving, sharded, waiting, work)
     if dec.first is not None:
         peers = [h for h in state.errors if h.role == "cascade" and h.ev.frames]
         got = headed(dec.first, phase_of(dec.first, saving, peers, state.errors, before(dec.first, findings), sharded),
@@ -80,15 +82,18 @@ def headed(f: Finding, got: Phase, findings: Iterable[Finding]) -> Phase:
 
 
 def hang_phase(inf: Inference, cascades: list[Finding], dump: Event | None, flight: FRAnalysis | None,
-               saving: int | None, sharded: bool | None, waiting: Iterable[str] = ()) -> Phase:
+               saving: int | None, sharded: bool | None, waiting: Iterable[str] = (), work: str | None = None) -> Phase:
     """Where the ranks stood when the job hung. ``waiting``: the lines kept before the first
-    survivor's error, oldest first (a save or load begun there and never ended: save_phase)."""
+    survivor's error, oldest first (a save or load begun there and never ended: save_phase); ``work``:
+    the phase of the work one rank did alone while the others waited (timeout_cause.py), which is
+    where the job stood, not the collective the others waited in."""
     dump_phase = dump and phase_from_frames(dump.frames)
     waited = next((h for c in cascades if (h := phase_hint(c.ev.text, (), sharded))), None)  # the collective they waited in
     hinted = {c.match.signature.phases[0] for c in cascades if len(c.match.signature.phases) == 1}
     said = (hinted.pop(), "the phase the survivors' errors belong to") if len(hinted) == 1 else None
     got = ((dump_phase, "stack dump") if dump_phase else ("checkpoint-save", "checkpoint save under way")
-           if saving is not None else waited or phase_while_waiting(waiting) or said or inf.phase
+           if saving is not None else (work, "the work one rank did alone while the others waited (progress bar)")
+           if work else waited or phase_while_waiting(waiting) or said or inf.phase
            or ("unknown", "no evidence"))
     rank = inf.rank
     if flight and rank is not None and got[0] == "unknown":  # where its last collective was called

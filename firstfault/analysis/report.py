@@ -35,6 +35,7 @@ from firstfault.analysis.memory import MemoryWatcher
 from firstfault.analysis.phase import ENCLOSING_PHASES
 from firstfault.analysis.rankstate import RankActivity, RankState, rank_state
 from firstfault.analysis.timeline import NodeClock, placed
+from firstfault.analysis.timeout_cause import Cause
 from firstfault.analysis.verdict import BLAME, HANG_ID, MAX_EVIDENCE, Decision, confidence, decide
 
 SCHEMA = "firstfault.report/1"
@@ -131,7 +132,7 @@ def report(inp: Inputs, read: Read, findings: list[Finding], rank_nodes: Mapping
             first["failing_frame_note"] = no_frame_reason((exit_of(dec.first) or {}).get("signal"),
                                                           dec.first.has("oom-kill"))
     elif dec.inference is not None:
-        first = _inferred(dec.inference, dec.cascades, activity, phase, rank_nodes, dec.outside)
+        first = _inferred(dec.inference, dec.cascades, activity, phase, rank_nodes, dec.outside, dec.cause)
         if dec.fr_decided:
             first["confidence"] = "medium"
         first["failing_frame"] = None  # none for an inferred hang
@@ -274,7 +275,7 @@ def _save_outlasted(summary: str) -> tuple[str, str, str]:
 
 
 def _inferred(inf: Inference, casc: list[Finding], activity: RankActivity, phase: tuple[str, str], rank_nodes,
-              outside: list[Finding]) -> dict:
+              outside: list[Finding], cause: Cause | None = None) -> dict:
     rank = inf.rank
     last = activity.progress.get(rank) if rank is not None else None
     where = "" if last is None else f" after step {activity.steps.get(rank)}" if activity.steps.get(rank) is not None else ""
@@ -299,8 +300,13 @@ def _inferred(inf: Inference, casc: list[Finding], activity: RankActivity, phase
               + (f"rank {rank}" if rank is not None else f"rank(s) {ranges(inf.suspects)}" if inf.suspects
                  else "the rank that stopped")
               + (" were" if rank is None and len(inf.suspects) > 1 else " was") + " doing instead of the collective.")
+    conf, reference, evidence = inf.confidence, None, [_evidence(c) for c in casc[:MAX_EVIDENCE]]
     if phase[0] == "checkpoint-save" and not outside:
         category, summary, action = _save_outlasted(summary)
+    elif cause is not None:  # the log says what the waited-for rank was doing (timeout_cause.py)
+        category, summary, action = cause.category, f"{summary} {cause.summary}", cause.action
+        conf, reference = cause.confidence, cause.evidence.match.signature.reference
+        evidence = [_evidence(cause.evidence), *evidence[:MAX_EVIDENCE - 1]]
     return {
         "rank": rank,
         "node": rank_nodes.get(rank) if rank is not None else None,
@@ -316,11 +322,11 @@ def _inferred(inf: Inference, casc: list[Finding], activity: RankActivity, phase
         "phase_from": phase[1],
         "summary": summary,
         "first_action": action,
-        "reference": None,
-        "evidence": [_evidence(c) for c in casc[:MAX_EVIDENCE]],
+        "reference": reference,
+        "evidence": evidence,
         "ranks_sharing": [rank] if rank is not None else [],
         "suspects": inf.suspects,
-        "confidence": inf.confidence,
+        "confidence": conf,
         "within_clock_uncertainty": False,
         "tied_with": [],
         "inferred": True,

@@ -307,8 +307,10 @@ class _Scanner:
         if self.needles.progress:
             if self.mixed is None:
                 self.mixed = self.info.srun_labels or _PREFIXED.search(body, 0, 4 * _WINDOW) is not None
-            bounds = [0, *hits, len(body)]
-            picks = [p for a, b in zip(bounds, bounds[1:]) for p in self.needles.last_progress(body, a, b, self.mixed)]
+            # up to the line of each hit, not into it: that line is read as a hit, so the progress line
+            # to add is the last one above it (a bar the same line's error was printed after, no newline)
+            ends = [body.rfind(b"\n", 0, h) + 1 for h in hits] + [len(body)]
+            picks = [p for a, b in zip([0, *hits], ends) for p in self.needles.last_progress(body, a, b, self.mixed)]
             if picks:
                 hits = sorted(hits + picks)
         n = len(body)

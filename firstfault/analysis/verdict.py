@@ -16,7 +16,8 @@ Rules, in order:
 3. No root at all but cascades, stack dumps or a Flight Recorder culprit (or a kill from
    outside): the job hung (not where the only cascades are a launcher stopping its workers:
    a worker ended, rule 4); the rank that stopped first is inferred (hang.py), with the Flight
-   Recorder's word (``_with_flight_recorder``).
+   Recorder's word (``_with_flight_recorder``), and what the log says that rank was doing instead
+   (timeout_cause.py: one rank's work outlasting the timeout, code after training ended).
 4. Nothing failed in words: a worker's non-zero exit is the failure (judge.exit_failure), its
    category from the text's words where they name one; with no exit in the text, a launcher
    that stopped its workers says one ended (judge.launcher_stopped).
@@ -50,6 +51,7 @@ from firstfault.analysis.judge import (
     with_mentioned_category,
 )
 from firstfault.analysis.rankstate import RankState, nccl_work
+from firstfault.analysis.timeout_cause import Cause, timeout_cause
 
 BLAME = {
     "user-code": "code",
@@ -127,6 +129,7 @@ class Decision:
     world: int | None  # the job's world size, where known
     known_ranks: set[int]
     gaps: list[dict] = field(default_factory=list)  # what the decision could not read (dumps)
+    cause: Cause | None = None  # what the log says the hang's waited-for rank was doing (timeout_cause.py)
 
     @property
     def named(self) -> Finding | None:
@@ -193,8 +196,9 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
         groups = [Group(fingerprint(first), [first], [first.ev.rank] if first.ev.rank is not None else [],
                         read.counts.get(fingerprint(first), 1))]
         failure_ns = first.ev.occurred_ns
+    cause = timeout_cause(findings) if inf is not None and not outside else None  # rule 3: what it waited for
     return Decision(groups, first, tied, exited, inf, fr_decided, casc, outside, fr, failure_ns, world, known_ranks,
-                    gaps)
+                    gaps, cause)
 
 
 def _with_rank(same: list[Finding]) -> Finding:

@@ -111,3 +111,14 @@ def test_only_the_last_progress_line_before_each_other_hit_becomes_an_event():
     evs = [e for e in scan_stream([mixed.encode()], StreamInfo("c"), needles) if e.kind != KIND_STREAM]
     assert sorted((e.local_rank, e.text) for e in evs) == [(0, "step 3 loss 0.3"), (1, "step 3 loss 0.3"),
                                                            (2, "step 3 loss 0.3")]
+
+
+def test_the_progress_line_above_a_hit_is_read_when_the_hit_shares_a_line_with_progress():
+    """A bar redrawn without a newline and then an error on the same line: that line is the hit; the last
+    progress line to read is the one above it, not the hit's own line again."""
+    needles = Needles(["Connection closed by peer", "step "], progress=["step "],
+                      progress_patterns=[r"\bstep (?P<step>\d+) loss \d"])
+    lines = ["step 1 loss 1.1", "step 2 loss 1.2", "step 3 loss 1.3RuntimeError: Connection closed by peer [x]:1"]
+    evs = [e for e in scan_stream([("\n".join(lines) + "\n").encode()], StreamInfo("s"), needles)
+           if e.kind != KIND_STREAM]
+    assert [e.text for e in evs] == ["step 2 loss 1.2", lines[2]]

@@ -1,0 +1,140 @@
+"""Why the survivors' collectives timed out, where the log says it though no rank failed. Pure.
+
+When every error is a collective timeout (a hang: hang.py infers where the job stood still), two
+kinds of line can still tell what the rank the others waited for was doing, as general facts of how
+the frameworks behave. Input: the judged Findings (their traits are the catalog's, signatures/
+99-phase-markers.toml); output: a ``Cause`` or None. Rules, tried in this order:
+
+1. Work alone outlasted the timeout (``work_outlasted``): the latest progress of a rank is a bar of
+   work other than training (trait ``work-bar``: data preparation, tokenising, map/filter, evaluation),
+   and its elapsed time (tqdm's ``[27:15<23:13, ...]``: 27 min 15 s) reaches WORK_SHARE of the
+   collective timeout the watchdog names (``Timeout(ms)=1800000``; where no line names it,
+   init_process_group's default, 30 min). The other ranks waited in a collective while that rank
+   worked alone: a timeout too short for that work (category config), in the phase of the work (the
+   signature's: data, or forward for an evaluation). Medium when the bar ran to the timeout or past
+   it, low when only near it; never high (the bar is the rank's last print, not its stack). Not a
+   training bar (that rank was training: the training bar, read after the work bar, replaces it as
+   the rank's latest progress), nor a bar far below the timeout.
+   Example: "Tokenizing train set:  94%|#########4| 63/67 [29:12<01:51, 27.8s/it]" with "[Rank 2]
+   Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1,
+   NumelOut=1, Timeout(ms)=1800000) ran for 1800008 milliseconds before timing out." -> config, data, low.
+2. Training had ended (``after_training``): a trainer's own end-of-training line (trait
+   ``training-ended``: Lightning's "`Trainer.fit` stopped: `max_epochs=3` reached.", the HF Trainer's
+   "Training completed. ...") not printed after the timeout. A rank went on to code after training
+   (a test, a prediction or a save on rank 0 only; a collective some ranks call and others do not)
+   while the others waited: user-code, low.
+
+Where both are timed, the bar must have been printed while the collective waited (within the
+timeout before the watchdog fired, less the clocks' uncertainty). In a paste the order of blocks
+says little (a watchdog line pasted above the bar it interrupted), so untimed lines are not ordered.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from firstfault.analysis.findings import Finding
+
+DEFAULT_TIMEOUT_MS = 30 * 60 * 1000  # torch.distributed init_process_group's default timeout (NCCL and gloo)
+WORK_SHARE = 0.8  # a bar at this share of the timeout or more was running when the watchdog fired
+_ELAPSED = re.compile(r"^(?:(\d+):)?(\d+):(\d\d)$")  # tqdm format_interval: "MM:SS" or "H:MM:SS"
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """What the rank the others waited for was doing, and what that makes of the hang."""
+
+    kind: str  # work-outlasted | after-training
+    category: str
+    phase: str | None  # the phase of the work, None when the line names none
+    confidence: str  # low | medium
+    evidence: Finding  # the line that says it (its signature's reference is the rule's source)
+    summary: str  # a sentence the report adds to the hang's
+    action: str
+
+
+def elapsed_s(text: str | None) -> int | None:
+    """Seconds of a tqdm elapsed time ("27:15" -> 1635, "1:02:03" -> 3723); None when unreadable."""
+    m = _ELAPSED.match(text or "")
+    if m is None:
+        return None
+    h, mins, s = (int(x) if x else 0 for x in m.groups())
+    return (h * 60 + mins) * 60 + s
+
+
+def timeout_cause(findings: Iterable[Finding]) -> Cause | None:
+    """The cause the log shows for a hang whose errors are all collective timeouts (the module's
+    rules, in order); None when no collective timed out or no line says more."""
+    findings = list(findings)
+    timeouts = [f for f in findings if f.has("collective-timeout")]
+    if not timeouts:
+        return None
+    return work_outlasted(findings, timeouts) or after_training(findings, timeouts)
+
+
+def collective_timeout_ms(timeouts: Iterable[Finding]) -> tuple[int, bool]:
+    """(the collective timeout the lines name, the shortest; whether a line named it) or the default."""
+    named = [int(t.match.groups["timeout_ms"]) for t in timeouts if (t.match.groups.get("timeout_ms") or "").isdigit()]
+    return (min(named), True) if named else (DEFAULT_TIMEOUT_MS, False)
+
+
+def _while_waiting(bar: Finding, run_s: int, t: Finding, timeout_ms: int) -> bool:
+    """The bar was running while ``t``'s collective waited: where both are timed, it started before the
+    watchdog fired and was printed after the collective began; untimed lines are not ordered."""
+    a, b = bar.ev.occurred_ns, t.ev.occurred_ns
+    if a is None or b is None:
+        return True
+    slack = bar.ev.uncertainty_ns + t.ev.uncertainty_ns
+    return a - run_s * 10**9 <= b + slack and a >= b - timeout_ms * 10**6 - slack
+
+
+def work_outlasted(findings: list[Finding], timeouts: list[Finding]) -> Cause | None:
+    """Rule 1: the longest bar of work other than training that reaches WORK_SHARE of the timeout."""
+    timeout_ms, named = collective_timeout_ms(timeouts)
+    bars = [(run, f) for f in findings if f.has("work-bar") and (run := elapsed_s(f.match.groups.get("elapsed")))
+            is not None and run * 1000 >= WORK_SHARE * timeout_ms
+            and any(_while_waiting(f, run, t, timeout_ms) for t in timeouts)]
+    if not bars:
+        return None
+    run, bar = max(bars, key=lambda x: x[0])
+    who = f"Rank {bar.ev.rank}" if bar.ev.rank is not None else "A rank"
+    desc = (bar.match.groups.get("desc") or "").strip()
+    what = f"its progress bar{f' ({desc!r})' if desc else ''}"
+    limit = f"{timeout_ms / 60000:g} min" + ("" if named else " (init_process_group's default: no line names it)")
+    summary = (f"{who} was at work other than training while the others waited in a collective: {what} had run "
+               f"{bar.match.groups['elapsed']} against a collective timeout of {limit}. Most likely that work, on one "
+               "rank, outlasted the timeout (inferred, not seen).")
+    action = ("Compare the work's time with the collective timeout: raise the timeout above it "
+              "(init_process_group(timeout=...), ddp_timeout in HF TrainingArguments, DDPStrategy(timeout=...) in "
+              "Lightning), or do the work on every rank or before init_process_group (prepare and cache it once, "
+              "then load it), so that no rank waits in a collective while one works.")
+    phases = bar.match.signature.phases
+    return Cause("work-outlasted", "config", phases[0] if phases else None,
+                 "medium" if run * 1000 >= timeout_ms else "low", bar, summary, action)
+
+
+def _printed_after(f: Finding, t: Finding) -> bool:
+    """``f`` was printed after ``t``: later in the same stream, or later in time where both are timed."""
+    if f.ev.stream == t.ev.stream:
+        return f.ev.seq > t.ev.seq
+    a, b = f.ev.occurred_ns, t.ev.occurred_ns
+    return a is not None and b is not None and a > b + f.ev.uncertainty_ns + t.ev.uncertainty_ns
+
+
+def after_training(findings: list[Finding], timeouts: list[Finding]) -> Cause | None:
+    """Rule 2: a trainer said training ended, not after every timeout."""
+    ended = next((f for f in findings if f.has("training-ended")
+                  and not all(_printed_after(f, t) for t in timeouts)), None)
+    if ended is None:
+        return None
+    said = ended.ev.text.strip().replace("`", "")[:120]
+    summary = (f"Training had ended before the collective timed out ({said}). Most likely a "
+               "rank went on to code after training (a test, a prediction or a save run on rank 0 only, a barrier or "
+               "a collective that only some ranks reach) while the others waited in a collective (inferred, not seen).")
+    action = ("Read the code that runs after fit/train and note which ranks run it: every collective there "
+              "(trainer.test or validate, a barrier, an all_reduce, a metric logged with sync_dist, a sharded save) "
+              "must run on every rank; run rank-0-only work on every rank or after destroy_process_group, and "
+              "confirm with a stack dump of each rank while it hangs (py-spy dump --pid).")
+    return Cause("after-training", "user-code", None, "low", ended, summary, action)
