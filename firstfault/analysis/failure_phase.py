@@ -22,7 +22,6 @@ Every source the report may take a phase from is here, in the order they are tru
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable
 
@@ -32,7 +31,7 @@ from firstfault.analysis.findings import Finding
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.hang import Inference
 from firstfault.analysis.judge import USAGE, heading_phase, phase_heading
-from firstfault.analysis.lasterror import TRACE
+from firstfault.analysis.lasterror import CLIMBED, SETUP_SITE, TRACE
 from firstfault.analysis.phase import ENCLOSING_PHASES, phase_from_frames, phase_hint
 from firstfault.analysis.rankstate import RankState
 from firstfault.analysis.save_phase import phase_while_waiting
@@ -114,19 +113,17 @@ def before(f: Finding, findings: Iterable[Finding], most: int = 2000) -> list[st
     return [t for _, t in lines[-most:]]
 
 
-# NCCL's error back trace (lasterror.TRACE) climbing through init.cc: the call that failed was
-# ncclCommInitRank/ncclCommInitAll/ncclCommSplit (src/init.cc, 2.10-2.28), a communicator being set
-# up. PyTorch makes a group's communicator at its first collective (DDP's broadcast in its
-# constructor, a barrier, a group's first call): the job's set-up, whatever step it came in.
-_NCCL_SETUP = re.compile(r"NCCL INFO (?:\S*/)?init\.cc:\d+(?: \(\w+\))? -> [1-9]")
-
-
 def nccl_setup(f: Finding, parts: Iterable[Finding]) -> Phase | None:
-    """``init`` when ``f`` is an NCCL failure and NCCL's back trace in the same stream passes through
-    its communicator set-up (init.cc)."""
+    """``init`` when ``f`` is an NCCL failure and NCCL's back trace (lasterror.TRACE) passes through its
+    communicator set-up (lasterror.SETUP_SITE: init.cc): a trace line of the same stream, or one told in
+    ``f``'s links (the trace under it, lasterror.CLIMBED). PyTorch makes a group's communicator at its
+    first collective (DDP's broadcast in its constructor, a barrier, a group's first call): the job's
+    set-up, whatever step it came in."""
     if not (f.sig.startswith("nccl.") or "nccl" in f.ev.text.lower()):
         return None
-    if any(p.has(TRACE) and p.ev.stream == f.ev.stream and _NCCL_SETUP.search(p.ev.text) for p in parts):
+    if any(link.startswith(CLIMBED) for link in f.links) or any(
+            p.has(TRACE) and p.ev.stream == f.ev.stream and SETUP_SITE.match(p.match.groups.get("site") or "")
+            for p in parts):
         return "init", "NCCL's error back trace passes through its communicator set-up (init.cc)"
     return None
 

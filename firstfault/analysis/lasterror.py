@@ -26,7 +26,9 @@ says which ncclResult climbed out of the calls, and the WARN that a process prin
 2.12 returned a peer's closed socket as a system error (2), so a survivor's back trace would read
 as a network root of its own. ``prefer_details`` drops a back trace when an earlier finding of the
 same process (stream and pid) lies within ``TRACE_REACH`` lines above it; a back trace with none
-(a paste cut below the WARN) stays, the only sign of the failure.
+(a paste cut below the WARN) stays, the only sign of the failure. A dropped back trace through
+init.cc (the communicator's set-up) is told in the links of the failure above it (``CLIMBED``): the
+phase it failed in (failure_phase.nccl_setup).
 
 A native stack trace (trait ``native-trace``: c10's "Exception raised from ... (most recent call
 first):" and its "frame #N:" lines, glibc's backtrace_symbols lines) is the tail of the message printed
@@ -52,6 +54,10 @@ TRACE = "nccl-trace"  # the catalog trait of NCCL's error back trace lines
 TRACE_REACH = 40  # lines a back trace climbs (one line per call) above which its WARN may be
 NATIVE = "native-trace"  # the catalog trait of a native stack trace's lines
 NATIVE_REACH = 80  # lines from a message to its stack trace: a traceback or a long message between
+# NCCL's communicator set-up: a back trace through src/init.cc (ncclCommInitRank, ncclCommInitAll,
+# ncclCommSplit, 2.10-2.28) failed while making a communicator (failure_phase.nccl_setup)
+SETUP_SITE = re.compile(r"(?:\S*/)?init\.cc:\d+$")
+CLIMBED = "NCCL's back trace under it climbs through its communicator set-up:"  # a link of the cause
 _ORIGIN = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] ")  # NCCL's "host:pid:tid [cudaDev] "
 
 
@@ -63,9 +69,14 @@ class _Event(Protocol):
     text: str
 
 
+class _Match(Protocol):
+    groups: dict[str, str]
+
+
 class _Finding(Protocol):  # findings.Finding (a dataclass), as much of it as is read here
     ev: _Event
     links: list[str]
+    match: _Match
 
     @property
     def role(self) -> str: ...
@@ -98,15 +109,21 @@ def prefer_details(findings: Sequence[F]) -> list[F]:
             dropped.add(id(w))
             words = w.ev.text.strip().splitlines()[0][:160] if w.ev.text.strip() else ""
             explained.setdefault(id(cause), []).append(f"the NCCL error it explains: {words}")
-    seen: dict[tuple[str, str], list[int]] = {}  # (stream, process) -> lines of its failures that are no back trace
+    seen: dict[tuple[str, str], list[F]] = {}  # (stream, process) -> its failures that are no back trace
     for f in findings:
         proc = _process(f.ev)
         if proc is not None and f.role in ("root", "cascade") and not f.has(TRACE):
-            seen.setdefault((f.ev.stream, proc), []).append(f.ev.seq)
+            seen.setdefault((f.ev.stream, proc), []).append(f)
     for t in findings:
         proc = _process(t.ev) if t.has(TRACE) else None
-        if proc is not None and any(0 < t.ev.seq - s <= TRACE_REACH for s in seen.get((t.ev.stream, proc), ())):
+        above = [f for f in seen.get((t.ev.stream, proc), ()) if 0 < t.ev.seq - f.ev.seq <= TRACE_REACH] if proc else []
+        if above:
             dropped.add(id(t))
+            if (site := t.match.groups.get("site")) and SETUP_SITE.match(site):  # where it failed: set-up
+                cause = max(above, key=lambda f: f.ev.seq)
+                said = f"{CLIMBED} {site}"
+                if said not in explained.get(id(cause), ()):
+                    explained.setdefault(id(cause), []).append(said)
     failed: dict[str, list[tuple[int, int | None, bool]]] = {}  # stream -> (line, rank, cascade) of its failures
     for f in findings:
         if f.role in ("root", "cascade") and not f.has(NATIVE):

@@ -33,6 +33,17 @@ gpu3:981:1040 [2] NCCL INFO bootstrap.cc:301 (bootstrapInit) -> 2
 gpu3:981:1040 [2] NCCL INFO init.cc:1622 (ncclCommInitRankFunc) -> 2
 """
 
+# The WARN says what failed (a CUDA call while allocating a channel); the back trace under it climbs
+# through the communicator's set-up
+WARN_THEN_SETUP = """\
+ws-12:3150:3301 [0] include/alloc.h:112 NCCL WARN Cuda failure 2 'out of memory'
+ws-12:3150:3301 [0] NCCL INFO include/alloc.h:199 -> 1
+ws-12:3150:3301 [0] NCCL INFO channel.cc:41 -> 1
+ws-12:3150:3301 [0] NCCL INFO init.cc:530 -> 1
+ws-12:3150:3301 [0] NCCL INFO init.cc:1550 -> 1
+ws-12:3150:3301 [0] NCCL INFO group.cc:64 -> 1 [Async thread]
+"""
+
 # A proxy's send fails in training: the trace climbs through the network transport and the
 # proxy, never through init.cc
 RUNTIME = """\
@@ -63,3 +74,9 @@ def test_a_trace_through_the_proxy_is_not_set_up():
 
 def test_init_cc_returning_success_is_no_failure():
     assert first_failure_of("n07:4410:4522 [0] NCCL INFO init.cc:1501 -> 0\n") is None
+
+
+def test_a_warn_whose_back_trace_climbs_through_init_cc_is_set_up():
+    ff = first_failure_of(WARN_THEN_SETUP)
+    assert ff["signature"] == "nccl.cuda_oom"  # the WARN, not its back trace, is the failure
+    assert ff["phase"] == "init"
