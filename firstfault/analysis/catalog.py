@@ -78,6 +78,7 @@ TRAITS = {
     "mention": "words in prose that name a class of failure",
     "unexplained": "a death whose reporter does not know its cause: the text's words may name its class (judge.py)",
     "quoted-exception": "an exception quoted inside a line (a sentence, quotes): the failure only when nothing else is (judge.py)",
+    "carried-exception": "a line that carries another process's exception (Ray's RayTaskError(<cause>)): the failure only when nothing else is (judge.py)",
     "nccl-result": "names only an ncclResult code; a 'Last error:' line below it names the cause (lasterror.py)",
     "nccl-trace": "NCCL's error back trace (file:line -> code): an earlier line of the same process says more (lasterror.py)",
     "native-trace": "a native stack trace (c10's frames, glibc backtrace_symbols): the failure printed just above it says more (lasterror.py)",

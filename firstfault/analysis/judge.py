@@ -182,15 +182,22 @@ QUOTED = ("no line of the log says what failed and no heading names it: the text
           "inside a sentence; find it in the failing rank's own output to confirm")
 
 
+CARRIED = ("no line of the log says what failed: this line carries a remote worker's exception to the driver "
+           "and the worker's own traceback is not in the text; find it in that worker's log to confirm")
+
+
 def quoted_exception(findings: Iterable[Finding]) -> Finding | None:
-    """The last resort of rule 5: an exception the text quotes inside a line (a person's sentence:
-    'I got "AssertionError: ..."'; 99-fallback's text.exception_quoted), the last one, as a root at low
-    confidence, when nothing else says what failed; None when the text quotes none."""
+    """The last resort of rule 5, as a root at low confidence, when nothing else says what failed: the
+    first exception a line carries from another process (trait ``carried-exception``: Ray's
+    "RayTaskError(<cause>): ray::<task>() (pid=..., ip=...)" with the worker's traceback cut off), else
+    the last exception the text quotes inside a line (a person's sentence: 'I got "AssertionError: ..."';
+    99-fallback's text.exception_quoted); None when there is neither."""
+    carried = [f for f in findings if f.has("carried-exception")]
     said = [f for f in findings if f.has("quoted-exception")]
-    if not said:
+    if not carried and not said:
         return None
-    f = said[-1]
-    return replace(f, match=replace(f.match, role="root"), cap="low", links=[*f.links, QUOTED])
+    f, why = (carried[0], CARRIED) if carried else (said[-1], QUOTED)
+    return replace(f, match=replace(f.match, role="root"), cap="low", links=[*f.links, why])
 
 
 def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:

@@ -114,6 +114,14 @@ REPORTERS = ("torch/distributed/run.py", "torch/distributed/launch.py", "torch/d
              "accelerate/commands/", "ray/_private/worker.py", "ray/_private/client_mode_hook.py",
              "ray/_private/auto_init_hook.py")
 
+# Exceptions that report another process's end, raised where it was seen, not where it happened:
+# Ray's driver-side wrappers (python/ray/exceptions.py RayTaskError(<cause>), RayActorError,
+# ActorDiedError, WorkerCrashedError, 1.x-2.x), torchelastic's ChildFailedError, torch.multiprocessing's
+# ProcessRaisedException/ProcessExitedException, subprocess's CalledProcessError (a launcher's child).
+# The last resort's default (the user's code) never holds for them: the cause is in that process's log.
+REPORTING = frozenset({"RayTaskError", "RayActorError", "ActorDiedError", "WorkerCrashedError", "ChildFailedError",
+                       "ProcessRaisedException", "ProcessExitedException", "CalledProcessError"})
+
 # Lookup methods: the AttributeError/KeyError they raise names what the caller asked for
 # (torch/nn/modules/module.py Module.__getattr__: "'{type}' object has no attribute '{name}'").
 LOOKUPS = frozenset({"__getattr__", "__getattribute__", "__getitem__", "__missing__", "__delattr__"})
@@ -361,7 +369,7 @@ def owned(f: F) -> F:
     words say config, its owner may say framework. The call site: every finding as it is made
     (findings.read_findings)."""
     sig = f.match.signature
-    if "generic" not in sig.traits or not f.ev.frames:
+    if "generic" not in sig.traits:
         return f
     groups = f.match.groups
     cut = "cut-traceback" in sig.traits
@@ -369,6 +377,11 @@ def owned(f: F) -> F:
     short = (exc or "").rsplit(".", 1)[-1]
     if f.match.category != sig.category and short not in ("ImportError", "ModuleNotFoundError"):
         return f  # the words named a class of failure (memory, NaN, a config key): they say more
+    if short in REPORTING:
+        why = f"{short} reports another process's failure where it was seen: the cause is in that process's own log"
+        return replace(f, match=replace(f.match, category="unknown"), links=[*f.links, why])
+    if not f.ev.frames:
+        return f
     message = f.ev.fields.get("message") or groups.get("message") or ""
     got = category(exc, message, f.ev.frames)
     if got is None or got.category == f.match.category:
@@ -381,5 +394,5 @@ def owned(f: F) -> F:
     return replace(f, match=match, links=[*f.links, got.why])
 
 
-__all__ = ["EXCEPTIONS", "FRAMEWORKS", "Inference", "Owner", "category", "owned", "owner_of", "reprinted_frames",
-           "responsible"]
+__all__ = ["EXCEPTIONS", "FRAMEWORKS", "REPORTING", "Inference", "Owner", "category", "owned", "owner_of",
+           "reprinted_frames", "responsible"]

@@ -24,7 +24,8 @@ Rules, in order:
 5. No line of the log says what failed (nothing, or only cascades whose hang names no rank
    beyond a low guess): a failure the text names in words (a title, a note) is the answer at
    low confidence (judge.named_in_words), not "no failure" or "stopped first"; with no such
-   words and no exit, the last exception the text quotes inside a sentence
+   words and no exit, an exception a line carries from another process (Ray's RayTaskError whose
+   worker traceback is cut off), else the last exception the text quotes inside a sentence
    (judge.quoted_exception), at low confidence.
 
 The phase of the failure is decided once, later (failure_phase.py).

@@ -128,11 +128,17 @@ class _Ev:
 
 
 @dataclass
+class _M:
+    groups: dict = field(default_factory=dict)
+
+
+@dataclass
 class _F:
     ev: _Ev
     role: str
     traits: frozenset = frozenset()
     links: list = field(default_factory=list)
+    match: _M = field(default_factory=_M)
 
     def has(self, trait: str) -> bool:
         return trait in self.traits

@@ -371,3 +371,34 @@ def test_paste_words_beat_the_owner():
 """
     ff = _paste(log)
     assert ff["category"] == "numerics"
+
+
+# Exceptions that report another process's end (ownership.REPORTING), pasted with or without frames
+REPORTED = [
+    "ray.exceptions.RayTaskError(ActorDiedError): ray::TaskRunner.run() (pid=20877, ip=10.0.0.4, "
+    "actor_id=0009f2, repr=<main_ppo.TaskRunner object at 0x7f00>)",
+    "subprocess.CalledProcessError: Command '['/usr/bin/python3', 'train.py', '--lr', '3e-4']' returned non-zero exit status 1.",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: train.py FAILED (see the summary above)",
+    f"""Traceback (most recent call last):
+  File "/work/rl/main.py", line 41, in run
+    output = ray.get(refs)
+  File "{SP}/ray/_private/worker.py", line 2822, in get
+    values, debugger_breakpoint = worker.get_objects(object_refs, timeout=timeout)
+ray.exceptions.RayActorError: The actor died because of an error raised in its creation task""",
+]
+
+
+@pytest.mark.parametrize("text", REPORTED)
+def test_a_report_of_another_process_s_end_is_not_the_users_code(text):
+    ff = analyze(Case("paste", ["-"], {}, stdin=(text + "\n").encode()))["first_failure"]
+    assert ff["category"] == "unknown"
+    assert ff["confidence"] != "high"
+
+
+def test_the_remote_exception_under_the_wrapper_is_still_judged_on_its_own():
+    text = ("ray.exceptions.RayTaskError(ValueError): ray::WorkerDict.generate() (pid=24215, ip=10.0.0.5)\n"
+            '  File "/work/rl/worker.py", line 12, in generate\n'
+            '    raise ValueError("prompt longer than max_prompt_length")\n'
+            "ValueError: prompt longer than max_prompt_length\n")
+    ff = analyze(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
+    assert ff["category"] == "user-code"
