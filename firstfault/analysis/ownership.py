@@ -366,7 +366,8 @@ def owned(f: F) -> F:
     """``f`` with the category whose code raised it says, where the catalog's last resort matched
     (a signature with the trait ``generic``: a Python exception no signature knows, a traceback cut
     before its exception line, ``cut-traceback``) and its words said nothing; an import error's
-    words say config, its owner may say framework. The call site: every finding as it is made
+    words say config, its owner may say framework; an exception that reports another process's end
+    (REPORTING) is unknown, frames or none. The call site: every finding as it is made
     (findings.read_findings)."""
     sig = f.match.signature
     if "generic" not in sig.traits:
