@@ -48,6 +48,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol, TypeVar
 
+from firstfault.analysis.hang import launcher_act
+
 WRAPPER = "nccl-result"  # the catalog trait of a signature that only names an ncclResult code
 MAX_GAP = 4  # lines from the wrapper to its cause: the code's detail line, "Last error:", the cause
 TRACE = "nccl-trace"  # the catalog trait of NCCL's error back trace lines
@@ -124,10 +126,11 @@ def prefer_details(findings: Sequence[F]) -> list[F]:
                 said = f"{CLIMBED} {site}"
                 if said not in explained.get(id(cause), ()):
                     explained.setdefault(id(cause), []).append(said)
-    failed: dict[str, list[tuple[int, int | None, bool]]] = {}  # stream -> (line, rank, cascade) of its failures
+    failed: dict[str, list[tuple[int, int | None, bool]]] = {}  # stream -> (line, rank, a rank's error) of its failures
     for f in findings:
         if f.role in ("root", "cascade") and not f.has(NATIVE):
-            failed.setdefault(f.ev.stream, []).append((f.ev.seq, f.ev.rank, f.role == "cascade"))
+            survivor = f.role == "cascade" and not launcher_act(f)  # a rank's own error, not its launcher's act
+            failed.setdefault(f.ev.stream, []).append((f.ev.seq, f.ev.rank, survivor))
     for t in findings:
         if t.has(NATIVE):
             stream, seq = _line_of(t.ev)
@@ -144,11 +147,12 @@ def _line_of(ev: _Event) -> tuple[str, int]:
     return (base, int(at)) if base and at.isdigit() else (ev.stream, ev.seq)
 
 
-def _tail_of(trace_seq: int, trace_rank: int | None, seq: int, rank: int | None, cascade: bool) -> bool:
+def _tail_of(trace_seq: int, trace_rank: int | None, seq: int, rank: int | None, survivor: bool) -> bool:
     """Whether a native stack trace at line ``trace_seq`` may be the tail of the failure at ``seq``: within
-    NATIVE_REACH lines below it, of the same rank (or either without one). A survivor's error may also
-    lie below: interleaved ranks, or a paste that put one rank's frames above another's message."""
-    gap = trace_seq - seq if not cascade else abs(trace_seq - seq)
+    NATIVE_REACH lines below it, of the same rank (or either without one). A survivor's error (a rank's
+    own cascade, not a launcher stopping it) may also lie below: interleaved ranks, or a paste that put
+    one rank's frames above another's message."""
+    gap = trace_seq - seq if not survivor else abs(trace_seq - seq)
     return 0 <= gap <= NATIVE_REACH and (rank is None or trace_rank is None or rank == trace_rank)
 
 

@@ -90,3 +90,18 @@ def test_survivors_stacks_do_not_hide_the_hang():
         ff = first_failure_of(text)
         assert ff["signature"] != "cpp.native_backtrace"
         assert ff["category"] == "cascade"
+
+
+def test_a_launcher_stopping_its_workers_below_does_not_hide_the_frames():
+    text = RAISED_ONLY + ("[2026-12-03 10:15:08,067] torch.distributed.elastic.multiprocessing.api: [WARNING] "
+                          "Sending process 4711 closing signal SIGTERM\n")
+    assert first_failure_of(text)["signature"] == "cpp.native_backtrace"
+
+
+def test_a_timeout_check_that_raised_is_a_survivors_timeout():
+    text = ("Exception raised from checkTimeout at /src/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:635 "
+            "(most recent call first):\n"
+            f"frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f00d631a446 in {LIB}/libc10.so)\n")
+    ff = first_failure_of(text)
+    assert ff["signature"] != "cpp.native_backtrace"
+    assert ff["category"] == "cascade"
