@@ -31,7 +31,7 @@ from firstfault.analysis.findings import Finding
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.hang import Inference
 from firstfault.analysis.judge import USAGE, heading_phase, phase_heading
-from firstfault.analysis.lasterror import CLIMBED, SETUP_SITE, TRACE
+from firstfault.analysis.lasterror import CLIMBED, climbs_setup
 from firstfault.analysis.phase import ENCLOSING_PHASES, phase_from_frames, phase_hint
 from firstfault.analysis.rankstate import RankState
 from firstfault.analysis.save_phase import phase_while_waiting
@@ -114,16 +114,15 @@ def before(f: Finding, findings: Iterable[Finding], most: int = 2000) -> list[st
 
 
 def nccl_setup(f: Finding, parts: Iterable[Finding]) -> Phase | None:
-    """``init`` when ``f`` is an NCCL failure and NCCL's back trace (lasterror.TRACE) passes through its
-    communicator set-up (lasterror.SETUP_SITE: init.cc): a trace line of the same stream, or one told in
+    """``init`` when ``f`` is an NCCL failure and NCCL's back trace passes through its communicator
+    set-up (lasterror.climbs_setup: init.cc): a trace line of the same stream, or one told in
     ``f``'s links (the trace under it, lasterror.CLIMBED). PyTorch makes a group's communicator at its
     first collective (DDP's broadcast in its constructor, a barrier, a group's first call): the job's
     set-up, whatever step it came in."""
     if not (f.sig.startswith("nccl.") or "nccl" in f.ev.text.lower()):
         return None
     if any(link.startswith(CLIMBED) for link in f.links) or any(
-            p.has(TRACE) and p.ev.stream == f.ev.stream and SETUP_SITE.match(p.match.groups.get("site") or "")
-            for p in parts):
+            p.ev.stream == f.ev.stream and climbs_setup(p) for p in parts):
         return "init", "NCCL's error back trace passes through its communicator set-up (init.cc)"
     return None
 

@@ -121,9 +121,9 @@ def prefer_details(findings: Sequence[F]) -> list[F]:
         above = [f for f in seen.get((t.ev.stream, proc), ()) if 0 < t.ev.seq - f.ev.seq <= TRACE_REACH] if proc else []
         if above:
             dropped.add(id(t))
-            if (site := t.match.groups.get("site")) and SETUP_SITE.match(site):  # where it failed: set-up
+            if climbs_setup(t):  # where it failed: set-up
                 cause = max(above, key=lambda f: f.ev.seq)
-                said = f"{CLIMBED} {site}"
+                said = f"{CLIMBED} {t.match.groups['site']}"
                 if said not in explained.get(id(cause), ()):
                     explained.setdefault(id(cause), []).append(said)
     failed: dict[str, list[tuple[int, int | None, bool]]] = {}  # stream -> (line, rank, a rank's error) of its failures
@@ -138,6 +138,11 @@ def prefer_details(findings: Sequence[F]) -> list[F]:
                 dropped.add(id(t))
     return [replace(f, links=[*f.links, *explained[id(f)]]) if id(f) in explained else f
             for f in findings if id(f) not in dropped]
+
+
+def climbs_setup(t: _Finding) -> bool:
+    """Whether ``t`` is a line of NCCL's back trace at a site of its communicator set-up (SETUP_SITE)."""
+    return t.has(TRACE) and SETUP_SITE.match(t.match.groups.get("site") or "") is not None
 
 
 def _line_of(ev: _Event) -> tuple[str, int]:
