@@ -4,9 +4,10 @@ Every source the report may take a phase from is here, in the order they are tru
 (``failure_phase``):
 
 - a failure a line names (``phase_of``): its own frames; the frames of the same failure told
-  elsewhere; the hints that are not frames (phase.phase_hint); a worker's exit status 2 with
-  nothing else said (judge.exit_failure: a rejected command line) is init; the signature's one
-  phase; a checkpoint save under way; the stacks of the ranks that waited for it; of a traceback
+  elsewhere, or of its rank's traceback cut above the exception line; the hints that are not
+  frames (phase.phase_hint); a worker's exit status 2 with nothing else said (judge.exit_failure: a
+  rejected command line) is init; the signature's one phase; a checkpoint save under way; the
+  stacks of the ranks that waited for it, else of the other ranks' errors; of a traceback
   pasted from its middle, a heading's save, load or set-up over the step its frames show (``headed``);
 - an inferred hang (``hang_phase``): the stack dump of the rank that stopped; a checkpoint save
   under way; the work one rank did alone while the others waited (timeout_cause.py); the
@@ -51,7 +52,8 @@ def failure_phase(dec: Decision, state: RankState, findings: list[Finding], savi
         work = dec.cause.phase if dec.cause is not None else None
         return hang_phase(dec.inference, dec.cascades, dump, dec.flight, saving, sharded, waiting, work)
     if dec.first is not None:
-        peers = [h for h in state.errors if h.role == "cascade" and h.ev.frames]
+        peers = [h for h in state.errors if h.role == "cascade" and h.ev.frames] or \
+            [h for h in state.errors if h.ev.frames and h.ev.rank is not None and h.ev.rank != dec.first.ev.rank]
         got = headed(dec.first, phase_of(dec.first, saving, peers, state.errors, before(dec.first, findings), sharded),
                      findings)
     elif dec.exited is not None:
@@ -136,7 +138,8 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: 
     that are not frames (phase.phase_hint: a Ray task, the collective a timeout names, set-up lines
     in ``before`` with no progress after them); the signature's one phase hint; a checkpoint save
     under way when it happened; the stacks of the ranks that waited for it (a rank killed without
-    a stack was in the phase whose collective the others waited in).
+    a stack was in the phase whose collective the others waited in), else, where none waited, of the
+    other ranks' errors (``peers`` holds those then: the ranks of a job run the same step).
     """
     p = phase_from_frames(f.ev.frames)
     if p:
@@ -149,6 +152,11 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: 
                 and (p := phase_from_frames(part.ev.frames)):
             return p, "frames of the same failure told elsewhere" if not f.has("cut-traceback") else \
                 "frames of the rest of the cut traceback"
+    if f.ev.rank is not None and not f.has("cut-traceback"):  # its rank's traceback cut above its exception line
+        cut = next((p for part in parts if part.ev.rank == f.ev.rank and part.has("cut-traceback")
+                    and part.ev.frames and (p := phase_from_frames(part.ev.frames))), None)
+        if cut:
+            return cut, "frames of its rank's traceback, cut above the exception line"
     hinted = phase_hint(f.ev.text, before, sharded) or nccl_setup(f, parts)
     if hinted:
         return hinted
@@ -166,7 +174,9 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: 
         return "checkpoint-save", "checkpoint save under way"
     waited = Counter(ph for g in peers if g.ev.rank != f.ev.rank and (ph := phase_from_frames(g.ev.frames)))
     if waited:
-        return waited.most_common(1)[0][0], "stacks of the ranks waiting for it"
+        who = "the ranks waiting for it" if all(g.role == "cascade" for g in peers) else \
+            "the other ranks' errors (ranks run the same step)"
+        return waited.most_common(1)[0][0], f"stacks of {who}"
     if hints:
         return hints[0], "signature"
     return "unknown", "no evidence"
