@@ -387,3 +387,21 @@ def test_a_slurm_step_whose_program_is_missing():
     ])
     ff = first_failure_of(log)
     assert (ff["signature"], ff["category"], ff["phase"]) == ("slurm.task_execve_failed", "config", "init")
+
+
+# Open MPI's UCX transport failing to reach a peer at start-up, then the process crashing in the
+# UCX error handler (pml_ucx.c and UCX sock.c formats; made-up hosts and addresses)
+UCX_THEN_SEGFAULT = """\
+[1746051351.812265] [gpu-07:24215:0]            sock.c:334  UCX  ERROR   connect(fd=168, dest_addr=10.9.8.7:52595) failed: Connection refused
+[gpu-07:24215] pml_ucx.c:424  Error: ucp_ep_create(proc=0) failed: Destination is unreachable
+[gpu-07:24215] pml_ucx.c:477  Error: Failed to resolve UCX endpoint for rank 0
+[gpu-07:24215:0:24215] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x3000)
+==== backtrace (tid:  24215) ====
+ 0  /opt/hpcx/ucx/lib/libucs.so.0(ucs_handle_error+0x2e4) [0x7f00aa008654]
+"""
+
+
+def test_a_peer_ucx_could_not_reach_is_the_failure_not_the_crash_after_it():
+    ff = first_failure_of(UCX_THEN_SEGFAULT)
+    assert (ff["signature"], ff["category"], ff["phase"]) == ("mpi.ucx_unreachable", "network", "init")
+    assert ff["confidence"] != "high"
