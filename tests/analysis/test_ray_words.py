@@ -192,3 +192,26 @@ def test_a_ray_task_error_with_the_workers_exception_line_is_that_exception():
     ff = first_failure_of(DRIVER_OOM_CUT + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
                "total capacity of 79.10 GiB of which 1.02 GiB is free.\n")
     assert (ff["signature"], ff["category"]) == ("cuda.oom", "gpu-memory")
+
+
+# ---------------------------------------------------------------------------------------------
+# A RayTaskError that carries an actor's death (ActorDiedError, WorkerCrashedError) and ends there
+# ---------------------------------------------------------------------------------------------
+
+DRIVER_ACTOR_DIED = DRIVER_CUT.replace("RayTaskError(RuntimeError)", "RayTaskError(ActorDiedError)")
+
+
+def test_a_carried_actor_death_after_a_collective_timeout_is_a_cascade():
+    ff = first_failure_of("```\n" + WATCHDOG + "```\n" + DRIVER_ACTOR_DIED)
+    assert (ff["signature"], ff["category"]) == ("hang.stopped_first", "cascade")
+
+
+def test_a_carried_actor_death_alone_is_an_unexplained_death():
+    ff = first_failure_of(DRIVER_ACTOR_DIED)
+    assert (ff["signature"], ff["category"]) == ("ray.task_actor_died", "unknown")
+    assert ff["confidence"] != "high"
+
+
+def test_a_carried_actor_death_told_in_full_is_the_worker_death_it_tells():
+    ff = first_failure_of(DRIVER_ACTOR_DIED.rsplit("\n  File", 1)[0] + "\n" + ACTOR_DIED)
+    assert ff["signature"] == "ray.worker_died"
