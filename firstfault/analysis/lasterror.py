@@ -51,7 +51,8 @@ from typing import Protocol, TypeVar
 from firstfault.analysis.hang import launcher_act
 
 WRAPPER = "nccl-result"  # the catalog trait of a signature that only names an ncclResult code
-MAX_GAP = 4  # lines from the wrapper to its cause: the code's detail line, "Last error:", the cause
+MAX_GAP = 8  # lines from the wrapper to its cause: the code's detail line, "Last error:", the cause,
+#               each with a blank line after it where a paste doubled the line breaks
 TRACE = "nccl-trace"  # the catalog trait of NCCL's error back trace lines
 TRACE_REACH = 40  # lines a back trace climbs (one line per call) above which its WARN may be
 NATIVE = "native-trace"  # the catalog trait of a native stack trace's lines

@@ -405,3 +405,22 @@ def test_a_peer_ucx_could_not_reach_is_the_failure_not_the_crash_after_it():
     ff = first_failure_of(UCX_THEN_SEGFAULT)
     assert (ff["signature"], ff["category"], ff["phase"]) == ("mpi.ucx_unreachable", "network", "init")
     assert ff["confidence"] != "high"
+
+
+# ProcessGroupNCCL's message for ncclInvalidUsage with its "Last error:" cause (NCCLUtils.cpp
+# getNcclErrorDetailStr, NCCL bootstrap.cc), pasted with every line break doubled
+NO_INTERFACE_DOUBLE_SPACED = """\
+torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:2897, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.27.3
+
+ncclInvalidUsage: This usually reflects invalid usage of NCCL library.
+
+Last error:
+
+Bootstrap : no socket interface found
+
+"""
+
+
+def test_a_double_spaced_paste_keeps_the_cause_under_its_wrapper():
+    ff = first_failure_of(NO_INTERFACE_DOUBLE_SPACED)
+    assert (ff["signature"], ff["category"], ff["phase"]) == ("nccl.no_interface", "config", "init")
