@@ -62,7 +62,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _DETECT_LINES = 50
 _MAX_BINARY = 1 << 26  # a longer "binary field" is taken for garbage
 _ISO = r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"
-_HOST = r" (\S+) ([^\s:\[]+)(?:\[\d+\])?: ?"  # host, identifier[pid]:
+# host, identifier[pid]: a host name starts with a letter or digit, a program's name with a letter or
+# "_" (so an ISO-stamped log line, "2026-02-18T10:48:25.681Z [rank7]:[E218 10:48:25..." or a second
+# stamp "2026-02-18 10:28:25,496 - root", is no journal line)
+_HOST = r" ([A-Za-z0-9][\w.-]*) ([A-Za-z_][^\s:\[]*)(?:\[\d+\])?: ?"
 _RX = {  # the header of a line; the message is what follows the match
     "kmsg": re.compile(r"(\d+),(\d+),(\d+),([^;,]*)([^;]*);(.*)"),  # prio,seq,usec,flags[,k=v...];text
     "dmesg": re.compile(r"(?:<(\d+)>)?\[\s*(\d+)\.(\d{1,9})\] ?"),

@@ -299,3 +299,28 @@ def test_random_text_never_raises(rows, fmt, as_text):
     assert stats.lines == len(rows) and stats.events == len(events)
     assert all(isinstance(e.text, str) for e in events)
     detect_kernel_format(rows)
+
+
+# A log whose every line starts with an ISO time (a log collector's or kubectl --timestamps) holds a
+# program's lines, not a journal's: after the time comes no host and program name.
+@pytest.mark.parametrize("line", [
+    "2026-02-18T10:48:25.681Z [rank7]:[E218 10:48:25.033625188 ProcessGroupNCCL.cpp:632] [Rank 7] Watchdog caught "
+    "collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=600000)",
+    "2026-02-18T10:28:25.497Z 2026-02-18 10:28:25,496 - root - INFO - Saving latest checkpoint",
+])
+def test_iso_stamped_program_lines_are_no_journal(line):
+    assert detect_kernel_format([line]) is None
+
+
+def test_a_journal_in_short_iso_is_still_one():
+    assert detect_kernel_format(["2026-12-02T11:12:25+0000 gpu-07 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1"]) \
+        == "journal-short-iso"
+
+
+def test_an_iso_stamped_paste_is_read_as_the_job_s_log():
+    from tests.offline.scoring import first_failure_of
+    watchdog = ("2026-02-18T10:48:25.681Z [rank7]:[E218 10:48:25.033625188 ProcessGroupNCCL.cpp:632] [Rank 7] "
+                "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=8, "
+                "NumelOut=8, Timeout(ms)=600000) ran for 600031 milliseconds before timing out.\n")
+    got = first_failure_of(watchdog)
+    assert got is not None and got["category"] == "cascade"
