@@ -84,6 +84,7 @@ TRAITS = {
     "native-trace": "a native stack trace (c10's frames, glibc backtrace_symbols): the failure printed just above it says more (lasterror.py)",
     "work-bar": "a progress bar of work other than training (data preparation, evaluation), with its elapsed time: timeout_cause.py",
     "training-ended": "a trainer's own line that training ended (max epochs or steps reached): timeout_cause.py",
+    "save-begins": "a line that says a checkpoint save began, a framework's or the job's own words: timeout_cause.py",
     "phase-marker": "a line phases.toml's [[marker]] rules name (set-up, a save, progress): the latest of each is kept",
 }
 NAMES_RANK_OF = ("next-traceback",)

@@ -10,7 +10,8 @@ Every source the report may take a phase from is here, in the order they are tru
   stacks of the ranks that waited for it, else of the other ranks' errors; of a traceback
   pasted from its middle, a heading's save, load or set-up over the step its frames show (``headed``);
 - an inferred hang (``hang_phase``): the stack dump of the rank that stopped; a checkpoint save
-  under way; the work one rank did alone while the others waited (timeout_cause.py); the
+  under way; what the others waited for (timeout_cause.py: the work one rank did alone, a save
+  begun as they started waiting); the
   collective the survivors waited in; a save, load or set-up begun before they
   waited and never ended (save_phase); the one phase their errors belong to; then
   the frames where the Flight Recorder saw that rank's last collective called;
@@ -49,7 +50,7 @@ def failure_phase(dec: Decision, state: RankState, findings: list[Finding], savi
     if dec.inference is not None:
         dump = state.dumps.at_hang.get(dec.inference.rank) if dec.inference.rank is not None else None
         waiting = before(dec.cascades[0], findings) if dec.cascades else []
-        work = dec.cause.phase if dec.cause is not None else None
+        work = (dec.cause.phase, dec.cause.phase_from) if dec.cause is not None and dec.cause.phase else None
         return hang_phase(dec.inference, dec.cascades, dump, dec.flight, saving, sharded, waiting, work)
     if dec.first is not None:
         peers = [h for h in state.errors if h.role == "cascade" and h.ev.frames] or \
@@ -83,18 +84,18 @@ def headed(f: Finding, got: Phase, findings: Iterable[Finding]) -> Phase:
 
 
 def hang_phase(inf: Inference, cascades: list[Finding], dump: Event | None, flight: FRAnalysis | None,
-               saving: int | None, sharded: bool | None, waiting: Iterable[str] = (), work: str | None = None) -> Phase:
+               saving: int | None, sharded: bool | None, waiting: Iterable[str] = (), work: Phase | None = None) -> Phase:
     """Where the ranks stood when the job hung. ``waiting``: the lines kept before the first
     survivor's error, oldest first (a save or load begun there and never ended: save_phase); ``work``:
-    the phase of the work one rank did alone while the others waited (timeout_cause.py), which is
-    where the job stood, not the collective the others waited in."""
+    (the phase, where it came from) of what the others waited for (timeout_cause.py: the work one rank
+    did alone, a save begun as they started waiting), which is where the job stood, not the collective
+    the others waited in."""
     dump_phase = dump and phase_from_frames(dump.frames)
     waited = next((h for c in cascades if (h := phase_hint(c.ev.text, (), sharded))), None)  # the collective they waited in
     hinted = {c.match.signature.phases[0] for c in cascades if len(c.match.signature.phases) == 1}
     said = (hinted.pop(), "the phase the survivors' errors belong to") if len(hinted) == 1 else None
     got = ((dump_phase, "stack dump") if dump_phase else ("checkpoint-save", "checkpoint save under way")
-           if saving is not None else (work, "the work one rank did alone while the others waited (progress bar)")
-           if work else waited or phase_while_waiting(waiting) or said or inf.phase
+           if saving is not None else work or waited or phase_while_waiting(waiting) or said or inf.phase
            or ("unknown", "no evidence"))
     rank = inf.rank
     if flight and rank is not None and got[0] == "unknown":  # where its last collective was called

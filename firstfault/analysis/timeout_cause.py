@@ -18,7 +18,17 @@ the frameworks behave. Input: the judged Findings (their traits are the catalog'
    Example: "Tokenizing train set:  94%|#########4| 63/67 [29:12<01:51, 27.8s/it]" with "[Rank 2]
    Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1,
    NumelOut=1, Timeout(ms)=1800000) ran for 1800008 milliseconds before timing out." -> config, data, low.
-2. Training had ended (``after_training``): a trainer's own end-of-training line (trait
+2. A save began as the others started waiting (``save_outlasted``): a line that says a checkpoint save
+   began (trait ``save-begins``: a framework's start line or the job's own "Saving ... checkpoint"),
+   timed, printed within SAVE_NEAR of when the collective began (the watchdog's time less its timeout:
+   the others entered it as the save began, as in ``if rank == 0: save(); barrier()``), with no timed
+   progress line after it. The ranks waited for the save: most often it
+   outlasted the timeout (one rank writing the whole state, slow or full storage), so storage, in
+   checkpoint-save, low. Untimed lines are not ordered, so a paste without times says nothing here.
+   Example: "10:28:25 ... Saving latest checkpoint ..." and "10:48:25 ... Watchdog caught collective
+   operation timeout: WorkNCCL(..., Timeout(ms)=1200000) ran for 1200027 milliseconds" -> storage,
+   checkpoint-save, low.
+3. Training had ended (``after_training``): a trainer's own end-of-training line (trait
    ``training-ended``: Lightning's "`Trainer.fit` stopped: `max_epochs=3` reached.", the HF Trainer's
    "Training completed. ...") not printed after the timeout. A rank went on to code after training
    (a test, a prediction or a save on rank 0 only; a collective some ranks call and others do not)
@@ -39,6 +49,7 @@ from firstfault.analysis.findings import Finding
 
 DEFAULT_TIMEOUT_MS = 30 * 60 * 1000  # torch.distributed init_process_group's default timeout (NCCL and gloo)
 WORK_SHARE = 0.8  # a bar at this share of the timeout or more was running when the watchdog fired
+SAVE_NEAR_S = 30  # a save begun within this of when a collective began is what the collective waited for
 _ELAPSED = re.compile(r"^(?:(\d+):)?(\d+):(\d\d)$")  # tqdm format_interval: "MM:SS" or "H:MM:SS"
 
 
@@ -46,13 +57,20 @@ _ELAPSED = re.compile(r"^(?:(\d+):)?(\d+):(\d\d)$")  # tqdm format_interval: "MM
 class Cause:
     """What the rank the others waited for was doing, and what that makes of the hang."""
 
-    kind: str  # work-outlasted | after-training
+    kind: str  # work-outlasted | save-outlasted | after-training
     category: str
     phase: str | None  # the phase of the work, None when the line names none
     confidence: str  # low | medium
     evidence: Finding  # the line that says it (its signature's reference is the rule's source)
     summary: str  # a sentence the report adds to the hang's
     action: str
+
+    @property
+    def phase_from(self) -> str:
+        """Where ``phase`` comes from, for the report's phase_from."""
+        return {"work-outlasted": "the work one rank did alone while the others waited (progress bar)",
+                "save-outlasted": "a checkpoint save began as the others started waiting, and no progress followed"
+                }.get(self.kind, self.kind)
 
 
 def elapsed_s(text: str | None) -> int | None:
@@ -71,7 +89,7 @@ def timeout_cause(findings: Iterable[Finding]) -> Cause | None:
     timeouts = [f for f in findings if f.has("collective-timeout")]
     if not timeouts:
         return None
-    return work_outlasted(findings, timeouts) or after_training(findings, timeouts)
+    return work_outlasted(findings, timeouts) or save_outlasted(findings, timeouts) or after_training(findings, timeouts)
 
 
 def collective_timeout_ms(timeouts: Iterable[Finding]) -> tuple[int, bool]:
@@ -113,6 +131,34 @@ def work_outlasted(findings: list[Finding], timeouts: list[Finding]) -> Cause | 
     phases = bar.match.signature.phases
     return Cause("work-outlasted", "config", phases[0] if phases else None,
                  "medium" if run * 1000 >= timeout_ms else "low", bar, summary, action)
+
+
+def save_outlasted(findings: list[Finding], timeouts: list[Finding]) -> Cause | None:
+    """Rule 2: the latest save start, timed, within SAVE_NEAR of when a timed-out collective began, with no
+    timed progress after it. A save long before (the job went on) or long after (the others were already
+    waiting for something else) says nothing."""
+    timeout_ms, _ = collective_timeout_ms(timeouts)
+    fired = [t.ev.occurred_ns for t in timeouts if t.ev.occurred_ns is not None]
+    saves = [f for f in findings if f.has("save-begins") and f.ev.occurred_ns is not None]
+    if not fired or not saves:
+        return None
+    save = max(saves, key=lambda f: f.ev.occurred_ns)
+    at, first = save.ev.occurred_ns, min(fired)
+    began = first - timeout_ms * 10**6  # when the first collective to time out began waiting
+    slack = SAVE_NEAR_S * 10**9 + save.ev.uncertainty_ns + max(t.ev.uncertainty_ns for t in timeouts)
+    if abs(at - began) > slack:
+        return None
+    if any(f.has("progress") and f.ev.occurred_ns is not None and at < f.ev.occurred_ns <= first for f in findings):
+        return None  # training went on after the save
+    lead = round((began - at) / 1e9)
+    when = (f"{lead} s before" if lead > 0 else f"{-lead} s after" if lead < 0 else "as") + " the collective began"
+    summary = (f"A checkpoint save began {when} ({save.ev.text.strip()[:100]}), and nothing showed training go on: "
+               "the ranks waited for the save, which most likely outlasted the collective timeout of "
+               f"{timeout_ms / 60000:g} min (inferred, not seen).")
+    action = ("Time the save on the saving rank(s) (its write throughput and size on the checkpoint storage) against "
+              "the collective timeout, and check that every rank enters the same save path (no collective only "
+              "under rank 0); then save sharded or asynchronously, or raise the timeout around the save.")
+    return Cause("save-outlasted", "storage", "checkpoint-save", "low", save, summary, action)
 
 
 def _printed_after(f: Finding, t: Finding) -> bool:

@@ -95,3 +95,44 @@ def test_a_rank_that_failed_on_its_own_is_the_failure_not_the_bar():
            "capacity of 79.15 GiB of which 1.10 GiB is free.\n")
     got = first_failure_of(TOKENIZING + oom + TIMEOUT_30)
     assert got["category"] == "gpu-memory" and not got["inferred"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A save begun as the others started waiting (rule 2): timed lines only
+# ---------------------------------------------------------------------------------------------
+
+def _stamped(clock: str, line: str) -> str:
+    return f"[2026-03-02 {clock},000] [INFO] [train.py:200:main] {line}"
+
+
+SAVE_SAID = _stamped("10:28:25", "Saving latest checkpoint after 369000 batches\n")
+SAVE_BEGINS = _stamped("10:28:25", "Saving model checkpoint to /out/run1/checkpoint-500\n")
+STEP_AFTER = _stamped("10:29:10", "step 369001 loss 0.2031\n")
+TIMED_OUT_20 = _stamped("10:48:26", WATCHDOG.format(ms=1200000, ran=1200031))
+
+
+@pytest.mark.parametrize("save", [SAVE_SAID, SAVE_BEGINS], ids=["the-job's-words", "hf-trainer"])
+def test_a_save_begun_as_the_others_started_waiting_is_a_save_that_outlasted_the_timeout(save):
+    got = first_failure_of(save + TIMED_OUT_20)
+    assert (got["category"], got["phase"], got["confidence"], got["inferred"]) == (
+        "storage", "checkpoint-save", "low", True)
+    assert "save" in got["phase_from"] and "Time the save" in got["first_action"]
+
+
+def test_a_save_long_before_the_collective_began_is_not_what_it_waited_for():
+    early = _stamped("10:20:00", "Saving latest checkpoint after 369000 batches\n")
+    assert first_failure_of(early + TIMED_OUT_20)["category"] == "cascade"
+
+
+def test_training_that_went_on_after_the_save_says_the_save_ended():
+    assert first_failure_of(SAVE_SAID + STEP_AFTER + TIMED_OUT_20)["category"] == "cascade"
+
+
+def test_untimed_save_words_say_nothing_of_a_timeout():
+    untimed = "Saving latest checkpoint after 369000 batches\n" + TIMEOUT_30
+    assert first_failure_of(untimed)["category"] == "cascade"
+
+
+def test_a_save_begun_long_after_the_others_started_waiting_is_not_what_they_waited_for():
+    late = _stamped("10:38:00", "Saving latest checkpoint after 369000 batches\n")
+    assert first_failure_of(late + TIMED_OUT_20)["category"] == "cascade"
