@@ -34,7 +34,7 @@ from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.hang import Inference
 from firstfault.analysis.judge import USAGE, heading_phase, phase_heading
 from firstfault.analysis.lasterror import CLIMBED, climbs_setup
-from firstfault.analysis.phase import ENCLOSING_PHASES, phase_from_frames, phase_hint
+from firstfault.analysis.phase import COLLECTIVE_HINT, ENCLOSING_PHASES, collective_op, phase_from_frames, phase_hint
 from firstfault.analysis.rankstate import RankState
 from firstfault.analysis.save_phase import phase_while_waiting
 from firstfault.analysis.verdict import Decision
@@ -91,7 +91,10 @@ def hang_phase(inf: Inference, cascades: list[Finding], dump: Event | None, flig
     did alone, a save begun as they started waiting), which is where the job stood, not the collective
     the others waited in."""
     dump_phase = dump and phase_from_frames(dump.frames)
-    waited = next((h for c in cascades if (h := phase_hint(c.ev.text, (), sharded))), None)  # the collective they waited in
+    # the collective they waited in; survivors stuck in different collectives were at different places
+    mixed = len({op for c in cascades if (op := collective_op(c.ev.text))}) > 1
+    waited = next((h for c in cascades if (h := phase_hint(c.ev.text, (), sharded))
+                   and not (mixed and h[1] == COLLECTIVE_HINT)), None)
     hinted = {c.match.signature.phases[0] for c in cascades if len(c.match.signature.phases) == 1}
     said = (hinted.pop(), "the phase the survivors' errors belong to") if len(hinted) == 1 else None
     got = ((dump_phase, "stack dump") if dump_phase else ("checkpoint-save", "checkpoint save under way")

@@ -352,6 +352,12 @@ def phase_from_frames(frames: Sequence[Frame], phase_rules: PhaseRules | None = 
 _WORK = re.compile(r"(?:SeqNum=(?P<seq>\d+),\s*)?OpType=(?P<op>_?[A-Z][A-Z_]*)")
 
 
+def collective_op(text: str) -> str | None:
+    """The collective a watchdog or timeout line names (``OpType=NAME``), or None."""
+    m = _WORK.search(text)
+    return m.group("op") if m else None
+
+
 def phase_from_collective(text: str, sharded: bool | None = None, phase_rules: PhaseRules | None = None) -> str | None:
     """The phase the collective named in a watchdog/timeout line points at, or None.
 
@@ -375,6 +381,7 @@ def phase_from_collective(text: str, sharded: bool | None = None, phase_rules: P
 
 
 PROGRESS = "progress"  # what phase_from_marker says of a line that shows training under way
+COLLECTIVE_HINT = "the collective it timed out in"  # phase_hint's word for a phase from phase_from_collective
 
 
 def phase_from_marker(text: str, phase_rules: PhaseRules | None = None) -> str | None:
@@ -479,7 +486,7 @@ def phase_hint(failure_text: str, before: Iterable[str] = (), sharded: bool | No
     if (p := phase_from_worker_call(failure_text, r)) is not None:
         return p, "the worker group method the driver called"
     if (p := phase_from_collective(failure_text, sharded, r)) is not None:
-        return p, "the collective it timed out in"
+        return p, COLLECTIVE_HINT
     if (p := phase_before_failure(before, r)) is not None:
         return p, "set-up lines before it, with no training progress after them"
     return None

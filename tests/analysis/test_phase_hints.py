@@ -30,10 +30,13 @@ OLD_WATCHDOG = "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(
     (WATCHDOG.format(r=5, seq=8812, op="ALLGATHER"), True, "param-gather"),
     (WATCHDOG.format(r=5, seq=8813, op="_REDUCE_SCATTER_BASE"), True, "backward"),
     (WATCHDOG.format(r=5, seq=8813, op="REDUCE_SCATTER"), True, "backward"),
+    # a reduce-scatter reduces gradients whether or not the job shards its parameters (ZeRO-1/2,
+    # Megatron's distributed optimizer; DDP never reduce-scatters)
+    (WATCHDOG.format(r=5, seq=8813, op="_REDUCE_SCATTER_BASE"), False, "backward"),
+    (WATCHDOG.format(r=5, seq=8813, op="_REDUCE_SCATTER_BASE"), None, "backward"),
     # not-examples: an all-gather in a job that does not shard its parameters says nothing
     (WATCHDOG.format(r=5, seq=8812, op="_ALLGATHER_BASE"), None, None),
     (WATCHDOG.format(r=5, seq=8812, op="_ALLGATHER_BASE"), False, None),
-    (WATCHDOG.format(r=5, seq=8813, op="_REDUCE_SCATTER_BASE"), False, None),
     # a broadcast later on (a checkpoint path, an early-stopping flag) is not init
     (WATCHDOG.format(r=2, seq=230, op="BROADCAST"), None, None),
     (WATCHDOG.format(r=2, seq=11, op="ALLREDUCE"), True, None),
@@ -146,3 +149,11 @@ def test_a_deepspeed_checkpoint_read_back_is_the_load_until_training_goes_on():
                              'for rank {self.global_rank}")') is None
     assert phase_from_marker('    logger.info(f"Attempting to resume from {checkpoint_path}")') is None
     assert phase_from_marker("read 4 state dicts for rank 2") is None
+
+
+def test_survivors_stuck_in_different_collectives_name_no_phase_by_their_collective():
+    from tests.offline.scoring import first_failure_of
+    rs = WATCHDOG.format(r=3, seq=8813, op="_REDUCE_SCATTER_BASE") + "\n"
+    ag = WATCHDOG.format(r=0, seq=8811, op="_ALLGATHER_BASE") + "\n"
+    assert first_failure_of(rs)["phase"] == "backward"
+    assert first_failure_of(ag + rs)["phase"] == "unknown"
