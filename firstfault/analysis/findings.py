@@ -71,6 +71,11 @@ def int_or_none(v) -> int | None:
         return None
 
 
+# glibc strsignal's descriptions, as a shell prints them for a child a signal ended ("Aborted (core dumped)")
+STRSIGNAL = {"Aborted": "SIGABRT", "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL",
+             "Killed": "SIGKILL", "Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Terminated": "SIGTERM"}
+
+
 def exit_of(f: Finding) -> dict | None:
     """The exit a finding reports ({"code", "signal"}), if it reports one."""
     g = f.match.groups
@@ -83,6 +88,7 @@ def exit_of(f: Finding) -> dict | None:
             sig = _signal.Signals(-code).name
         except ValueError:
             sig = None
+    sig = STRSIGNAL.get(sig, sig) if sig else sig
     if sig and not sig.startswith("SIG") and sig.isdigit():
         try:
             sig = _signal.Signals(int(sig)).name

@@ -178,3 +178,21 @@ def test_a_wrapping_exception_line_continues_with_the_remote_frames():
 
 def test_a_shape_requirement_is_the_users_code_not_config():
     assert CATALOG.category_of("RuntimeError: mat2 must be a matrix, got 1-D tensor", "user-code") == "user-code"
+
+
+# A shell's report of a child ended by SIGABRT (glibc strsignal "Aborted"): alone it is a death of
+# unknown cause; after a collective timeout it is PyTorch's watchdog taking the process down.
+TIMED_OUT = ("[rank1]:[E1203 10:11:12.345678901 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective "
+             "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=600000) "
+             "ran for 600011 milliseconds before timing out.\n")
+
+
+def test_a_shell_s_aborted_alone_is_a_death_of_unknown_cause():
+    got = first_failure_of("run.sh: line 9: 51234 Aborted                 (core dumped) python train.py\n")
+    assert (got["signature"], got["category"]) == ("process.shell_signal", "unknown")
+    assert got["confidence"] != "high"
+
+
+def test_a_shell_s_aborted_after_a_collective_timeout_is_the_watchdog_s_doing():
+    got = first_failure_of(TIMED_OUT + "Aborted (core dumped)\n")
+    assert got["category"] == "cascade"
