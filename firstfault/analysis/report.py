@@ -35,7 +35,7 @@ from firstfault.analysis.memory import MemoryWatcher
 from firstfault.analysis.phase import ENCLOSING_PHASES
 from firstfault.analysis.rankstate import RankActivity, RankState, rank_state
 from firstfault.analysis.timeline import NodeClock, placed
-from firstfault.analysis.timeout_cause import Cause
+from firstfault.analysis.timeout_cause import SAVE_OUTLASTED_ACTION, Cause
 from firstfault.analysis.verdict import BLAME, HANG_ID, MAX_EVIDENCE, Decision, confidence, decide
 
 SCHEMA = "firstfault.report/1"
@@ -269,9 +269,7 @@ def _save_outlasted(summary: str) -> tuple[str, str, str]:
     return ("storage",
             summary + " The job was saving a checkpoint: most likely the save outlasted the collective timeout "
                       "(inferred, not seen).",
-            "Time the save on the saving rank(s) (its write throughput and size on the checkpoint storage) against "
-            "the collective timeout, and check every rank enters the same save path (no collective only under "
-            "rank 0); then save sharded or asynchronously, or raise the timeout around the save.")
+            SAVE_OUTLASTED_ACTION)
 
 
 def _inferred(inf: Inference, casc: list[Finding], activity: RankActivity, phase: tuple[str, str], rank_nodes,
@@ -301,12 +299,14 @@ def _inferred(inf: Inference, casc: list[Finding], activity: RankActivity, phase
                  else "the rank that stopped")
               + (" were" if rank is None and len(inf.suspects) > 1 else " was") + " doing instead of the collective.")
     conf, reference, evidence = inf.confidence, None, [_evidence(c) for c in casc[:MAX_EVIDENCE]]
-    if phase[0] == "checkpoint-save" and not outside:
-        category, summary, action = _save_outlasted(summary)
-    elif cause is not None:  # the log says what the waited-for rank was doing (timeout_cause.py)
+    # the log says what the waited-for rank was doing (timeout_cause.py); a save under way found otherwise
+    # (DeepSpeed's timed marks) names the phase over a cause of another phase
+    if cause is not None and (phase[0] != "checkpoint-save" or cause.phase == "checkpoint-save"):
         category, summary, action = cause.category, f"{summary} {cause.summary}", cause.action
         conf, reference = cause.confidence, cause.evidence.match.signature.reference
         evidence = [_evidence(cause.evidence), *evidence[:MAX_EVIDENCE - 1]]
+    elif phase[0] == "checkpoint-save" and not outside:
+        category, summary, action = _save_outlasted(summary)
     return {
         "rank": rank,
         "node": rank_nodes.get(rank) if rank is not None else None,

@@ -50,6 +50,10 @@ from firstfault.analysis.findings import Finding
 DEFAULT_TIMEOUT_MS = 30 * 60 * 1000  # torch.distributed init_process_group's default timeout (NCCL and gloo)
 WORK_SHARE = 0.8  # a bar at this share of the timeout or more was running when the watchdog fired
 SAVE_NEAR_S = 30  # a save begun within this of when a collective began is what the collective waited for
+# what to do first about a hang in a checkpoint save (this rule's, and report.py's for a save under way)
+SAVE_OUTLASTED_ACTION = ("Time the save on the saving rank(s) (its write throughput and size on the checkpoint storage) "
+                         "against the collective timeout, and check every rank enters the same save path (no collective "
+                         "only under rank 0); then save sharded or asynchronously, or raise the timeout around the save.")
 _ELAPSED = re.compile(r"^(?:(\d+):)?(\d+):(\d\d)$")  # tqdm format_interval: "MM:SS" or "H:MM:SS"
 
 
@@ -155,10 +159,7 @@ def save_outlasted(findings: list[Finding], timeouts: list[Finding]) -> Cause | 
     summary = (f"A checkpoint save began {when} ({save.ev.text.strip()[:100]}), and nothing showed training go on: "
                "the ranks waited for the save, which most likely outlasted the collective timeout of "
                f"{timeout_ms / 60000:g} min (inferred, not seen).")
-    action = ("Time the save on the saving rank(s) (its write throughput and size on the checkpoint storage) against "
-              "the collective timeout, and check that every rank enters the same save path (no collective only "
-              "under rank 0); then save sharded or asynchronously, or raise the timeout around the save.")
-    return Cause("save-outlasted", "storage", "checkpoint-save", "low", save, summary, action)
+    return Cause("save-outlasted", "storage", "checkpoint-save", "low", save, summary, SAVE_OUTLASTED_ACTION)
 
 
 def _printed_after(f: Finding, t: Finding) -> bool:
