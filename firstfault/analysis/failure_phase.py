@@ -13,8 +13,9 @@ Every source the report may take a phase from is here, in the order they are tru
   under way; what the others waited for (timeout_cause.py: the work one rank did alone, a save
   begun as they started waiting); the
   collective the survivors waited in; a save, load or set-up begun before they
-  waited and never ended (save_phase); the one phase their errors belong to; then
-  the frames where the Flight Recorder saw that rank's last collective called;
+  waited and never ended (save_phase); the step their own tracebacks show them waiting in (one
+  phase for all of them); the one phase their errors belong to; then the frames where the Flight
+  Recorder saw that rank's last collective called;
 - last, for a failure a line names whose phase is still unknown: the phase DeepSpeed's own marks
   (memory_breakdown) open around the failure's time (bands.marked_phase, read by the memory
   report); then the phase a heading of the text names (an issue's title: "Save checkpoint error
@@ -98,14 +99,23 @@ def hang_phase(inf: Inference, cascades: list[Finding], dump: Event | None, flig
     hinted = {c.match.signature.phases[0] for c in cascades if len(c.match.signature.phases) == 1}
     said = (hinted.pop(), "the phase the survivors' errors belong to") if len(hinted) == 1 else None
     got = ((dump_phase, "stack dump") if dump_phase else ("checkpoint-save", "checkpoint save under way")
-           if saving is not None else work or waited or phase_while_waiting(waiting) or said or inf.phase
-           or ("unknown", "no evidence"))
+           if saving is not None else work or waited or phase_while_waiting(waiting) or survivors_step(cascades)
+           or said or inf.phase or ("unknown", "no evidence"))
     rank = inf.rank
     if flight and rank is not None and got[0] == "unknown":  # where its last collective was called
         ph = phase_from_frames([Frame(f.file, f.line, f.func) for f in reversed(flight.frames_of(rank))])
         if ph:
             return ph, "Flight Recorder frames"
     return got
+
+
+def survivors_step(cascades: Iterable[Finding]) -> Phase | None:
+    """The step the survivors' own tracebacks show them in when their wait failed (a collective
+    called from ``loss.backward()``, a save's gather), where every traceback that shows one shows the
+    same: the ranks of a job run the same step, so that is where the job stood. Survivors in
+    different steps say nothing."""
+    shown = {p for c in cascades if c.ev.frames and (p := phase_from_frames(c.ev.frames))}
+    return (shown.pop(), "the survivors' tracebacks (where they waited)") if len(shown) == 1 else None
 
 
 def before(f: Finding, findings: Iterable[Finding], most: int = 2000) -> list[str]:

@@ -279,3 +279,33 @@ def test_a_failure_row_cut_before_its_pid_still_names_the_rank():
     """A paste that ends at the Root Cause row's "exitcode  : 1" (its "(pid: N)" cut off)."""
     got = first_failure_of(_only_failure(1).split(" (pid: 703)")[0] + "\n")
     assert (got["rank"], got["signature"]) == (1, "torchelastic.worker_failed")
+
+
+# Two survivors of a peer that went away, each in DDP's gradient all-reduce under loss.backward():
+# gloo's "Connection closed by peer" (third_party/gloo/gloo/transport/tcp/pair.cc) under the frames
+# of torch/_tensor.py Tensor.backward and torch/autograd/__init__.py backward (1.10-2.x).
+def _survivor(rank: int) -> str:
+    return (f"[rank{rank}]: Traceback (most recent call last):\n"
+            f"[rank{rank}]:   File \"/w/train.py\", line 88, in <module>\n"
+            f"[rank{rank}]:     loss.backward()\n"
+            f"[rank{rank}]:   File \"/env/lib/python3.10/site-packages/torch/_tensor.py\", line 307, in backward\n"
+            f"[rank{rank}]:     torch.autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)\n"
+            f"[rank{rank}]:   File \"/env/lib/python3.10/site-packages/torch/autograd/__init__.py\", line 156, in backward\n"
+            f"[rank{rank}]:     allow_unreachable=True, accumulate_grad=True)\n"
+            f"[rank{rank}]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed "
+            f"by peer [10.0.0.{rank + 7}]:12717\n")
+
+
+def test_a_hang_s_phase_is_the_step_its_survivors_tracebacks_waited_in():
+    ff = first_failure_of(_survivor(0) + _survivor(1))
+    assert (ff["category"], ff["phase"]) == ("cascade", "backward")
+    assert ff["phase_from"] == "the survivors' tracebacks (where they waited)"
+
+
+def test_survivors_in_different_steps_give_the_hang_no_phase():
+    other = _survivor(1).replace("loss.backward()", "out = model(batch)").replace(
+        "torch/_tensor.py\", line 307, in backward", "torch/nn/modules/module.py\", line 1501, in _call_impl")
+    other = other.replace("torch/autograd/__init__.py\", line 156, in backward",
+                          "torch/nn/parallel/distributed.py\", line 1040, in forward")
+    ff = first_failure_of(_survivor(0) + other)
+    assert ff["phase"] == "unknown"
