@@ -16,6 +16,11 @@ work status lines of each rank, and the world size. Rules, strongest first:
    one the others timed out in never reached it (PyTorch's watchdog prints
    ``last enqueued NCCL work: E, last completed NCCL work: C``; ranks that did not
    time out print theirs on the dump signal) (medium when one rank, low when more).
+2b. Desync (``odd_collective``): at one sequence number of one process group, one rank timed
+   out in another collective than every other rank that timed out there (two or more of them,
+   agreeing): the ranks' programs took different paths, and the odd one is the likelier to have
+   left the common one (medium). PyTorch only checks this itself under
+   TORCH_DISTRIBUTED_DEBUG=DETAIL ("Detected mismatch between collectives").
 3. Silence: ranks that reported nothing while the others timed out waiting in a
    collective (medium when one rank, low when more). Where the lines of one rank alone were
    given and the world size is unknown, a rank known only because ranks are numbered up to
@@ -33,6 +38,7 @@ names them.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -108,6 +114,29 @@ def work_laggards(work: Iterable[Work]) -> tuple[list[int], str]:
     return [], ""
 
 
+def odd_collective(errors) -> tuple[int | None, str]:
+    """Rule 2b: the one rank that timed out in another collective than the others did at the same
+    sequence number of the same process group (at least two others, all in one collective), and why;
+    (None, "") when no such rank."""
+    at: dict[tuple[str | None, str], dict[int, str]] = {}
+    for f in errors:
+        g = f.match.groups
+        if f.ev.rank is not None and g.get("seq") and g.get("op") and f.has("collective-timeout"):
+            at.setdefault((g.get("pg"), g["seq"]), {})[f.ev.rank] = g["op"]
+    for (_, seq), ops in sorted(at.items(), key=lambda kv: int(kv[0][1])):
+        counts = Counter(ops.values())
+        if len(counts) != 2:
+            continue
+        (common, n), (other, m) = counts.most_common()
+        if m == 1 and n >= 2:
+            odd = next(r for r, op in ops.items() if op == other)
+            others = sorted(r for r, op in ops.items() if op == common)
+            return odd, (f"at collective sequence {seq}, rank {odd} timed out in {other} while rank(s) "
+                         f"{ranges(others)} timed out in {common}: the ranks called different collectives, and "
+                         f"rank {odd} is the one that left the others' path")
+    return None, ""
+
+
 def launcher_act(f) -> bool:
     """A line where a launcher reports or sends a signal or exit, or stops its workers (not the rank's
     own words)."""
@@ -154,6 +183,9 @@ def stopped_first(errors, known_ranks: Iterable[int], progress: Mapping[int, Eve
     if late:
         return Inference(late[0] if len(late) == 1 else None, [why], "medium" if len(late) == 1 else "low",
                          late, sorted(waiting))
+    odd, why = odd_collective(errors)
+    if odd is not None:
+        return Inference(odd, [why], "medium", [odd], sorted(waiting))
     silent = [r for r in known if r not in waiting]
     if waiting and silent:
         coll = next((f.match.groups for f in errors if f.match.groups.get("seq") and f.match.groups.get("op")), None)

@@ -152,3 +152,25 @@ def test_a_rank_its_watchdog_aborted_waited_and_one_killed_by_sigkill_did_not():
     abort1 = f(AGENT_EXIT.format(code=-6, r=1), 1)
     abort1 = replace(abort1, match=replace(abort1.match, role="cascade", category="cascade"))
     assert stopped_first([named, abort1], range(2), {}).rank == 1
+
+
+def _timed_out(rank, op, seq=3742816):
+    # ProcessGroupNCCL's watchdog line of PyTorch 1.12-2.1 ("[Rank N] Watchdog caught ...")
+    return f(f"[E ProcessGroupNCCL.cpp:737] [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL("
+             f"SeqNum={seq}, OpType={op}, Timeout(ms)=1800000) ran for 1801750 milliseconds before timing out.", rank)
+
+
+def test_the_one_rank_in_another_collective_at_the_same_sequence_left_the_common_path():
+    errors = [_timed_out(1, "_ALLGATHER_BASE"), _timed_out(0, "REDUCE"), _timed_out(5, "_ALLGATHER_BASE")]
+    inf = stopped_first(errors, [0, 1, 5], {})
+    assert (inf.rank, inf.confidence) == (0, "medium")
+    assert "rank 0 timed out in REDUCE while rank(s) 1,5 timed out in _ALLGATHER_BASE" in inf.how[0]
+
+
+def test_collectives_that_differ_without_a_majority_single_out_no_one():
+    two = [_timed_out(0, "REDUCE"), _timed_out(1, "_ALLGATHER_BASE")]  # one against one: either may have strayed
+    assert stopped_first(two, [0, 1], {}).rank is None
+    three_ways = [_timed_out(0, "REDUCE"), _timed_out(1, "_ALLGATHER_BASE"), _timed_out(2, "ALLREDUCE")]
+    assert stopped_first(three_ways, [0, 1, 2], {}).rank is None
+    other_seqs = [_timed_out(0, "REDUCE", seq=7), _timed_out(1, "ALLREDUCE", seq=8), _timed_out(2, "ALLREDUCE", seq=8)]
+    assert stopped_first(other_seqs, [0, 1, 2], {}).rank is None  # different sequence numbers: no comparison
