@@ -9,7 +9,8 @@ evidence, each rule returning new Findings (nothing is edited):
 2. Signals (``judge_signals``): a worker killed by SIGKILL with no kernel OOM record tied to it
    is host-memory at low confidence when no kernel log of its node covers the kill (the OOM
    killer is the usual sender; the dmesg command confirms it), and stays unknown when one does
-   and shows no OOM kill. A SIGABRT (exit -6, "Fatal Python error: Aborted") after or with a
+   and shows no OOM kill. A SIGBUS is host-memory at low confidence: a full /dev/shm is its usual
+   cause in a training job. A SIGABRT (exit -6, "Fatal Python error: Aborted") after or with a
    collective timeout is how PyTorch's NCCL watchdog takes a rank down: a cascade; so is a death
    its reporter could not explain (trait ``unexplained``: Ray's SYSTEM_ERROR worker death) printed
    after a collective timeout.
@@ -44,6 +45,7 @@ def judge(findings: list[Finding], procs: Iterable[Event], kernel_span: Mapping[
 
 
 DMESG = "dmesg -T | grep -i -E 'killed process|out of memory'"
+SHM = "df -h /dev/shm (containers default to 64 MiB)"
 
 
 def _aborted(f: Finding) -> bool:
@@ -79,6 +81,11 @@ def _judged(f: Finding, oom_ranks: set, timeouts: list[Finding], kernel_span: Ma
         return replace(f, match=replace(f.match, category="host-memory"), cap="low",
                        links=[*f.links, f"no kernel log{where} covers the kill: the kernel OOM killer is the usual "
                                         f"sender of SIGKILL; confirm with {DMESG} on that node"])
+    if ex and ex["signal"] == "SIGBUS" and f.category == "unknown":
+        return replace(f, match=replace(f.match, category="host-memory"), cap="low",
+                       links=[*f.links, f"SIGBUS: a process touched a page its file could not back, in a training job "
+                                        f"most often shared memory full (/dev/shm: DataLoader workers, NCCL's "
+                                        f"intra-node buffers); confirm with {SHM} on that node"])
     if f.has("unexplained") and f.category == "unknown":
         waited = [t for t in timeouts if t.has("collective-timeout") and _printed_before(t, f)]
         if waited:

@@ -416,3 +416,36 @@ def test_paste_horovod_shut_down_never_blames_the_survivor():
     ff = paste("horovod-shutdown", HOROVOD_SHUTDOWN)["first_failure"]
     assert ff is None or not (ff["rank"] == 1 and ff["category"] in ("user-code", "framework"))
     assert ff is None or ff["signature"] != "python.exception"
+
+
+# mosaicml/composer composer/cli/launcher.py: the monitor's first crash, then the ranks' exits at cleanup.
+COMPOSER_SIGBUS = """\
+INFO:composer.cli.launcher:Starting distributed environment on local node for global_rank(0-7)
+INFO:composer.cli.launcher:Launching process for local_rank(2), global_rank(2) with command(['/usr/bin/python', '-u', 'train.py', 'yamls/mpt-1b.yaml'])
+ERROR:composer.cli.launcher:Rank 2 crashed with exit code -7.
+Waiting up to 30 seconds for all training processes to terminate. Press Ctrl-C to exit immediately.
+Global rank 2 (PID 24215) exited with code -7
+"""
+
+COMPOSER_SEGFAULT = """\
+ERROR:composer.cli.launcher:Rank 0 crashed with exit code -11.
+Global rank 0 (PID 24215) exited with code -11
+"""
+
+
+def test_composer_s_first_crashed_rank_is_the_failure_and_a_sigbus_points_at_shared_memory():
+    ff = paste("composer-sigbus", COMPOSER_SIGBUS)["first_failure"]
+    assert (ff["signature"], ff["rank"], ff["category"], ff["confidence"]) == ("composer.rank_signal", 2, "host-memory",
+                                                                               "low")
+    assert "/dev/shm" in ff["evidence"][0]["linked_by"]
+    assert ff["first_action"].startswith("Read rank 2's own output (the launcher keeps it in rank2.stderr.txt")
+
+
+def test_a_composer_segfault_names_its_rank_and_no_cause():
+    ff = paste("composer-segfault", COMPOSER_SEGFAULT)["first_failure"]
+    assert (ff["signature"], ff["rank"], ff["category"]) == ("composer.rank_signal", 0, "unknown")
+
+
+def test_composer_s_sigterm_and_plain_exits_are_not_a_death_by_signal():
+    assert sig("ERROR:composer.cli.launcher:Rank 3 crashed with exit code -15.") != "composer.rank_signal"
+    assert sig("ERROR:composer.cli.launcher:Rank 3 crashed with exit code 1.") == "composer.rank_exit"
