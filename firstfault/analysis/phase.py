@@ -16,7 +16,9 @@ is ``forward``; a CUDA OOM in ``all_gather_coalesced`` under ``fetch_sub_module`
 (``[holds]``: a forward run by a DataLoader's collate function is ``data``, a forward
 recomputed by activation checkpointing inside backward is ``backward``). Generic names
 (``step``, ``setup``, ``__init__``, ``save``) only count in the files that give them their
-meaning, so a user's own ``step`` is no optimizer step. Frames are outermost first, as in a
+meaning, so a user's own ``step`` is no optimizer step. Last, where neither kind matched, the
+``[[fallback]]`` frames (a module moved or cast to a device, a launcher's model loading) name a
+phase only because nothing in the step does. Frames are outermost first, as in a
 traceback, e.g.::
 
     File ".../deepspeed/runtime/zero/partitioned_param_coordinator.py", line 341, in fetch_sub_module
@@ -58,7 +60,7 @@ PHASES = (
 ENCLOSING_PHASES = ("init", "checkpoint-save", "checkpoint-load")
 STEP_PHASES = ("forward", "backward", "param-gather", "optimizer-step", "data")
 
-_TOP = ("version", "holds", "enclosing", "step", "imports", "collective", "marker", "task")
+_TOP = ("version", "holds", "enclosing", "step", "fallback", "imports", "collective", "marker", "task")
 _RULE_KEYS = ("phase", "reference", "funcs", "files", "in_files")
 _COLLECTIVE_KEYS = ("ops", "seq", "sharded", "phase", "reference")
 _MARKER_KEYS = ("phase", "progress", "only_before_progress", "ends_in_log", "needles", "pattern", "reference")
@@ -129,6 +131,7 @@ class PhaseRules:
     markers: tuple[MarkerRule, ...]
     tasks: tuple[TaskRule, ...]
     imports: str | None = None  # the phase of a failure while importing (two innermost frames "<module>")
+    fallback: tuple[FrameRule, ...] = ()  # frames that name a phase only where no enclosing or step frame does
 
 
 # ----------------------------------------------------------------------------- loading
@@ -161,6 +164,7 @@ def parse_phase_rules(raw: str, source: str = "<string>") -> PhaseRules:
     holds = _holds(doc.get("holds", {}), problems)
     enclosing = tuple(_frame_rules(doc, "enclosing", ENCLOSING_PHASES, problems))
     step = tuple(_frame_rules(doc, "step", STEP_PHASES, problems))
+    fallback = tuple(_frame_rules(doc, "fallback", PHASES[:-1], problems))
     collectives = tuple(_collectives(doc, problems))
     markers = tuple(_markers(doc, problems))
     tasks = tuple(_tasks(doc, problems))
@@ -169,7 +173,7 @@ def parse_phase_rules(raw: str, source: str = "<string>") -> PhaseRules:
         problems.append("no [[enclosing]] or [[step]] rules")
     if problems:
         raise PhaseRulesError(source, problems)
-    return PhaseRules(holds, enclosing, step, collectives, markers, tasks, imports)
+    return PhaseRules(holds, enclosing, step, collectives, markers, tasks, imports, fallback)
 
 
 def _tables(doc: dict, key: str, problems: list[str]) -> list[tuple[str, dict]]:
@@ -339,7 +343,7 @@ def _scan(frames: Sequence[Frame], table: tuple[FrameRule, ...], holds: dict[str
 def phase_from_frames(frames: Sequence[Frame], phase_rules: PhaseRules | None = None) -> str | None:
     """The phase the frames show (outermost first, as in a traceback), or None."""
     r = phase_rules or rules()
-    found = _scan(frames, r.enclosing, {}) or _scan(frames, r.step, r.holds)
+    found = _scan(frames, r.enclosing, {}) or _scan(frames, r.step, r.holds) or _scan(frames, r.fallback, {})
     if found is None and r.imports is not None:
         own = [fr.func for fr in frames if not fr.file.startswith("<frozen")]
         if len(own) >= 2 and own[-1] == own[-2] == "<module>":

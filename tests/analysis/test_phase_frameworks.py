@@ -89,6 +89,33 @@ CASES = {
         ("colossalai/pipeline/schedule/one_f_one_b.py", "run_forward_backward"),
         ("colossalai/pipeline/schedule/one_f_one_b.py", "send_forward"),
         ("colossalai/pipeline/p2p.py", "send_forward")), "forward"),
+    "a model moved to its gpu at set-up": (stack(
+        ("/w/train.py", "main"), ("torch/nn/modules/module.py", "to"), ("torch/nn/modules/module.py", "_apply"),
+        ("torch/nn/modules/module.py", "_apply"), ("torch/nn/modules/module.py", "convert"),
+        ("bitsandbytes/nn/modules.py", "to")), "init"),
+    "a module moved inside forward is the forward": (stack(
+        ("transformers/trainer.py", "training_step"), ("torch/nn/modules/module.py", "_call_impl"),
+        ("/w/model.py", "forward"), ("torch/nn/modules/module.py", "to"),
+        ("torch/nn/modules/module.py", "_apply")), "forward"),
+    "llama-factory loads its model": (stack(
+        ("llamafactory/train/sft/workflow.py", "run_sft"), ("llamafactory/model/loader.py", "load_model"),
+        ("transformers/modeling_utils.py", "_load_state_dict_into_meta_model")), "init"),
+    "colossalai materialises a lazy model": (stack(
+        ("colossalai/booster/booster.py", "boost"), ("colossalai/lazy/lazy_init.py", "materialize"),
+        ("colossalai/lazy/lazy_init.py", "_materialize_data")), "init"),
+    "nemo-rl builds its policy in setup": (stack(
+        ("/opt/nemo-rl/examples/run_grpo.py", "main"), ("/opt/nemo-rl/nemo_rl/algorithms/grpo.py", "setup"),
+        ("/opt/nemo-rl/nemo_rl/models/policy/lm_policy.py", "print_node_ip_and_gpu_id")), "init"),
+    "slime's log-probabilities are a forward": (stack(
+        ("/root/slime/slime/backends/megatron_utils/model.py", "forward_only"),
+        ("/root/slime/slime/utils/ppo_utils.py", "calculate_log_probs_and_entropy"),
+        ("/root/slime/slime/utils/ppo_utils.py", "compute_log_probs")), "forward"),
+    "a crash inside torch.save's zip writer": (stack(
+        ("<unknown>", "mz_zip_writer_add_mem_ex_v2"), ("<unknown>", "mz_crc32")), "checkpoint-save"),
+    "fairseq's first all_reduce in distributed_init": (stack(
+        ("/w/fairseq/fairseq_cli/train.py", "distributed_main"), ("/w/fairseq/fairseq_cli/train.py", "main"),
+        ("/w/fairseq/fairseq/distributed_utils.py", "distributed_init"),
+        ("torch/distributed/distributed_c10d.py", "all_reduce")), "init"),
     "verl optimizer step": (stack(
         ("verl/workers/fsdp_workers.py", "update_actor"), ("verl/workers/actor/dp_actor.py", "update_policy"),
         ("verl/workers/actor/dp_actor.py", "_optimizer_step")), "optimizer-step"),
@@ -110,6 +137,8 @@ def test_framework_frames_name_the_phase(name):
           (f"{MLM}/megatron/core/pipeline_parallel/p2p_communication.py", "_communicate")),
     # the user's own evaluate is not the Trainer's
     stack(("/w/train.py", "main"), ("/w/train.py", "evaluate")),
+    # a user's own setup or load_model is not a framework's
+    stack(("/w/train.py", "setup"), ("/w/train.py", "load_model")),
 ])
 def test_not_examples_name_no_phase(frames):
     assert phase_from_frames(frames) is None
