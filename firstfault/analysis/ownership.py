@@ -275,6 +275,17 @@ def _said(message: str, exc_type: str | None) -> str:
     return text
 
 
+_VALUE_WORDS = frozenset({"None", "True", "False", "torch", "Size", "tensor", "dtype", "device", "cuda", "cpu",
+                          "float", "float16", "float32", "bfloat16", "half", "int", "int64", "nan", "inf"})
+
+
+def _explains(said: str) -> bool:
+    """Whether an assertion's message is words that explain it (validation: "micro batch size must ...") and not
+    only the values it compared (``assert a.shape == b, (a.shape, 0, n)`` prints "(torch.Size([]), 0, 77856768)")."""
+    words = [w for w in re.findall(r"[A-Za-z_]{3,}", said) if w not in _VALUE_WORDS]
+    return len(words) >= 2
+
+
 def _where(f: Frame, o: Owner) -> str:
     who = f"{o.name}'s own code" if o.kind == "framework" else "your own code"
     return f"{who} ({_norm(f.file).rsplit('/', 3)[-1] if o.kind == 'user' else _tail(f.file)}:{f.line}, in {f.func})"
@@ -323,7 +334,7 @@ def category(exc_type: str | None, message: str, frames: Sequence[Frame]) -> Inf
         return Inference("framework", f, o, f"inferred from whose code raised it: the traceback's innermost frame is in {_where(f, o)} "
                          "and its exception line is missing; find that line to confirm")
     rule = EXCEPTIONS.get(short)
-    if rule is None or (short == "AssertionError" and _said(message, exc_type) and o.kind == "framework"):
+    if rule is None or (short == "AssertionError" and _explains(_said(message, exc_type)) and o.kind == "framework"):
         return None
     cat = rule[o.kind]
     if o.kind == "user":

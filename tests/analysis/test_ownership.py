@@ -103,6 +103,10 @@ def test_an_assert_with_a_message_is_left_to_its_words_a_bare_one_is_framework()
     assert category("AssertionError", "", frames).category == "framework"
     assert category("AssertionError", "AssertionError", frames).category == "framework"  # a traceback's message line
     assert category("AssertionError", "AssertionError: ", frames).category == "framework"
+    # ``assert a.shape == (n,), (a.shape, start, end)``: the values compared, no words: as bare
+    assert category("AssertionError", "AssertionError: (torch.Size([]), 0, 77856768)", frames).category == "framework"
+    assert category("AssertionError", "AssertionError: 4096 != 2048", frames).category == "framework"
+    assert category("AssertionError", "AssertionError: expected 4096 got 2048", frames) is None  # words: validation
 
 
 def test_a_missing_attribute_blames_whoever_asked_for_it():
