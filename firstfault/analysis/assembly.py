@@ -10,6 +10,11 @@ peeled (prefixes.peel: what the prefixes said comes along, a group keeps its fir
     [rank0]: step 5 done                              key "rank0": another printer, not part of it
     [rank1]: ValueError: feature vector has 17 columns
 
+A traceback glued after text the peeler does not know (a collector's ``2023-04-29 06:01:12.977
+[task (pid 28936)] [id] Traceback (most recent call last):``) learns that text's shape (``lead``:
+its digits any digits): its later lines carry the same prefix, which comes off them before its
+grammar reads them. Unknown leading text does not hide the traceback's frames.
+
 A line is one of three records: a plain line, a line of a traceback, a line of a stack dump.
 What is open is kept per key (who printed the line: interleaved ranks stay apart), at most one
 group a key. A group opens on a line its opener recognises (traceback.opening: a header, a
@@ -29,6 +34,7 @@ ended (or ``close`` does); memory is the open groups' items (the caller's, None 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -86,6 +92,20 @@ class Group:
     held: list = field(default_factory=list)  # blank lines it may take; once closed: not its own
     closed: bool = False
     data: Any = None  # the caller's (the Event it becomes, the time it was last fed)
+    lead: re.Pattern[str] | None = None  # the shape of an unknown prefix before it (lead_shape)
+
+
+_DIGITS = re.compile(r"\d+")
+MAX_LEAD = 200
+
+
+def lead_shape(lead: str) -> re.Pattern[str] | None:
+    """The shape of the text a traceback is glued after, as a prefix of its later lines: the text with
+    each run of digits any run of digits (a time, a pid, a task number change from line to line).
+    None where it ends in no separator a prefix ends with (a space, ``]``, ``:``, ``|``)."""
+    if not lead.strip() or len(lead) > MAX_LEAD or lead[-1] not in " \t]:|":
+        return None
+    return re.compile(r"\d+".join(re.escape(part) for part in _DIGITS.split(lead)))
 
 
 class Assembly:
@@ -110,6 +130,8 @@ class Assembly:
         ended = None
         g = self.open.get(key)
         if g is not None:
+            if g.lead is not None and (m := g.lead.match(text)) is not None:
+                text = text[m.end():]
             verdict = g.grouping.step(text)
             if verdict != END:
                 if item is not None:
@@ -126,7 +148,8 @@ class Assembly:
         if got is None:
             return ended, None, False
         kind, at, grouping = got
-        g = self.open[key] = Group(key, kind, grouping, at, line, [] if item is None else [item])
+        g = self.open[key] = Group(key, kind, grouping, at, line, [] if item is None else [item],
+                                   lead=lead_shape(text[:at]) if at else None)
         return ended, g, True
 
     def close(self, key: str) -> Group:

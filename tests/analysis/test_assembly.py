@@ -160,3 +160,28 @@ def test_the_reader_assembles_frames_and_the_exception():
     res = g.grouping.result()
     assert (res.exc_type, res.message, [f.func for f in res.frames]) == ("KeyError", "KeyError: 'x'", ["f"])
     assert g.items == [] and asm.open == {}  # fed without handles: nothing kept
+
+
+def test_a_traceback_glued_after_an_unknown_prefix_reads_its_later_lines_without_it():
+    lead = "2023-04-29 06:01:12.{ms} [177/train/578 (pid 28936)] [09c561ee-a44c] "
+    lines = [lead.format(ms=977) + "Traceback (most recent call last):",
+             lead.format(ms=978) + '  File "/env/site-packages/torch/serialization.py", line 379, in save',
+             lead.format(ms=978) + "    _save(obj, opened_zipfile, pickle_module, pickle_protocol)",
+             lead.format(ms=1002) + "OSError: [Errno 28] No space left on device",
+             lead.format(ms=1003) + "2023-04-29 06:01:13 INFO main failed"]
+    asm = Assembly(READER)
+    ended = [e for i, text in enumerate(lines) if (e := asm.feed(Peeled(text), i)[0]) is not None]
+    [g] = ended + asm.close_all()
+    res = g.grouping.result()
+    assert g.items == [0, 1, 2, 3]  # the digits of the time may change from line to line
+    assert (res.exc_type, [f.func for f in res.frames]) == ("OSError", ["save"])
+
+
+def test_lines_without_the_glued_header_s_lead_are_read_as_they_are():
+    asm = Assembly(READER)
+    for text in ["  0%|          | 1/935 [00:01<20:34,  1.32s/it]Traceback (most recent call last):",
+                 '  File "a.py", line 1, in f', "KeyError: 'x'"]:
+        asm.feed(Peeled(text))
+    [g] = asm.close_all()
+    res = g.grouping.result()
+    assert (res.exc_type, [f.func for f in res.frames]) == ("KeyError", ["f"])
