@@ -9,8 +9,8 @@ evidence, each rule returning new Findings (nothing is edited):
 2. Signals (``judge_signals``): a worker killed by SIGKILL with no kernel OOM record tied to it
    is host-memory at low confidence when no kernel log of its node covers the kill (the OOM
    killer is the usual sender; the dmesg command confirms it), and stays unknown when one does
-   and shows no OOM kill. A SIGBUS is host-memory at low confidence: a full /dev/shm is its usual
-   cause in a training job. A SIGABRT (exit -6, "Fatal Python error: Aborted") after or with a
+   and shows no OOM kill. A SIGBUS is config at low confidence: a /dev/shm too small for the job
+   (the size a container or node was given) is its usual cause. A SIGABRT (exit -6, "Fatal Python error: Aborted") after or with a
    collective timeout is how PyTorch's NCCL watchdog takes a rank down: a cascade; so is a death
    its reporter could not explain (trait ``unexplained``: Ray's SYSTEM_ERROR worker death) printed
    after a collective timeout.
@@ -82,7 +82,7 @@ def _judged(f: Finding, oom_ranks: set, timeouts: list[Finding], kernel_span: Ma
                        links=[*f.links, f"no kernel log{where} covers the kill: the kernel OOM killer is the usual "
                                         f"sender of SIGKILL; confirm with {DMESG} on that node"])
     if ex and ex["signal"] == "SIGBUS" and f.category == "unknown":
-        return replace(f, match=replace(f.match, category="host-memory"), cap="low",
+        return replace(f, match=replace(f.match, category="config"), cap="low",
                        links=[*f.links, f"SIGBUS: a process touched a page its file could not back, in a training job "
                                         f"most often shared memory full (/dev/shm: DataLoader workers, NCCL's "
                                         f"intra-node buffers); confirm with {SHM} on that node"])

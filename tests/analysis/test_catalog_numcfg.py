@@ -136,7 +136,7 @@ LINES = [
     ("RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not enough memory: you tried to "
      "allocate 8589934592 bytes.", "torch.cpu_alloc_failed", "root", "host-memory", {"bytes": "8589934592"}),
     ("OSError: [Errno 12] Cannot allocate memory", "host.alloc_failed", "root", "host-memory", {}),
-    ("Bus error (core dumped)", "shell.bus_error", "root", "host-memory", {}),
+    ("Bus error (core dumped)", "shell.bus_error", "root", "config", {}),
     ("memory allocation of 1048576 bytes failed", "host.alloc_failed", "root", "host-memory", {"bytes": "1048576"}),
     ("Killed", "shell.killed", "root", "host-memory", {}),
     ("run.sh: line 7: 918273 Killed                  python train.py", "shell.killed", "root", "host-memory",
@@ -144,7 +144,7 @@ LINES = [
     ("RuntimeError: DataLoader worker (pid 4410) is killed by signal: Killed.", "dataloader.worker_killed", "root",
      "host-memory", {"worker_pid": "4410"}),
     ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
-     "dataloader.shm_exhausted", "root", "host-memory", {}),
+     "dataloader.shm_exhausted", "root", "config", {}),
     ("RuntimeError: DataLoader worker (pid(s) 4410, 4411) exited unexpectedly", "dataloader.workers_exited", "root",
      "host-memory", {"worker_pids": "4410, 4411"}),
 ]

@@ -435,8 +435,7 @@ Global rank 0 (PID 24215) exited with code -11
 
 def test_composer_s_first_crashed_rank_is_the_failure_and_a_sigbus_points_at_shared_memory():
     ff = paste("composer-sigbus", COMPOSER_SIGBUS)["first_failure"]
-    assert (ff["signature"], ff["rank"], ff["category"], ff["confidence"]) == ("composer.rank_signal", 2, "host-memory",
-                                                                               "low")
+    assert (ff["signature"], ff["rank"], ff["category"], ff["confidence"]) == ("composer.rank_signal", 2, "config", "low")
     assert "/dev/shm" in ff["evidence"][0]["linked_by"]
     assert ff["first_action"].startswith("Read rank 2's own output (the launcher keeps it in rank2.stderr.txt")
 
