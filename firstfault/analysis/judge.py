@@ -10,10 +10,10 @@ evidence, each rule returning new Findings (nothing is edited):
    is host-memory at low confidence when no kernel log of its node covers the kill (the OOM
    killer is the usual sender; the dmesg command confirms it), and stays unknown when one does
    and shows no OOM kill. A SIGBUS is config at low confidence: a /dev/shm too small for the job
-   (the size a container or node was given) is its usual cause. A SIGABRT (exit -6, "Fatal Python error: Aborted") after or with a
-   collective timeout is how PyTorch's NCCL watchdog takes a rank down: a cascade; so is a death
-   its reporter could not explain (trait ``unexplained``: Ray's SYSTEM_ERROR worker death) printed
-   after a collective timeout.
+   (the size a container or node was given) is its usual cause. A SIGABRT (exit -6, "Fatal
+   Python error: Aborted") after or with a collective timeout is how PyTorch's NCCL watchdog
+   takes a rank down: a cascade; so is a death its reporter could not explain (trait
+   ``unexplained``: Ray's SYSTEM_ERROR worker death) printed after a collective timeout.
 3. A traceback cut before its exception line, or a worker's exit no line explains, takes its
    category from the text's words (``with_mentioned_category``).
 4. When no line says what failed, a worker's non-zero exit is the failure (``exit_failure``).
