@@ -25,6 +25,7 @@ Every source the report may take a phase from is here, in the order they are tru
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 
@@ -129,14 +130,22 @@ def before(f: Finding, findings: Iterable[Finding], most: int = 2000) -> list[st
     return [t for _, t in lines[-most:]]
 
 
+# NCCL's communicator constructors (nccl.h), named by the callers that report their failure: Horovod's
+# and TensorFlow's "ncclCommInitRank failed: unhandled system error", cupy's NcclError, vLLM's pynccl
+_COMM_INIT = re.compile(r"\bnccl(?:CommInitRank(?:Config|Scalable)?|CommInitAll|CommSplit|GetUniqueId)\b")
+
+
 def nccl_setup(f: Finding, parts: Iterable[Finding]) -> Phase | None:
-    """``init`` when ``f`` is an NCCL failure and NCCL's back trace passes through its communicator
+    """``init`` when ``f`` is an NCCL failure whose own words name a communicator constructor
+    (``ncclCommInitRank failed: ...``), or NCCL's back trace passes through its communicator
     set-up (lasterror.climbs_setup: init.cc): a trace line of the same stream, or one told in
     ``f``'s links (the trace under it, lasterror.CLIMBED). PyTorch makes a group's communicator at its
     first collective (DDP's broadcast in its constructor, a barrier, a group's first call): the job's
     set-up, whatever step it came in."""
     if not (f.sig.startswith("nccl.") or "nccl" in f.ev.text.lower()):
         return None
+    if (m := _COMM_INIT.search(f.ev.text)) is not None:
+        return "init", f"the error names NCCL's communicator set-up ({m.group(0)})"
     if any(link.startswith(CLIMBED) for link in f.links) or any(
             p.ev.stream == f.ev.stream and climbs_setup(p) for p in parts):
         return "init", "NCCL's error back trace passes through its communicator set-up (init.cc)"

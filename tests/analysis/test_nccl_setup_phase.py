@@ -80,3 +80,23 @@ def test_a_warn_whose_back_trace_climbs_through_init_cc_is_set_up():
     ff = first_failure_of(WARN_THEN_SETUP)
     assert ff["signature"] == "nccl.cuda_oom"  # the WARN, not its back trace, is the failure
     assert ff["phase"] == "init"
+
+
+# Horovod's NCCL ops (horovod/common/ops/nccl_operations.cc: "ncclCommInitRank failed: " +
+# ncclGetErrorString) raised through TensorFlow; cupy's NcclError names its call the same way.
+COMM_INIT_NAMED = """\
+tensorflow.python.framework.errors_impl.UnknownError:  ncclCommInitRank failed: unhandled system error
+srun: error: node12: task 1: Exited with exit code 1
+"""
+
+ALLREDUCE_NAMED = "RuntimeError: ncclAllReduce failed: unhandled system error\n"
+
+
+def test_an_error_naming_ncclcomminitrank_is_set_up():
+    ff = first_failure_of(COMM_INIT_NAMED)
+    assert (ff["category"], ff["phase"]) == ("network", "init")
+    assert "ncclCommInitRank" in ff["phase_from"]
+
+
+def test_an_error_naming_a_collective_call_is_not_set_up():
+    assert first_failure_of(ALLREDUCE_NAMED)["phase"] != "init"
