@@ -315,6 +315,8 @@ def category(exc_type: str | None, message: str, frames: Sequence[Frame]) -> Inf
                          "confirm with env on that node")
     if short in ("ImportError", "ModuleNotFoundError"):
         return _import(short, message, frames)
+    if short == "TypeError" and CALL_MISMATCH.search(message):
+        return _call_mismatch(frames)
     if exc_type is None and _imports_only(frames):
         return Inference("config", None, None, "the traceback ends in module bodies (an import) and its exception line is "
                          "missing: most often a package missing or at another version; confirm with the exception line "
@@ -347,6 +349,26 @@ def category(exc_type: str | None, message: str, frames: Sequence[Frame]) -> Inf
     return Inference(cat, f, o, f"inferred from whose code raised it: {short} raised in {_where(f, o)}; {how}")
 
 
+# A call whose arguments the callee does not take (CPython's TypeError texts of a signature mismatch):
+# raised at the caller's frame, before the callee runs.
+CALL_MISMATCH = re.compile(r"unexpected keyword argument|missing \d+ required (?:positional|keyword-only) argument"
+                           r"|takes (?:from )?\d+ (?:to \d+ )?positional arguments? but \d+ (?:were|was) given"
+                           r"|got multiple values for argument")
+
+
+def _call_mismatch(frames: Sequence[Frame]) -> Inference | None:
+    """A call with arguments the callee does not take, made by a framework's own code: two packages
+    at versions that do not go together (framework), as an import a framework's module makes of a
+    name another package lacks. Made by the user's code, the words (config) stay."""
+    f = responsible(frames, "TypeError")
+    o = owner_of(f.file) if f is not None else None
+    if f is None or o is None or o.kind != "framework":
+        return None
+    return Inference("framework", f, o, f"inferred from whose code made the call: {_where(f, o)} passes arguments the "
+                     "callee does not take, most often two packages at versions that do not go together; confirm with "
+                     f"pip list against the versions {o.name} pins")
+
+
 def _import(short: str, message: str, frames: Sequence[Frame]) -> Inference:
     """An import that failed: a package missing (config: the environment), or a name or submodule
     another installed package lacks. Imported by a framework's own module, that is a version
@@ -377,7 +399,8 @@ def owned(f: F) -> F:
     """``f`` with the category whose code raised it says, where the catalog's last resort matched
     (a signature with the trait ``generic``: a Python exception no signature knows, a traceback cut
     before its exception line, ``cut-traceback``) and its words said nothing; an import error's
-    words say config, its owner may say framework; an exception that reports another process's end
+    words say config, its owner may say framework, and so may the owner of a call with arguments
+    its callee does not take; an exception that reports another process's end
     (REPORTING) is unknown, frames or none. The call site: every finding as it is made
     (findings.read_findings)."""
     sig = f.match.signature
@@ -387,14 +410,15 @@ def owned(f: F) -> F:
     cut = "cut-traceback" in sig.traits
     exc = None if cut else (groups.get("exc_type") or f.ev.exc_type)
     short = (exc or "").rsplit(".", 1)[-1]
-    if f.match.category != sig.category and short not in ("ImportError", "ModuleNotFoundError"):
+    message = f.ev.fields.get("message") or groups.get("message") or ""
+    mismatch = short == "TypeError" and CALL_MISMATCH.search(message) is not None
+    if f.match.category != sig.category and short not in ("ImportError", "ModuleNotFoundError") and not mismatch:
         return f  # the words named a class of failure (memory, NaN, a config key): they say more
     if short in REPORTING:
         why = f"{short} reports another process's failure where it was seen: the cause is in that process's own log"
         return replace(f, match=replace(f.match, category="unknown"), links=[*f.links, why])
     if not f.ev.frames:
         return f
-    message = f.ev.fields.get("message") or groups.get("message") or ""
     got = category(exc, message, f.ev.frames)
     if got is None or got.category == f.match.category:
         return f

@@ -406,3 +406,20 @@ def test_the_remote_exception_under_the_wrapper_is_still_judged_on_its_own():
             "ValueError: prompt longer than max_prompt_length\n")
     ff = analyze(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
     assert ff["category"] == "user-code"
+
+
+def test_a_call_a_framework_makes_with_arguments_its_callee_does_not_take_is_framework():
+    # Megatron-Bridge's instantiate_utils builds a model provider with a keyword another release renamed
+    frames = [fr("/opt/nemo-rl/nemo_rl/models/policy/megatron_policy_worker.py", 420, "__init__"),
+              fr("/opt/Megatron-Bridge/src/megatron/bridge/utils/instantiate_utils.py", 243, "instantiate_node")]
+    msg = "TypeError: Llama31ModelProvider.__init__() got an unexpected keyword argument 'pipeline_model_parallel_split_rank'"
+    got = category("TypeError", msg, frames)
+    assert got.category == "framework" and "versions" in got.why
+    two = "TypeError: forward() takes 2 positional arguments but 3 were given"
+    assert category("TypeError", two, frames).category == "framework"
+
+
+def test_the_same_call_made_by_the_user_s_code_is_left_to_its_words():
+    frames = [fr("/work/train.py", 30, "main")]
+    msg = "TypeError: TrainingArguments.__init__() got an unexpected keyword argument 'evaluation_strategy'"
+    assert category("TypeError", msg, frames) is None
