@@ -43,4 +43,12 @@ def assess(dec: Decision, state: RankState, mem: MemoryWatcher, *, pids: Mapping
                            failed=dec.named is not None or dec.inference is not None, failure_ns=dec.failure_ns,
                            failure_unc_ns=dec.first.ev.uncertainty_ns if dec.first else 0,
                            local_is_global=len({n for n in rank_nodes.values() if n}) <= 1, saved=saved)
-    return Assessment(ckpt, saved, saving_since(activity.saves, activity.alive, set(saved)), memory)
+    saving = saving_since(activity.saves, activity.alive, set(saved))
+    return Assessment(ckpt, saved, None if saving is not None and _left_save(memory, saving) else saving, memory)
+
+
+def _left_save(memory: dict, saving_ns: int) -> bool:
+    """Whether DeepSpeed's phase marks (memory.phases: ``Engine before forward``...) show training
+    in another phase after the save that began at ``saving_ns``: rank 0 prints them, and the ranks
+    train in lockstep, so the save was over for the job."""
+    return any(b["phase"] != "checkpoint-save" and b["start_ms"] * 1_000_000 > saving_ns for b in memory["phases"])

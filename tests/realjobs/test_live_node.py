@@ -149,6 +149,14 @@ def _tr_job(node: Node, capsys) -> str:
     return job
 
 
+def _why(rep: dict) -> str:
+    """What a report rests on, for a failing assertion: its first failure's evidence, the ranks'
+    exits and the checkpoint's reasons."""
+    keep = {"first_failure": rep.get("first_failure"), "exits": {r: v.get("exit") for r, v in rep.get("ranks", {}).items()},
+            "checkpoint": rep.get("checkpoint"), "node_context": rep.get("node_context")}
+    return json.dumps(keep, indent=1, default=str)[:6000]
+
+
 def test_the_scene_happened(shared):
     _, _, done, oom = shared
     assert done["tr"]["result"]["launcher_exit_code"] != 0 and done["ds"]["result"]["launcher_exit_code"] != 0
@@ -161,7 +169,7 @@ def test_each_report_holds_its_own_ranks_exits_world_size_and_events(shared, cap
     job = ds_job if which == "ds" else _tr_job(node, capsys)
     rep = node.report(job, capsys)
     ff = rep["first_failure"]
-    assert (ff["rank"], ff["category"]) == (1, "user-code")
+    assert (ff["rank"], ff["category"]) == (1, "user-code"), _why(rep)
     assert ff["failing_frame"]["function"] == "check_features" and ff["failing_frame"]["in_user_code"]
     assert sorted(rep["ranks"]) == ["0", "1"] and rep["context"]["world_size"] == 2
     assert not [g for g in rep["gaps"] if g.get("rank") is not None]  # no phantom ranks of WORLD_SIZE=8
@@ -182,8 +190,9 @@ def test_each_report_holds_its_own_ranks_exits_world_size_and_events(shared, cap
 
 def test_the_deepspeed_jobs_checkpoint_is_checked_on_disk_over_the_collector(shared, capsys):
     node, ds_job, _, _ = shared
-    ck = node.report(ds_job, capsys)["checkpoint"]
-    assert (ck["verdict"], ck["resume_from"]) == ("safe", "global_step4")
+    rep = node.report(ds_job, capsys)
+    ck = rep["checkpoint"]
+    assert (ck["verdict"], ck["resume_from"]) == ("safe", "global_step4"), _why(rep)
     assert ck["disk_path"] == str(node.root / ds_job / "checkpoints")
     offline = subprocess.run([sys.executable, "-m", "firstfault", "checkpoint", str(node.root / ds_job / "checkpoints"),
                               "--format", "json"], capture_output=True, text=True)
