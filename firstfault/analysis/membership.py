@@ -13,7 +13,9 @@ once and ``Membership.place`` then says of each record:
   such records, every rank process of the job is a member. A jobless kernel line, GPU
   record or cgroup record is the job's when it names one of the members' pids (``pid=N``,
   ``Killed process N``, ``comm[N]:``, ``PID: N``, the ``pids`` of a cgroup sample or an
-  Xid), or the memory cgroup of a member (``task_memcg=``; not the root ``/``), or, for a
+  Xid) at a time that member lived (widened as the lifetime is: a pid is reused once its
+  process ends, and a node whose ``pid_max`` is 32768 wraps it within hours), or the memory
+  cgroup of a member (``task_memcg=``; not the root ``/``), or, for a
   GPU error that names no process at all (an ``NVRM: Xid`` line, an NVML Xid), when it
   lies in the job's lifetime: the node's GPU is the job's.
 - ``context``: a jobless kernel, GPU or cgroup record on a node of the job, in the job's
@@ -32,6 +34,7 @@ are the nodes' own clocks, as the store's windows are.
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -84,6 +87,7 @@ class Life:
 class Membership:
     job: str
     members: frozenset[tuple[str, int]]  # (node, pid) of the job's rank processes
+    lives: Mapping[tuple[str, int], tuple[tuple[int, int], ...]]  # (node, pid) -> when a member held it, widened
     cgroups: frozenset[tuple[str, str]]  # (node, memory cgroup) of its members, not "/"
     lifetime: tuple[int, int] | None  # [lo, hi] on the nodes' clocks, widened
 
@@ -102,11 +106,15 @@ class Membership:
         if r.source not in _NODE_SOURCES:
             return OTHER  # a rank process, log or dump of no job: not this job's
         pids, cgroup = self._names(r)
-        if any((r.node, p) in self.members for p in pids) or (r.node, cgroup) in self.cgroups:
+        if any(self._held(r.node, p, _at(r)) for p in pids) or (r.node, cgroup) in self.cgroups:
             return JOB
         if not pids and cgroup is None and (r.kind == KIND_GPU_XID or _GPU_ERROR.search(r.message)):
             return JOB
         return CONTEXT
+
+    def _held(self, node: str, pid: int, at: int) -> bool:
+        """Whether a member held ``pid`` on ``node`` at ``at``."""
+        return any(lo <= at <= hi for lo, hi in self.lives.get((node, pid), ()))
 
     @staticmethod
     def _names(r: Record) -> tuple[set[int], str | None]:
@@ -175,5 +183,9 @@ def learn(records: Iterable[Record], job: str, *, uncertainty_ns: Mapping[str, i
     lifetime = (min(bounds) - pad, max(bounds) + pad) if bounds else None
     if lifetime is not None and any(x.end_ns is None for x in lives):
         lifetime = (lifetime[0], OPEN_NS)  # a member still runs (or its exit was not seen)
-    return Membership(job, frozenset((x.node, x.pid) for x in lives),
+    held: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for x in lives:
+        held[(x.node, x.pid)].append((x.start_ns - pad if x.start_ns else 0,
+                                      x.end_ns + pad if x.end_ns is not None else OPEN_NS))
+    return Membership(job, frozenset(held), {k: tuple(v) for k, v in held.items()},
                       frozenset((x.node, x.cgroup) for x in lives if x.cgroup), lifetime)

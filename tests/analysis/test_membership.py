@@ -61,3 +61,15 @@ def test_lifetime_stays_open_while_a_member_runs_and_marks_widen_it():
     m = learn([mark, *RANK0], "j")
     assert m.lifetime is not None and m.lifetime[0] <= T0 - 30 * S
     assert m.place(rec("kernel.line", "kmsg", "e1000e: eth0 NIC Link is Down", at=T0 - 20 * S, job=None)) == CONTEXT
+
+
+def test_a_pid_names_the_member_only_while_it_held_it():
+    # rank 0 (pid 100) lived T0..T0+10 s; later another process got pid 100 (pid_max 32768 wraps)
+    # while the job's other rank still ran
+    rank1 = [rec("proc.start", "procs", at=T0, rank=1, pid=101, fields={"start_ns": T0}),
+             rec("rank.line", "ranklog", "step 9", at=T0 + 60 * S, rank=1)]
+    m = learn(RANK0 + rank1, "j")
+    kill = "Memory cgroup out of memory: Killed process {pid} (python3) total-vm:1kB, anon-rss:1kB"
+    assert m.place(rec("kernel.line", "kmsg", kill.format(pid=100), at=T0 + 9 * S, job=None)) == JOB
+    assert m.place(rec("kernel.line", "kmsg", kill.format(pid=100), at=T0 + 40 * S, job=None)) == CONTEXT
+    assert m.place(rec("kernel.line", "kmsg", kill.format(pid=101), at=T0 + 40 * S, job=None)) == JOB  # still running
