@@ -141,6 +141,7 @@ def read_findings(events: Iterable[Event], catalog: Catalog) -> Read:
     procs: list[Event] = []
     flight: list[Event] = []
     span: dict[str | None, tuple[int, int]] = {}
+    fatal: dict[str, Finding] = {}  # each stream's latest fatal error without frames, for the dump under it
     for ev in events:
         if ev.kind == KIND_FLIGHT_RECORDER:
             flight.append(ev)
@@ -156,6 +157,7 @@ def read_findings(events: Iterable[Event], catalog: Catalog) -> Read:
             continue
         if ev.kind == KIND_STACK:
             dumps[(ev.stream, ev.rank, ev.local_rank, ev.pid)] = ev
+            _dumped(fatal.pop(ev.stream, None), ev, kept)
             continue
         if any(n in ev.text for n in CONTEXT_NEEDLES):
             ctx.feed(ev.text)
@@ -167,7 +169,10 @@ def read_findings(events: Iterable[Event], catalog: Catalog) -> Read:
                 # exception groups indent their final line; a traceback's own line beats a quote in its text
                 m = catalog.match(ev.fields["message"]) or m
             if m is not None:
-                dropped += _keep(owned(Finding(sub, m)), latest, kept, counts)
+                f = owned(Finding(sub, m))
+                dropped += _keep(f, latest, kept, counts)
+                if f.has("fatal-error") and not sub.frames:
+                    fatal[sub.stream] = f
     findings = list(kept.values()) + list(latest.values())
     findings.sort(key=lambda f: timeline.order_key(f.ev))
     window = _window(summaries)
@@ -175,6 +180,24 @@ def read_findings(events: Iterable[Event], catalog: Catalog) -> Read:
         findings = [f for f in findings if f.ev.source != "kernel" or f.ev.occurred_ns is None
                     or window[0] <= f.ev.occurred_ns <= window[1]]
     return Read(merge_xids(findings), counts, list(dumps.values()), ctx, dropped, procs, span, flight)
+
+
+FATAL_DUMP_LINES = 3  # faulthandler: "Fatal Python error: Bus error", a blank line, then the threads
+
+
+def _dumped(fatal: Finding | None, dump: Event, kept: dict) -> None:
+    """A fatal error's frames from the stack dump printed right under it: CPython's faulthandler
+    (Modules/faulthandler.c faulthandler_fatal_error) writes "Fatal Python error: <signal>", a blank
+    line, then each thread's stack, the current one first ("Current thread 0x... (most recent call
+    first):", "Thread 0x..." on 3.8-3.11 when it cannot tell). The dump is where the process was
+    when the signal came: the failure's frames (its phase), as a traceback's are."""
+    if fatal is None or not dump.frames or not 0 < dump.seq - fatal.ev.seq <= FATAL_DUMP_LINES:
+        return
+    for key, f in kept.items():
+        if f is fatal:
+            kept[key] = replace(f, ev=replace(f.ev, frames=dump.frames),
+                                links=[*f.links, "its frames: the faulthandler dump printed under it"])
+            return
 
 
 def _pci_key(pci: str | None) -> tuple[int, ...] | None:
