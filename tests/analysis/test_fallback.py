@@ -26,6 +26,11 @@ CATALOG = load_catalog()
     ("FileNotFoundError: [Errno 2] No such file or directory: '/data/train.jsonl'", "config"),
     ("TypeError: forward() got an unexpected keyword argument 'labels'", "config"),
     ("ValueError: num_heads must be divisible by tensor parallel size", "config"),
+    # Megatron-LM microbatches.py: micro batch times data-parallel size must divide the global batch
+    ("AssertionError: micro_batch_size (4) times data_parallel_size (8) must divide global_batch_size (100)", "config"),
+    # transformers modeling_utils.py from_pretrained on a local folder without weights
+    ("OSError: Error no file named pytorch_model.bin, model.safetensors, tf_model.h5, model.ckpt.index or "
+     "flax_model.msgpack found in directory /models/llama.", "config"),
 ])
 def test_an_exception_takes_its_category_from_its_words(line, category):
     assert CATALOG.category_of(line, "user-code") == category
@@ -38,6 +43,7 @@ def test_an_exception_takes_its_category_from_its_words(line, category):
     "IndexError: index 7 is out of bounds for dimension 0 with size 4",
     "ValueError: infinite generator",  # "inf" only as a word
     "RuntimeError: information missing",
+    "RuntimeError: the divide kernel got a zero divisor",  # "divide" alone is no requirement
 ])
 def test_words_that_name_no_class_leave_user_code(line):
     m = CATALOG.match(line)
