@@ -21,8 +21,17 @@ from firstfault.analysis import timeline
 from firstfault.analysis.catalog import Catalog, Match
 from firstfault.analysis.context import NEEDLES as CONTEXT_NEEDLES
 from firstfault.analysis.context import Context
-from firstfault.analysis.events import KIND_FLIGHT_RECORDER, KIND_RECORD, KIND_STACK, KIND_STREAM, KIND_TRACEBACK, Event
+from firstfault.analysis.events import (
+    KIND_FLIGHT_RECORDER,
+    KIND_LINE,
+    KIND_RECORD,
+    KIND_STACK,
+    KIND_STREAM,
+    KIND_TRACEBACK,
+    Event,
+)
 from firstfault.analysis.ownership import owned
+from firstfault.analysis.parse import elapsed_s
 
 KERNEL_WINDOW_NS = 10 * 60 * 1_000_000_000  # kernel events this far outside the job's logs are not its
 XID_SAME_NS = 2_000_000_000  # the kernel's and NVML's report of one Xid lie this close (plus uncertainties)
@@ -163,7 +172,7 @@ def read_findings(events: Iterable[Event], catalog: Catalog) -> Read:
             ctx.feed(ev.text)
         if ev.kind == KIND_TRACEBACK:
             ctx.feed_paths(ev.text)
-        for sub in [ev, *_message_lines(ev)]:
+        for sub in [ev, *_message_lines(ev), *_glued_bar(ev)]:
             m = catalog.match(sub.text)
             if sub is ev and ev.fields.get("message") and (m is None or "quoted-exception" in m.signature.traits):
                 # exception groups indent their final line; a traceback's own line beats a quote in its text
@@ -255,6 +264,10 @@ def _keep(f: Finding, latest: dict, kept: dict, counts: dict) -> int:
         old = latest.get(key)
         if old is None or (ev.occurred_ns or 0) >= (old.ev.occurred_ns or 0):
             latest[key] = f
+        if f.has("work-bar"):  # and the longest-running bar of work, which a later bar may hide (timeout_cause)
+            old = latest.get((ev.stream, ev.rank, "work-bar"))
+            if old is None or (_ran(f) or 0) >= (_ran(old) or 0):
+                latest[(ev.stream, ev.rank, "work-bar")] = f
         return 0
     fp = fingerprint(f)
     counts[fp] += 1
@@ -278,6 +291,11 @@ def _keep(f: Finding, latest: dict, kept: dict, counts: dict) -> int:
     return 0
 
 
+def _ran(f: Finding) -> int | None:
+    """How long a progress bar had run (tqdm's elapsed time), in seconds."""
+    return elapsed_s(f.match.groups.get("elapsed"))
+
+
 def _message_lines(ev: Event) -> list[Event]:
     """The lines of a multi-line exception message as Events of their own.
 
@@ -294,6 +312,27 @@ def _message_lines(ev: Event) -> list[Event]:
                   origin=ev.origin, stream=f"{ev.stream}#{ev.seq}", seq=i, fields=dict(ev.fields),
                   frames=ev.frames, exc_type=ev.exc_type)
             for i, line in enumerate(msg.splitlines()[1:], 1)]
+
+
+# tqdm's meter up to its closing bracket: "{desc}: {pct}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}]"
+_BAR = re.compile(r"[^\r|\n]*\d{1,3}%\|[^|\n]*\|[^\[\n]*\[\d+:\d\d(?::\d\d)?<[^\]\n]*\]")
+
+
+def _glued_bar(ev: Event) -> list[Event]:
+    """A progress bar another record was printed straight after, on its line (tqdm redraws with a
+    carriage return and no newline, so the next message of the process, or of another one in a
+    shared console, lands after the bar): the bar as an Event of its own, matched apart from what
+    follows it. The record after it keeps the line: its signature is the one a reader needs first,
+    and the bar (how long the work had run) is read on its own."""
+    if ev.kind != KIND_LINE or "%|" not in ev.text:
+        return []
+    bar = None
+    for m in _BAR.finditer(ev.text):
+        if ev.text[m.end():].strip():
+            bar = m
+    if bar is None or "%|" in ev.text[bar.end():]:
+        return []
+    return [replace(ev, text=bar.group(0).lstrip("\r"), fields=dict(ev.fields))]
 
 
 def _window(events: list[Event]) -> tuple[int, int] | None:

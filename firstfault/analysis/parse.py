@@ -206,3 +206,15 @@ def looks_srun_labelled(lines: list[str]) -> bool:
         return False
     hits = sum(1 for ln in sample if _SRUN.match(ln))
     return hits >= 0.9 * len(sample)
+
+
+_ELAPSED = re.compile(r"^(?:(\d+):)?(\d+):(\d\d)$")  # tqdm format_interval: "MM:SS" or "H:MM:SS"
+
+
+def elapsed_s(text: str | None) -> int | None:
+    """Seconds of a tqdm bar's elapsed time ("27:15" -> 1635, "1:02:03" -> 3723); None when unreadable."""
+    m = _ELAPSED.match(text or "")
+    if m is None:
+        return None
+    h, mins, s = (int(x) if x else 0 for x in m.groups())
+    return (h * 60 + mins) * 60 + s

@@ -41,11 +41,11 @@ says little (a watchdog line pasted above the bar it interrupted), so untimed li
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from firstfault.analysis.findings import Finding
+from firstfault.analysis.parse import elapsed_s
 
 DEFAULT_TIMEOUT_MS = 30 * 60 * 1000  # torch.distributed init_process_group's default timeout (NCCL and gloo)
 WORK_SHARE = 0.8  # a bar at this share of the timeout or more was running when the watchdog fired
@@ -54,7 +54,6 @@ SAVE_NEAR_S = 30  # a save begun within this of when a collective began is what 
 SAVE_OUTLASTED_ACTION = ("Time the save on the saving rank(s) (its write throughput and size on the checkpoint storage) "
                          "against the collective timeout, and check every rank enters the same save path (no collective "
                          "only under rank 0); then save sharded or asynchronously, or raise the timeout around the save.")
-_ELAPSED = re.compile(r"^(?:(\d+):)?(\d+):(\d\d)$")  # tqdm format_interval: "MM:SS" or "H:MM:SS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,15 +74,6 @@ class Cause:
         return {"work-outlasted": "the work one rank did alone while the others waited (progress bar)",
                 "save-outlasted": "a checkpoint save began as the others started waiting, and no progress followed"
                 }.get(self.kind, self.kind)
-
-
-def elapsed_s(text: str | None) -> int | None:
-    """Seconds of a tqdm elapsed time ("27:15" -> 1635, "1:02:03" -> 3723); None when unreadable."""
-    m = _ELAPSED.match(text or "")
-    if m is None:
-        return None
-    h, mins, s = (int(x) if x else 0 for x in m.groups())
-    return (h * 60 + mins) * 60 + s
 
 
 def timeout_cause(findings: Iterable[Finding]) -> Cause | None:

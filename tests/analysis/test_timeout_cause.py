@@ -4,7 +4,7 @@ timeout, and code after training ended. Whole pastes written from the frameworks
 
 import pytest
 
-from firstfault.analysis.timeout_cause import elapsed_s
+from firstfault.analysis.parse import elapsed_s
 from tests.offline.scoring import first_failure_of
 
 # torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp WorkNCCL::checkTimeout (2.0-2.9): "Watchdog caught collective
@@ -63,6 +63,18 @@ def test_one_ranks_work_that_outlasted_the_timeout_is_a_timeout_too_short(bar, t
 def test_training_or_brief_work_names_no_cause(bar):
     got = first_failure_of(bar + TIMEOUT_30)
     assert got["category"] == "cascade" and got["reference"] is None
+
+
+def test_a_bar_another_record_was_printed_straight_after_still_counts():
+    # tqdm redraws with a carriage return: the watchdog's line lands on the bar's, and a later bar of
+    # another process (just started) on another line; the bar that ran 29 min is the one waited for
+    glued = TOKENIZING.rstrip("\n") + TIMEOUT_30 + SHORT_BAR.replace("8/67 [04:55", "0/67 [00:00").rstrip("\n") + \
+        TIMEOUT_30.replace("rank1", "rank2").replace("Rank 1", "Rank 2")
+    got = first_failure_of(glued)
+    assert (got["category"], got["phase"], got["inferred"]) == ("config", "data", True)
+    assert got["evidence"][0]["text"].strip() == TOKENIZING.strip()
+    # not-example: the same glued line when the bar had run four minutes names no cause
+    assert first_failure_of(SHORT_BAR.rstrip("\n") + TIMEOUT_30)["category"] == "cascade"
 
 
 def test_a_bar_printed_long_before_the_collective_began_is_not_what_it_waited_for():
