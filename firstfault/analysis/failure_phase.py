@@ -139,7 +139,8 @@ def nccl_setup(f: Finding, parts: Iterable[Finding]) -> Phase | None:
     """``init`` when ``f`` is an NCCL failure whose own words name a communicator constructor
     (``ncclCommInitRank failed: ...``), or NCCL's back trace passes through its communicator
     set-up (lasterror.climbs_setup: init.cc): a trace line of the same stream, or one told in
-    ``f``'s links (the trace under it, lasterror.CLIMBED). PyTorch makes a group's communicator at its
+    the links of ``f`` or of another error of its stream (the trace under it, lasterror.CLIMBED: the
+    processes of a paste that fail together in NCCL's set-up print one trace each). PyTorch makes a group's communicator at its
     first collective (DDP's broadcast in its constructor, a barrier, a group's first call): the job's
     set-up, whatever step it came in."""
     if not (f.sig.startswith("nccl.") or "nccl" in f.ev.text.lower()):
@@ -147,7 +148,8 @@ def nccl_setup(f: Finding, parts: Iterable[Finding]) -> Phase | None:
     if (m := _COMM_INIT.search(f.ev.text)) is not None:
         return "init", f"the error names NCCL's communicator set-up ({m.group(0)})"
     if any(link.startswith(CLIMBED) for link in f.links) or any(
-            p.ev.stream == f.ev.stream and climbs_setup(p) for p in parts):
+            p.ev.stream == f.ev.stream and (climbs_setup(p) or any(link.startswith(CLIMBED) for link in p.links))
+            for p in parts):
         return "init", "NCCL's error back trace passes through its communicator set-up (init.cc)"
     return None
 

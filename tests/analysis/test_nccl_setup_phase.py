@@ -100,3 +100,28 @@ def test_an_error_naming_ncclcomminitrank_is_set_up():
 
 def test_an_error_naming_a_collective_call_is_not_set_up():
     assert first_failure_of(ALLREDUCE_NAMED)["phase"] != "init"
+
+
+# Two processes of one host fail in the communicator's set-up: the first one's trace, pasted from
+# its middle, shows only group.cc; the second's WARN (the peer's socket closed) has its trace under
+# it through transport.cc and init.cc, which becomes that WARN's link (lasterror).
+TWO_PROCESSES = """\
+n07:4410:4522 [0] NCCL INFO group.cc:64 -> 2 [Async thread]
+n07:4410:4410 [0] NCCL INFO group.cc:418 -> 2
+n07:4411:4523 [1] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer n07<41222>
+n07:4411:4523 [1] NCCL INFO misc/socket.cc:750 -> 6
+n07:4411:4523 [1] NCCL INFO transport/p2p.cc:240 -> 3
+n07:4411:4523 [1] NCCL INFO transport.cc:148 -> 3
+n07:4411:4523 [1] NCCL INFO init.cc:1117 -> 3
+n07:4411:4523 [1] NCCL INFO group.cc:64 -> 3 [Async thread]
+"""
+
+
+def test_another_process_trace_through_init_cc_in_the_paste_is_set_up_too():
+    ff = first_failure_of(TWO_PROCESSES)
+    assert ff["signature"] == "nccl.trace_system_error" and ff["phase"] == "init"
+
+
+def test_without_any_trace_through_init_cc_the_paste_says_no_set_up():
+    ff = first_failure_of(TWO_PROCESSES.replace("init.cc:1117", "proxy.cc:1076"))
+    assert ff["phase"] != "init"
