@@ -55,6 +55,11 @@ CASES = {
         (f"{MLM}/megatron/core/pipeline_parallel/schedules.py", "forward_backward_no_pipelining"),
         (f"{MLM}/megatron/core/pipeline_parallel/schedules.py", "forward_step"),
         (f"{MLM}/pretrain_gpt.py", "forward_step")), "forward"),
+    "megatron float16 module casts its output back to float (a paste cut above it)": (stack(
+        (f"{MLM}/megatron/core/transformer/module.py", "conversion_helper"),
+        (f"{MLM}/megatron/core/transformer/module.py", "float_conversion")), "forward"),
+    "a conversion_helper of another package says nothing": (stack(
+        ("/w/utils/module.py", "conversion_helper"), ("/w/utils/module.py", "float_conversion")), None),
     "megatron p2p activations": (stack(
         (f"{MLM}/megatron/training/training.py", "train_step"),
         (f"{MLM}/megatron/core/pipeline_parallel/schedules.py", "forward_backward_pipelining_without_interleaving"),
