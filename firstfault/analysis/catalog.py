@@ -33,8 +33,9 @@ import functools
 import importlib.resources
 import re
 import string
+import sys
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,6 +102,48 @@ class CatalogError(Exception):
         super().__init__(f"{source}: {len(self.problems)} problem(s) in the failure catalog:\n  {listing}")
 
 
+class LazyPattern:
+    """One of a signature's patterns, compiled on its first use: a run of ``analyze`` tries a few
+    dozen of the catalog's ~900 patterns, and compiling all at every start took about half of a
+    one-line log's time. The shipped catalog's patterns are compiled and checked by its tests
+    (``load_catalog(check=True)``); a catalog given by path is checked as it is read."""
+
+    __slots__ = ("pattern", "_rx")
+
+    def __init__(self, pattern: str, rx: re.Pattern[str] | None = None) -> None:
+        self.pattern = pattern
+        self._rx = rx
+
+    @property
+    def compiled(self) -> re.Pattern[str]:
+        if self._rx is None:
+            self._rx = re.compile(self.pattern)
+        return self._rx
+
+    def search(self, text: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
+        return self.compiled.search(text, pos, endpos)
+
+    @property
+    def groupindex(self) -> Mapping[str, int]:
+        return self.compiled.groupindex
+
+    # a pattern is its text, as a compiled one is: equal by it, and a copy is itself
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LazyPattern) and other.pattern == self.pattern
+
+    def __hash__(self) -> int:
+        return hash(self.pattern)
+
+    def __copy__(self) -> LazyPattern:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> LazyPattern:
+        return self
+
+    def __repr__(self) -> str:
+        return f"LazyPattern({self.pattern!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class Signature:
     id: str
@@ -108,7 +151,7 @@ class Signature:
     category: str
     phases: tuple[str, ...]
     needles: tuple[str, ...]
-    patterns: tuple[re.Pattern[str], ...]
+    patterns: tuple[LazyPattern, ...]
     summary: str
     first_action: str
     reference: str
@@ -267,14 +310,16 @@ def shipped() -> Catalog:
     return load_catalog()
 
 
-def load_catalog(path: str | Path | None = None) -> Catalog:
+def load_catalog(path: str | Path | None = None, *, check: bool = False) -> Catalog:
     """Load and check the catalog: the shipped one when ``path`` is None, else the TOML
-    file at ``path`` or every ``*.toml`` in the folder at ``path`` (in the order of their names)."""
+    file at ``path`` or every ``*.toml`` in the folder at ``path`` (in the order of their names).
+    The shipped catalog's regexes are compiled on first use unless ``check`` (its tests check them
+    all); a catalog given by path is always checked whole."""
     if path is None:
         folder = importlib.resources.files("firstfault.analysis").joinpath("signatures")
         files = sorted((f for f in folder.iterdir() if f.name.endswith(".toml")), key=lambda f: f.name)
         return parse_catalog_files([(f"firstfault/analysis/signatures/{f.name}", f.read_text(encoding="utf-8"))
-                                    for f in files])
+                                    for f in files], check=check)
     p = Path(path)
     if p.is_dir():
         return parse_catalog_files([(str(f), f.read_text(encoding="utf-8")) for f in sorted(p.glob("*.toml"))])
@@ -286,9 +331,11 @@ def parse_catalog(raw: str, source: str = "<string>") -> Catalog:
     return parse_catalog_files([(source, raw)])
 
 
-def parse_catalog_files(texts: list[tuple[str, str]]) -> Catalog:
+def parse_catalog_files(texts: list[tuple[str, str]], *, check: bool = True) -> Catalog:
     """Check the catalog made of several TOML texts ((source, text), in the order signatures are
-    tried); every problem of every file is reported at once, each with its file."""
+    tried); every problem of every file is reported at once, each with its file. Without ``check``
+    the signatures' regexes are left to compile on first use (their problems, and placeholders
+    no group fills, are not looked for)."""
     problems: list[str] = []
     sigs: list[Signature] = []
     xids: dict[int, XidInfo] = {}
@@ -315,7 +362,7 @@ def parse_catalog_files(texts: list[tuple[str, str]]) -> Catalog:
                 problems.append(f"{where}: duplicate id")
             seen.add(sid if isinstance(sid, str) else None)
             before = len(problems)
-            sig = _signature(len(sigs), where, entry, problems)
+            sig = _signature(len(sigs), where, entry, problems, check)
             if len(problems) == before:
                 sigs.append(sig)
         rules += _category_rules(source, doc.get("category_rule", []), problems)
@@ -380,7 +427,7 @@ def _field(where: str, entry: dict, key: str, kind: str, problems: list[str]):
     return tuple(v) if kind == "list" else v
 
 
-def _signature(i: int, where: str, entry: dict, problems: list[str]) -> Signature:
+def _signature(i: int, where: str, entry: dict, problems: list[str], check: bool = True) -> Signature:
     problems += [f"{where}: unknown key {k!r}" for k in entry if k not in _REQUIRED + _OPTIONAL]
     problems += [f"{where}: missing key {k!r}" for k in _REQUIRED if k not in entry]
     sid, role, category = entry.get("id"), entry.get("role"), entry.get("category")
@@ -397,15 +444,15 @@ def _signature(i: int, where: str, entry: dict, problems: list[str]) -> Signatur
     lists = {k: _field(where, entry, k, "list", problems) for k in ("needles", "patterns", "examples", "not_examples")}
     problems += [f"{where}: {k} must not be empty" for k in ("needles", "patterns", "examples")
                  if k in entry and not lists[k]]
-    compiled = []
-    for j, p in enumerate(lists["patterns"]):
-        problems += _doubled_escape(where, j, p)
+    patterns = [LazyPattern(p) for p in lists["patterns"]]
+    groups = set(EXTRA_PLACEHOLDERS)
+    for j, p in enumerate(patterns if check else ()):
+        problems += _doubled_escape(where, j, p.pattern)
         try:
-            compiled.append(re.compile(p))
+            groups |= set(p.groupindex)
         except re.error as e:
             problems.append(f"{where}: pattern {j} does not compile: {e}")
     texts = {k: _field(where, entry, k, "str", problems) for k in ("summary", "first_action", "reference")}
-    groups = {g for p in compiled for g in p.groupindex} | set(EXTRA_PLACEHOLDERS)
     for key in ("summary", "first_action"):
         if "\n" in texts[key]:
             problems.append(f"{where}: {key} must be one line")
@@ -414,7 +461,9 @@ def _signature(i: int, where: str, entry: dict, problems: list[str]) -> Signatur
         except ValueError as e:
             problems.append(f"{where}: {key} is not a valid template: {e}")
             continue
-        problems += [f"{where}: {key} placeholder {{{n}}} is no group of any pattern" for n in names if n not in groups]
+        if check:
+            problems += [f"{where}: {key} placeholder {{{n}}} is no group of any pattern" for n in names
+                         if n not in groups]
     max_conf = entry.get("max_confidence", "high")
     if max_conf not in CONFIDENCES:
         problems.append(f"{where}: max_confidence {max_conf!r} is not one of {', '.join(CONFIDENCES)}")
@@ -426,7 +475,7 @@ def _signature(i: int, where: str, entry: dict, problems: list[str]) -> Signatur
     names_rank_of = entry.get("names_rank_of")
     if names_rank_of is not None and names_rank_of not in NAMES_RANK_OF:
         problems.append(f"{where}: names_rank_of {names_rank_of!r} is not one of {', '.join(NAMES_RANK_OF)}")
-    return Signature(str(sid), str(role), str(category), phases, lists["needles"], tuple(compiled),
+    return Signature(str(sid), str(role), str(category), phases, lists["needles"], tuple(patterns),
                      texts["summary"], texts["first_action"], texts["reference"], lists["examples"],
                      lists["not_examples"], i, str(max_conf), from_words is True,
                      names_rank_of if names_rank_of in NAMES_RANK_OF else None, frozenset(traits))

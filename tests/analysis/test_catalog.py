@@ -20,7 +20,7 @@ from firstfault.analysis.catalog import (
     render,
 )
 
-CATALOG = load_catalog()
+CATALOG = load_catalog(check=True)  # every regex compiled and every placeholder checked
 EXAMPLES = [(s.id, i, ex) for s in CATALOG.signatures for i, ex in enumerate(s.examples)]
 NOT_EXAMPLES = [(s.id, ex) for s in CATALOG.signatures for ex in s.not_examples]
 
