@@ -140,9 +140,9 @@ def nccl_setup(f: Finding, parts: Iterable[Finding]) -> Phase | None:
     (``ncclCommInitRank failed: ...``), or NCCL's back trace passes through its communicator
     set-up (lasterror.climbs_setup: init.cc): a trace line of the same stream, or one told in
     the links of ``f`` or of another error of its stream (the trace under it, lasterror.CLIMBED: the
-    processes of a paste that fail together in NCCL's set-up print one trace each). PyTorch makes a group's communicator at its
-    first collective (DDP's broadcast in its constructor, a barrier, a group's first call): the job's
-    set-up, whatever step it came in."""
+    processes of a paste that fail together in NCCL's set-up print one trace each). PyTorch makes a
+    group's communicator at its first collective (DDP's broadcast in its constructor, a barrier, a
+    group's first call): the job's set-up, whatever step it came in."""
     if not (f.sig.startswith("nccl.") or "nccl" in f.ev.text.lower()):
         return None
     if (m := _COMM_INIT.search(f.ev.text)) is not None:
