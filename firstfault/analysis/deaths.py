@@ -27,6 +27,7 @@ from dataclasses import replace
 from firstfault.analysis.catalog import Match, Signature, render
 from firstfault.analysis.events import Event
 from firstfault.analysis.findings import Finding, exit_of, linked
+from firstfault.analysis.hang import launcher_act
 
 RANK_SIGNAL = "agent.rank_signal"
 OOM_BEFORE_NS = 60 * 1_000_000_000
@@ -66,14 +67,25 @@ def _finding(ev: Event, after: str | None) -> Finding:
 
 def _failed_before(ev: Event, findings: list[Finding], procs: list[Event]) -> str | None:
     """What had already failed in the job when ``ev`` (a rank's death) came: an error of the
-    rank's own, or another rank's failing exit. None when the death came first."""
+    rank's own, a launcher's line that it was stopping this process, or another rank's failing
+    exit. None when the death came first.
+
+    A rank's own error is before its death even where its line has no time of its own and the
+    agent's receipt stands for it (clock "agent", an upper bound: a traceback is read after it is
+    written, late on a loaded node): a dead process prints nothing (a launcher's report of it, which
+    may come after, is not its own). So is a launcher's "Killing subprocess <pid>" of this pid: the
+    launcher prints it, then signals (the DeepSpeed launcher SIGTERMs its workers and SIGKILLs those
+    alive 30 s later)."""
     at = ev.occurred_ns
     if at is None:
         return None
-    own = [f for f in findings if f.ev.rank == ev.rank and f.role in ("root", "cascade")
-           and f.ev.occurred_ns is not None and f.ev.occurred_ns < at]
+    own = [f for f in findings if f.ev.rank == ev.rank and f.role in ("root", "cascade") and not launcher_act(f)
+           and (f.ev.occurred_ns is None or f.ev.occurred_ns < at or f.ev.clock == "agent")]
     if own:
         return "an error of its own"
+    if ev.pid is not None and any(f.has("launcher-stop") and f.match.groups.get("pid") == str(ev.pid)
+                                  for f in findings):
+        return "its launcher said it was stopping it"
     peers = [p for p in procs if p.fields.get("proc") == "exit" and p.rank is not None and p.rank != ev.rank
              and (p.fields.get("exit") or {}).get("code") not in (None, 0)
              and p.occurred_ns is not None and p.occurred_ns + p.uncertainty_ns < at]

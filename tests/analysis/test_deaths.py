@@ -97,3 +97,45 @@ def test_a_death_after_the_ranks_own_error_is_how_it_ended():
     # the same death with no error before it is the failure
     rep = _report([r for r in recs if r.kind != "rank.traceback"])
     assert (rep["first_failure"]["signature"], rep["first_failure"]["rank"]) == ("agent.rank_signal", 1)
+
+
+def untimed(seq, kind, source, message, *, rank, observed):
+    """A record whose line carried no time of its own: only when the agent read it."""
+    return Record(node="n1", stream="s", seq=seq, source=source, kind=kind, message=message, occurred_ns=None,
+                  observed_ns=observed, job="j", rank=rank, pid=None, fields={})
+
+
+VALUE_ERROR = RESET.replace("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+                            "[127.0.0.1]:7889: Connection reset by peer", "ValueError: bad batch shape (3, 7)")
+
+
+def test_a_death_after_an_untimed_error_of_its_own_is_how_it_ended():
+    # rank 1's traceback came without a time (a rank log's traceback lines carry none), then the
+    # launcher SIGKILLed it: a dead process prints nothing, so the error came first
+    recs = [rec(1, "proc.start", "procs", rank=r, pid=100 + r, fields={"world_size": "2"}, at=T0) for r in (0, 1)]
+    recs += [untimed(3, "rank.traceback", "ranklog", VALUE_ERROR, rank=1, observed=T0 + 41 * S),
+             rec(4, "proc.exit", "procs", rank=1, pid=101, fields={"code": -9, "signal": "SIGKILL"}, at=T0 + 40 * S)]
+    rep = _report(recs)
+    assert (rep["first_failure"]["rank"], rep["first_failure"]["category"]) == (1, "user-code")
+    assert rep["ranks"]["1"]["first_error"]["signature"] != "agent.rank_signal"
+
+
+DS_KILL = "[2026-12-05 01:58:12,004] [INFO] [launch.py:319:sigkill_handler] Killing subprocess {pid}"
+
+
+def test_a_death_its_launcher_said_it_was_causing_is_the_teardown():
+    # the DeepSpeed launcher stops rank 0 (pid 100) after rank 1 failed; the agent missed rank 1's exit
+    # (its launcher reaped it first) and rank 1's error carries no time
+    recs = [rec(1, "proc.start", "procs", rank=r, pid=100 + r, fields={"world_size": "2"}, at=T0) for r in (0, 1)]
+    recs += [untimed(3, "rank.traceback", "ranklog", VALUE_ERROR, rank=1, observed=T0 + 41 * S),
+             rec(4, "rank.line", "ranklog", DS_KILL.format(pid=100), rank=None, at=T0 + 9 * S),
+             rec(5, "proc.exit", "procs", rank=0, pid=100, fields={"code": -9, "signal": "SIGKILL"}, at=T0 + 40 * S)]
+    rep = _report(recs)
+    assert (rep["first_failure"]["rank"], rep["first_failure"]["category"]) == (1, "user-code")
+    fe = rep["ranks"]["0"]["first_error"]
+    assert (fe["signature"], fe["role"]) == ("agent.rank_signal", "cascade")
+    # not-example: the launcher named another pid: rank 0's SIGKILL stays a failure of its own
+    other = [r if r.seq != 4 else rec(4, "rank.line", "ranklog", DS_KILL.format(pid=777), rank=None, at=T0 + 9 * S)
+             for r in recs]
+    fe = _report(other)["ranks"]["0"]["first_error"]
+    assert (fe["signature"], fe["role"]) == ("agent.rank_signal", "root")
