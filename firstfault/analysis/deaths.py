@@ -79,8 +79,9 @@ def _failed_before(ev: Event, findings: list[Finding], procs: list[Event]) -> st
     at = ev.occurred_ns
     if at is None:
         return None
-    own = [f for f in findings if f.ev.rank == ev.rank and f.role in ("root", "cascade") and not launcher_act(f)
-           and (f.ev.occurred_ns is None or f.ev.occurred_ns < at or f.ev.clock == "agent")]
+    own = [f for f in findings if f.ev.rank == ev.rank and f.role in ("root", "cascade") and (
+        (f.ev.occurred_ns is not None and f.ev.occurred_ns < at)
+        or (not launcher_act(f) and (f.ev.occurred_ns is None or f.ev.clock == "agent")))]
     if own:
         return "an error of its own"
     if ev.pid is not None and any(f.has("launcher-stop") and f.match.groups.get("pid") == str(ev.pid)
