@@ -86,10 +86,14 @@ class Life:
 @dataclass(frozen=True, slots=True)
 class Membership:
     job: str
-    members: frozenset[tuple[str, int]]  # (node, pid) of the job's rank processes
     lives: Mapping[tuple[str, int], tuple[tuple[int, int], ...]]  # (node, pid) -> when a member held it, widened
     cgroups: frozenset[tuple[str, str]]  # (node, memory cgroup) of its members, not "/"
     lifetime: tuple[int, int] | None  # [lo, hi] on the nodes' clocks, widened
+
+    @property
+    def members(self) -> frozenset[tuple[str, int]]:
+        """(node, pid) of the job's rank processes."""
+        return frozenset(self.lives)
 
     def place(self, r: Record) -> str:
         """``job`` | ``context`` | ``other`` (the module docstring says when)."""
@@ -99,7 +103,7 @@ class Membership:
             if r.job != self.job:
                 return OTHER
             if r.source == SOURCE_PROCS and r.pid is not None:
-                return JOB if (r.node, r.pid) in self.members else OTHER
+                return JOB if (r.node, r.pid) in self.lives else OTHER
             return JOB
         if self.lifetime is None or not self.lifetime[0] <= _at(r) <= self.lifetime[1]:
             return OTHER
@@ -187,5 +191,5 @@ def learn(records: Iterable[Record], job: str, *, uncertainty_ns: Mapping[str, i
     for x in lives:
         held[(x.node, x.pid)].append((x.start_ns - pad if x.start_ns else 0,
                                       x.end_ns + pad if x.end_ns is not None else OPEN_NS))
-    return Membership(job, frozenset(held), {k: tuple(v) for k, v in held.items()},
+    return Membership(job, {k: tuple(v) for k, v in held.items()},
                       frozenset((x.node, x.cgroup) for x in lives if x.cgroup), lifetime)
