@@ -116,6 +116,12 @@ def generate(out: str, ranks: int, mb: int) -> tuple[str, int]:
     return folder, total
 
 
+def _env() -> dict:
+    """The children's environment: bytecode cached, as an installed tool has it (pip compiles it at
+    install), whatever PYTHONDONTWRITEBYTECODE this shell has; else each run compiles every module."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def run(folder: str) -> dict:
     """Analyse the folder in a child process pinned to one core; time, peak RSS and the verdict."""
     cmd = [sys.executable, "-m", "firstfault", "analyze", folder, "--format", "json", "--tz", "UTC"]
@@ -123,7 +129,8 @@ def run(folder: str) -> dict:
         cmd = ["taskset", "-c", "0", *cmd] if shutil.which("taskset") else cmd
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = subprocess.run(cmd, capture_output=True, text=True, env=_env(),
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
@@ -142,7 +149,7 @@ def run(folder: str) -> dict:
 def _child_cpu(cmd: list[str]) -> float:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     # into a pipe, not /dev/null: GNU grep stops at the first match when its output is /dev/null
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode not in (0, 1):

@@ -148,12 +148,17 @@ class MemoryWatcher:
     _marks: dict[str, Bounded] = field(default_factory=dict)
     streams: list[Event] = field(default_factory=list)
     _memcg: dict[str | None, Sample] = field(default_factory=dict)
-    _timers: dict[tuple, TimerLines] = field(default_factory=dict)
+    _timers: dict[tuple, TimerLines] = field(default_factory=dict)  # their items: (Event, timer_figure)
+    _timer_built: list[tuple[PhaseMark, Sample]] | None = None  # what _timers keeps, as marks and samples
     clocks: Mapping[str, NodeClock] | None = None  # the clock corrections the Events were placed with
 
     def _timer_lines(self) -> list[tuple[PhaseMark, Sample]]:
-        """The kept throughput lines, in (time, seq, origin) order."""
-        return [e[2] for e in sorted((e for t in self._timers.values() for e in t.entries()), key=lambda e: e[0])]
+        """The kept throughput lines, in (time, seq, origin) order. Their marks and samples are made
+        here, once, not for each line shown: a long run's lines mostly give way to later ones."""
+        if self._timer_built is None:
+            kept = sorted((e for t in self._timers.values() for e in t.entries()), key=lambda e: e[0])
+            self._timer_built = [_timer_entry(*e[2]) for e in kept]
+        return self._timer_built
 
     @property
     def samples(self) -> list[Sample]:
@@ -186,18 +191,17 @@ class MemoryWatcher:
         text = ev.text
         if (fig := timer_figure(text)) is not None:
             # DeepSpeed's throughput line, once a step on a long run: the step's end and its allocator figure
-            kept = _kept(ev, text=False)
-            mark = PhaseMark(kept, "step", "point", f"training to the end of step {fig[0]}", ev.stream)
-            sample = Sample(kept, "allocated", fig[1], None, fig[2], ev.rank, ev.pid, "log", ev.stream)
             own = own_ns(ev, self.clocks)  # seconds of the line's own clock, as the store's marks count them
             if own is None:  # no time to put it in a second by: kept as other lines are
+                mark, sample = _timer_entry(ev, fig)
                 self._mark(mark)
                 self._sample(sample)
                 return
             lines = self._timers.get((ev.stream, ev.pid))
             if lines is None:
                 lines = self._timers[(ev.stream, ev.pid)] = TimerLines()
-            lines.add(own, (own, ev.seq, ev.origin), timer_key(fig), (mark, sample))
+            lines.add(own, (own, ev.seq, ev.origin), timer_key(fig), (ev, fig))
+            self._timer_built = None
             return
         if _ANY.search(text) is None:
             return
@@ -243,6 +247,13 @@ class MemoryWatcher:
         elif kind == "gpu.memory" and f.get("used_bytes") is not None and ev.pid is not None:
             self._sample(Sample(_kept(ev, text=False), "gpu", int(f["used_bytes"]), f.get("total_bytes"), None,
                                        ev.rank, ev.pid, kind, ev.stream))
+
+
+def _timer_entry(ev: Event, fig: tuple[int, int, int]) -> tuple[PhaseMark, Sample]:
+    """A throughput line's step mark and allocator sample (fig: its timer_figure)."""
+    kept = _kept(ev, text=False)
+    return (PhaseMark(kept, "step", "point", f"training to the end of step {fig[0]}", ev.stream),
+            Sample(kept, "allocated", fig[1], None, fig[2], ev.rank, ev.pid, "log", ev.stream))
 
 
 def _kept(ev: Event, *, text: bool) -> Event:

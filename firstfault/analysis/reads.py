@@ -99,7 +99,8 @@ def reads_of(catalog: Catalog) -> Reads:
 def scan_needles(catalog: Catalog) -> Needles:
     """The scanner's needles for ``catalog``, progress lines told apart (scan.Needles)."""
     r = reads_of(catalog)
-    return Needles(r.words, r.progress, r.progress_patterns)
+    others = {n for s in catalog.signatures if "progress" not in s.traits for n in s.needles}
+    return Needles(r.words, r.progress, r.progress_patterns, sorted(others))
 
 
 class ReportMarker:

@@ -40,6 +40,7 @@ from firstfault.analysis.prefixes import Peeled
 MAX_LINE_BYTES = 64 * 1024
 _WINDOW = 16 * 1024  # how far back/forward to look for a neighbouring timestamp
 MAX_WAITING = 100_000  # events held for a later timestamp; past it the oldest goes on with its earlier bound alone
+PROGRESS_WINDOW = 64 * 1024  # how far back last_progress looks for a needle at a time
 MAX_PREFIXES = 64  # launcher prefixes whose last progress line is kept in a stretch of a mixed stream
 # a line that starts with a launcher prefix: ranks interleave in the stream (a launcher's console)
 _PREFIXED = re.compile(rb"(?m)^(?: {0,5}\d{1,5}: )?\[(?:rank\d+|[A-Za-z_][\w.-]{0,62}?\d+)\]:")
@@ -81,12 +82,16 @@ class Needles:
     """
 
     def __init__(self, needles: Sequence[str], progress: Sequence[str] = (),
-                 progress_patterns: Sequence[str] = ()) -> None:
+                 progress_patterns: Sequence[str] = (), others: Sequence[str] | None = None) -> None:
+        """``others``: the needles of lines read as something else than progress (the catalog's other
+        signatures); None: every needle but ``progress``."""
         prog = set(progress) - set(OPENING_NEEDLES)
         words = sorted((set(needles) | set(OPENING_NEEDLES)) - prog)
         self.words = tuple(sorted(set(words) | prog))
         self.progress = tuple(w.encode() for w in sorted(prog))
         self._progress_rx = tuple(re.compile(p) for p in progress_patterns)
+        other = set(words) if others is None else set(others) | set(OPENING_NEEDLES)
+        self._other = tuple(w in other for w in words)  # by the automaton's word index
         # A DFA: the fastest of the library's automata on lines that hold no needle,
         # which are nearly all lines (bench/analyze.py).
         self._ac = ahocorasick_rs.BytesAhoCorasick(
@@ -99,28 +104,51 @@ class Needles:
     def holds_progress(self, data: bytes) -> bool:
         return any(w in data for w in self.progress)
 
+    def _progress_text(self, line: bytes) -> tuple[str, bool]:
+        """(launcher prefix, whether the line is a progress line) of one line."""
+        prefix, text = tb.split_prefix(line.decode("utf-8", "replace"))
+        return prefix, any(rx.search(text) for rx in self._progress_rx)
+
+    def is_progress(self, data: bytes, start: int) -> bool:
+        """Whether the line that begins at ``start`` is read as a progress line: it is one, and holds
+        no needle of another reading (an error printed on a bar's line, with no newline between)."""
+        stop = data.find(b"\n", start)
+        line = data[start:stop if stop >= 0 else len(data)]
+        return (self.holds_progress(line) and self._progress_text(line)[1]
+                and not any(self._other[i] for i, _, _ in self._ac.find_matches_as_indexes(line)))
+
     def last_progress(self, data: bytes, lo: int, hi: int, mixed: bool) -> list[int]:
         """Line starts of the last progress line that begins in data[lo:hi]; when ``mixed`` (ranks
         interleave in the stream), the last of each launcher prefix (at most MAX_PREFIXES)."""
         out: list[int] = []
         seen: set[str] = set()
         end = hi
-        # each needle's last place below ``end``, searched again only once ``end`` passes it
-        # (a needle absent from the range is searched once, not once a line: linear, not quadratic)
-        last = {w: data.rfind(w, lo, end) for w in self.progress}
+        # Per needle: its last place found (-1: none) in data[floor:end], ``floor`` being how far down
+        # it was searched. A needle is searched a window at a time, further down only while it could
+        # beat the others' places, and again only once ``end`` passes its place: linear in the range
+        # (not once a line), and a needle absent from a long stretch costs a window, not the stretch.
+        last = dict.fromkeys(self.progress, -1)
+        floor = dict.fromkeys(self.progress, hi)
         while end > lo:
-            for w, at in last.items():
-                if at >= end:
-                    last[w] = data.rfind(w, lo, end)
-            p = max(last.values(), default=-1)
+            p = -1
+            for w in self.progress:
+                if last[w] >= end:  # passed: its place below ``end`` is not known yet
+                    last[w], floor[w] = -1, end
+                p = max(p, last[w])
+            while todo := [w for w in self.progress if last[w] < 0 and floor[w] > max(lo, p + 1)]:
+                for w in todo:  # a window each, in turns: one found bounds the others' search
+                    a = max(lo, p + 1, floor[w] - PROGRESS_WINDOW)
+                    last[w] = data.rfind(w, a, min(end, floor[w] + len(w) - 1))  # one across the floor too
+                    floor[w] = a
+                    p = max(p, last[w])
             if p < 0:
                 break
             start = data.rfind(b"\n", 0, p) + 1
             if start < lo:
                 break
             stop = data.find(b"\n", p)
-            prefix, text = tb.split_prefix(data[start:stop if stop >= 0 else len(data)].decode("utf-8", "replace"))
-            if prefix not in seen and any(rx.search(text) for rx in self._progress_rx):
+            prefix, progress = self._progress_text(data[start:stop if stop >= 0 else len(data)])
+            if prefix not in seen and progress:
                 seen.add(prefix)
                 out.append(start)
                 if not mixed or len(seen) >= MAX_PREFIXES:
@@ -152,7 +180,8 @@ class _Scanner:
         self.info = info
         self.needles = needles
         self.groups = Assembly(READER)  # open tracebacks and dumps, by launcher prefix (the agent's machine)
-        self.last_stamp: Stamp | None = None  # the last timestamp seen before the current position
+        self._last_stamp: Stamp | None = None  # the last timestamp read before the current position
+        self._unread: tuple[bytes, int, int] | None = None  # (body, floor, pos): a stretch after it, not read yet
         self.lineno = 0  # lines before the start of the current body
         self.pending: list[_Draft] = []  # events waiting for a later timestamp (before_ns)
         self.ready: deque[_Draft] = deque()  # events in the order they are yielded, once none waits
@@ -173,7 +202,31 @@ class _Scanner:
         line = body[start : end if end >= 0 else len(body)].decode("utf-8", "replace")
         return self._peeled_stamp(strip_prefixes(line, srun_labels=self.info.srun_labels, labels=self.labels))
 
+    @property
+    def last_stamp(self) -> Stamp | None:
+        """The last timestamp before the current position."""
+        self._read_unread()
+        return self._last_stamp
+
+    @last_stamp.setter
+    def last_stamp(self, st: Stamp) -> None:
+        self._unread = None  # a later stamp: the stretch before it no longer matters
+        self._last_stamp = st
+
     def _stamp_before(self, body: bytes, pos: int, floor: int) -> None:
+        """Note that body[floor:pos] (pos a line start) was passed over. Its last timestamp is read
+        when last_stamp is asked for: the next hit line mostly has a stamp of its own, which makes it
+        moot (a DeepSpeed log's per-step lines)."""
+        self._read_unread()  # the stretch before: this one may hold no stamp to replace its
+        self._unread = (body, floor, pos)
+
+    def _read_unread(self) -> None:
+        if self._unread is not None:
+            body, floor, pos = self._unread
+            self._unread = None
+            self._read_stamp_before(body, pos, floor)
+
+    def _read_stamp_before(self, body: bytes, pos: int, floor: int) -> None:
         """Update last_stamp with the last timestamped line in body[floor:pos] (pos a line start).
 
         Every stamp _STAMPED knows holds a colon, so only lines with one are tried, found
@@ -187,12 +240,10 @@ class _Scanner:
             start = body.rfind(b"\n", 0, colon) + 1
             if start < floor:
                 return
-            if _STAMPED.match(body, start, pos):
-                st = self._stamp_at(body, start)
-                if st:
-                    self.last_stamp = st
+            if _STAMPED.match(body, start, pos) and (st := self._stamp_at(body, start)):
+                self._last_stamp = st
                 return
-            end = start
+            end = start  # no stamp, or one that is no date: the line before may hold one
 
     def _settle_pending(self, body: bytes, pos: int) -> None:
         """Give waiting events the first timestamp at or after pos as upper bound."""
@@ -297,6 +348,14 @@ class _Scanner:
             self._close_pending(st)
             self.last_stamp = st
 
+    def _superseded(self, body: bytes, lo: int, end: int) -> bool:
+        """Whether the last progress line in body[lo:end] says nothing the line at ``end`` does not:
+        that line is itself a progress line of the one rank an unmixed stream holds (a step that
+        prints two, as DeepSpeed's engine and throughput lines), and no bar lies between, whose
+        run the analysis keeps beside the latest (findings._keep)."""
+        return (not self.mixed and end < len(body) and self.needles.is_progress(body, end)
+                and body.find(b"%|", lo, end) < 0)
+
     def body(self, body: bytes) -> Iterator[Event]:
         """Handle whole lines (body ends with a newline)."""
         if self.first_ns is None:
@@ -310,7 +369,8 @@ class _Scanner:
             # up to the line of each hit, not into it: that line is read as a hit, so the progress line
             # to add is the last one above it (a bar the same line's error was printed after, no newline)
             ends = [body.rfind(b"\n", 0, h) + 1 for h in hits] + [len(body)]
-            picks = [p for a, b in zip([0, *hits], ends) for p in self.needles.last_progress(body, a, b, self.mixed)]
+            picks = [p for a, b in zip([0, *hits], ends) if a < b and not self._superseded(body, a, b)
+                     for p in self.needles.last_progress(body, a, b, self.mixed)]
             if picks:
                 hits = sorted(hits + picks)
         n = len(body)

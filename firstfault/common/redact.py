@@ -133,6 +133,8 @@ DEFAULTS: tuple[Pattern, ...] = (
 )
 # a private key's block spread over lines (records): its body lines, its header lines
 _TEXTY = (str, list, tuple)  # fields values whose strings rows() redacts
+CLEAN_KEPT = 4096  # fields strings known to hold no secret, remembered so the next Event skips them
+CLEAN_MAX_CHARS = 512  # longer strings are not remembered
 _KEY_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
 _KEY_LINE = re.compile(r"[A-Za-z0-9+/=]{1,100}|[A-Za-z-]{3,20}: [^\s]{1,200}|")
 
@@ -219,6 +221,7 @@ class Redactor:
         self._key_open = False  # a private key's block is open across lines (messages())
         self._ac = ahocorasick_rs.AhoCorasick(literals) if owners else None
         self._bytes_ac = ahocorasick_rs.BytesAhoCorasick([w.encode() for w in owners]) if owners else None
+        self._clean: set[str] = set()  # fields strings that held no secret (fields())
 
     @classmethod
     def from_settings(cls, enabled: bool, defaults: bool, patterns: Iterable[str]) -> Redactor | None:
@@ -367,6 +370,21 @@ class Redactor:
                 out[j] = replace(r, message=text, fields=new)
         return out
 
+    def fields(self, f: dict, counts: Counter) -> dict | None:
+        """``f`` with the secrets in its strings replaced, or None when it held none. Strings found
+        clean are remembered (up to CLEAN_KEPT): the Events of a stream share most of theirs (where
+        their rank was read, a path)."""
+        texts = [v for k, v in f.items() if type(v) in _TEXTY and k != "redacted"]
+        if all(type(v) is str and v in self._clean for v in texts):
+            return None
+        got = self._fields_of([f], counts)
+        if got:
+            return got[0][0]
+        if len(self._clean) >= CLEAN_KEPT:
+            self._clean.clear()
+        self._clean.update(v for v in texts if type(v) is str and len(v) <= CLEAN_MAX_CHARS)
+        return None
+
     def _fields(self, fields: Sequence[dict], counts: Counter | None) -> dict[int, tuple[dict, Counter]]:
         """Row index -> (its fields redacted, what was) for the rows whose fields held a secret:
         one search over every string value of every distinct fields dict (rows of one file
@@ -480,9 +498,9 @@ def events(evs: Iterable[Any], redactor: Redactor | None, counts: Counter) -> It
         return
     for ev in evs:
         text = redactor.text(ev.text, counts)
-        got = redactor._fields([ev.fields], counts) if ev.fields else None
-        if got:
-            yield replace(ev, text=text, fields=got[0][0])
+        got = redactor.fields(ev.fields, counts) if ev.fields else None
+        if got is not None:
+            yield replace(ev, text=text, fields=got)
         else:
             yield ev if text == ev.text else replace(ev, text=text)
 

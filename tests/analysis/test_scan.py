@@ -2,7 +2,7 @@
 
 import random
 
-from firstfault.analysis import timeline
+from firstfault.analysis import scan, timeline
 from firstfault.analysis.events import KIND_STREAM
 from firstfault.analysis.scan import Needles, StreamInfo, scan_stream
 
@@ -122,3 +122,96 @@ def test_the_progress_line_above_a_hit_is_read_when_the_hit_shares_a_line_with_p
     evs = [e for e in scan_stream([("\n".join(lines) + "\n").encode()], StreamInfo("s"), needles)
            if e.kind != KIND_STREAM]
     assert [e.text for e in evs] == ["step 2 loss 1.2", lines[2]]
+
+
+DS_STEP = ("[2026-12-02 10:00:0{s},100] [INFO] [logging.py:107:log_dist] [Rank 0] step={i}, skipped=0, lr=[0.0001]",
+           "[2026-12-02 10:00:0{s},100] [INFO] [timer.py:264:stop] epoch=0/micro_step={i}/global_step={i}, "
+           "RunningAvgSamplesPerSec=180.1, CurrSamplesPerSec=181.9, MemAllocated=21.3GB, MaxMemAllocated=27.9GB")
+DS_NEEDLES = Needles(["MemAllocated=", "NCCL WARN", "step", "%|"], progress=["step", "%|"],
+                     progress_patterns=[r"epoch=(?P<epoch>\d+)/micro_step=\d+/global_step=(?P<step>\d+)",
+                                        r"\bstep=(?P<step>\d+), skipped=\d+, lr=",
+                                        r"^(?P<desc>[^|]*): *\d{1,3}%\|[^|]*\| *\d+/\d+ \[(?P<elapsed>\d+:\d\d)<"],
+                     others=["NCCL WARN"])
+
+
+def _texts(lines, needles=DS_NEEDLES, name="s"):
+    data = ("\n".join(lines) + "\n").encode()
+    return [e.text for e in scan_stream([data], StreamInfo(name), needles) if e.kind != KIND_STREAM]
+
+
+def test_a_progress_line_that_is_a_hit_supersedes_the_progress_line_above_it():
+    """DeepSpeed prints two progress lines a step (the engine's and the throughput line, which the memory
+    view reads): the latest progress is the throughput line, so the engine's line above it is no Event."""
+    lines = [t.format(s=i, i=i) for i in range(1, 4) for t in DS_STEP]
+    assert _texts(lines) == [lines[1], lines[3], lines[5]]
+    # not an example: the last engine line, with no hit after it, is the stream's latest progress
+    assert _texts(lines + [DS_STEP[0].format(s=4, i=4)])[-1].endswith("step=4, skipped=0, lr=[0.0001]")
+    # not an example: an error on the throughput line's line is read as the error, so the line above counts
+    glued = lines[:5] + [lines[5] + "NCCL WARN Net : Connection closed by remote peer"]
+    assert _texts(glued) == [lines[1], lines[3], lines[4], glued[5]]
+
+
+def test_a_bar_above_a_progress_hit_is_still_read():
+    """A bar of work keeps its longest run beside the latest progress (findings._keep): one between two
+    throughput lines is still read, though the throughput line is later progress."""
+    bar = "Map (num_proc=8): 40%|####      | 400/1000 [12:30<18:45, 0.53 examples/s]"
+    lines = [DS_STEP[1].format(s=1, i=1), bar, DS_STEP[1].format(s=2, i=2)]
+    assert _texts(lines) == lines
+
+
+def test_a_mixed_stream_keeps_each_ranks_last_progress_above_a_progress_hit():
+    """In a launcher's console the ranks interleave: one rank's throughput line is not another's progress."""
+    lines = [f"[rank{r}]:" + DS_STEP[0].format(s=1, i=1) for r in (0, 1)] + ["[rank0]:" + DS_STEP[1].format(s=1, i=1)]
+    data = ("\n".join(lines) + "\n").encode()
+    evs = [e for e in scan_stream([data], StreamInfo("console"), DS_NEEDLES) if e.kind != KIND_STREAM]
+    assert [(e.rank, e.text) for e in evs] == [(r, line.partition("]:")[2]) for r, line in zip((0, 1, 0), lines)]
+
+
+def test_the_last_progress_line_is_found_whatever_the_search_window(monkeypatch):
+    """last_progress looks for each needle a window at a time; the line it finds is the one a search of
+    the whole range finds, also for needles that straddle a window's edge."""
+    needles = Needles(["x"], progress=["step", "'loss': ", "%|"],
+                      progress_patterns=[r"\bstep \d+ loss", r"'loss': \d", r"\d%\|"])
+    shapes = [b"step 3 loss 1.2", b"[rank1]:step 4 loss 2.0", b"noise", b"{'loss': 0.5}", b"[rank2]:{'loss': 1}",
+              b"Map: 10%|# | 1/10", b"the step was", b"st", b"ep 5 loss 1", b"-" * 40]
+
+    def whole(data, lo, hi, mixed):  # the definition: the last progress line, per prefix when mixed
+        out, seen, end = [], set(), hi
+        while end > lo:
+            p = max(data.rfind(w, lo, end) for w in needles.progress)
+            start = data.rfind(b"\n", 0, p) + 1
+            if p < 0 or start < lo:
+                break
+            stop = data.find(b"\n", p)
+            prefix, progress = needles._progress_text(data[start:stop if stop >= 0 else len(data)])
+            if prefix not in seen and progress:
+                seen.add(prefix)
+                out.append(start)
+                if not mixed:
+                    break
+            end = start
+        return out
+
+    rnd = random.Random(7)
+    for window in (1, 5, 64 * 1024):
+        monkeypatch.setattr(scan, "PROGRESS_WINDOW", window)
+        for _ in range(500):
+            data = b"\n".join(rnd.choice(shapes) for _ in range(rnd.randrange(30))) + b"\n"
+            lo = rnd.randrange(len(data))
+            hi = rnd.randrange(lo, len(data) + 1)
+            for mixed in (False, True):
+                assert needles.last_progress(data, lo, hi, mixed) == whole(data, lo, hi, mixed)
+
+
+def test_a_stamp_that_does_not_parse_leaves_the_one_before():
+    """Lines between hits are read for their last stamp only when a hit without one needs it; a stamp-shaped
+    line whose date is no date leaves the stamp before it, as if each stretch were read at once."""
+    needles = Needles(["Connection closed by peer"])
+    lines = ["[2026-12-02 10:00:01,000] [INFO] plain", "RuntimeError: Connection closed by peer [a]:1",
+             "[2026-12-02 10:00:02,000] [INFO] plain", "[2026-13-45 99:00:00,000] [INFO] no date",
+             "RuntimeError: Connection closed by peer [b]:2", "[2026-12-02 10:00:05,000] [INFO] plain"]
+    evs = [e for e in scan_stream([("\n".join(lines) + "\n").encode()], StreamInfo("s"), needles)
+           if e.kind != KIND_STREAM]
+    second = evs[1].fields
+    assert second["before_ns"] - evs[0].fields["after_ns"] == 4_000_000_000  # 10:00:01 to 10:00:05
+    assert second["before_ns"] - second["after_ns"] == 3_000_000_000  # from 10:00:02, not 10:00:01

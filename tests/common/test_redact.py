@@ -132,3 +132,29 @@ def test_messages_searched_in_chunks_as_read_find_what_one_joined_search_finds()
     parts = Redactor().messages(msgs, b, chunks=chunks)
     assert parts == whole and a == b
     assert 4 in whole and sorted(whole) == sorted(set(range(len(SECRETS))))
+
+
+def test_fields_remember_clean_strings_and_still_redact_secrets():
+    """redact.events asks Redactor.fields of every Event; the strings found clean are remembered
+    (a stream's Events share them), and a secret among them is redacted all the same."""
+    r, counts = Redactor(), Counter()
+    clean = {"rank_from": "the file it was read from", "after_ns": 5}
+    assert r.fields(clean, counts) is None and not counts
+    assert "the file it was read from" in r._clean
+    assert r.fields(dict(clean), counts) is None  # the remembered string: no search
+    secret = {"rank_from": "the file it was read from", "cmd": f"--hub_token {HF}"}
+    out = r.fields(secret, counts)
+    assert out is not None and HF not in out["cmd"] and out["rank_from"] == "the file it was read from"
+    assert counts["hf-token"] == 1 and secret["cmd"].endswith(HF)  # the Event's own dict is left alone
+    listed = {"argv": ["train.py", f"--token={HF}"]}  # strings in a list are no remembered string
+    assert HF not in r.fields(listed, counts)["argv"][1]
+
+
+def test_the_clean_strings_remembered_stay_bounded(monkeypatch):
+    monkeypatch.setattr(redact, "CLEAN_KEPT", 3)
+    r = Redactor()
+    for i in range(10):
+        assert r.fields({"path": f"/logs/rank{i}.log"}, Counter()) is None
+        assert len(r._clean) <= 3
+    assert "x" * 600 not in r._clean and r.fields({"long": "x" * 600}, Counter()) is None
+    assert "x" * 600 not in r._clean  # past CLEAN_MAX_CHARS: searched each time, not kept
