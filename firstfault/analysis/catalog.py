@@ -66,7 +66,8 @@ TRAITS = {
     "failure-table-rank": "torchrun's failure table: the rank of the exit line below",
     "failure-table-host": "torchrun's failure table: the host of the rank line below",
     "stopped-from-outside": "the launcher itself was told to stop (a cancel, a time limit)",
-    "child-failed": "torchrun's ChildFailedError summary: raised only when a worker failed",
+    "child-failed": "a launcher's word that a worker failed, without what failed (torchrun's ChildFailedError, "
+                    "mpirun's first non-zero exit, the training-operator's failed replicas): judge.py",
     "launcher-stop": "a launcher stopping its workers (it kills or signals them): not a rank's own words",
     "collective-timeout": "a collective or barrier timed out on this rank: it waited for a peer",
     "nccl-work-status": "ProcessGroupNCCL's last enqueued and completed work of a rank",

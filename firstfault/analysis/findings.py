@@ -174,8 +174,10 @@ def read_findings(events: Iterable[Event], catalog: Catalog) -> Read:
             ctx.feed_paths(ev.text)
         for sub in [ev, *_message_lines(ev), *_glued_bar(ev)]:
             m = catalog.match(sub.text)
-            if sub is ev and ev.fields.get("message") and (m is None or "quoted-exception" in m.signature.traits):
-                # exception groups indent their final line; a traceback's own line beats a quote in its text
+            if sub is ev and ev.fields.get("message") and (m is None or m.role == "context"
+                                                           or "quoted-exception" in m.signature.traits):
+                # exception groups indent their final line; a traceback's own line beats a quote in its
+                # text, and a log line printed into it by another thread (a checkpoint load's)
                 m = catalog.match(ev.fields["message"]) or m
             if m is not None:
                 f = owned(Finding(sub, m))

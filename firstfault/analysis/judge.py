@@ -154,20 +154,19 @@ def _said(findings: Iterable[Finding]) -> Finding | None:
                  and (m.has("mention") or (m.ev.fields.get("prose") and m.role == "root"))), None)
 
 
-CHILD_FAILED = ("torchrun reported that a worker failed (ChildFailedError, raised only when a worker exited "
-                "non-zero or by a signal); its table of the failed worker (rank, exit code) is not in the text.")
-
-
 def _child_failed(findings: list[Finding]) -> Finding | None:
-    """torchrun's ChildFailedError with its failure table cut: elastic's launch_agent raises it only
-    when a worker failed (torch/distributed/launcher/api.py: ``if result.is_failed(): raise
-    ChildFailedError(...)``, 1.9-2.9), so it is the failure, of an unknown rank and kind (low)."""
-    banner = next((f for f in findings if f.has("child-failed")), None)
-    if banner is None:
+    """A launcher's word that a worker failed, with nothing else said (catalog trait ``child-failed``):
+    torchrun's ChildFailedError with its failure table cut (elastic's launch_agent raises it only when a
+    worker failed: torch/distributed/launcher/api.py ``if result.is_failed(): raise ChildFailedError``,
+    1.9-2.9), mpirun's first process to exit non-zero, the training-operator's failed replicas. It is
+    the failure, of the rank it names if any, of an unknown kind (low)."""
+    banners = [f for f in findings if f.has("child-failed")]
+    if not banners:
         return None
-    return replace(banner, match=replace(banner.match, role="root", summary=CHILD_FAILED), cap="low",
-                   links=[*banner.links, "no line of the job says what failed and the launcher's table of the "
-                                         "failed worker is cut: that a worker failed is all it says"])
+    banner = next((f for f in banners if f.ev.rank is not None), banners[0])  # mpirun's names the rank below its header
+    return replace(banner, match=replace(banner.match, role="root"), cap="low",
+                   links=[*banner.links, "no line of the job says what failed: the launcher's word that a worker "
+                                         "failed is all there is"])
 
 
 STOPPED = ("A worker ended and its launcher stopped the others; which worker ended, and why, is not in "
