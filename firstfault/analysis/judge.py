@@ -41,7 +41,34 @@ def judge(findings: list[Finding], procs: Iterable[Event], kernel_span: Mapping[
     """The identified findings with the agents' signal deaths among them (in timeline order) and
     what each death by signal says (rules 1 and 2)."""
     procs = list(procs)
-    return judge_signals(merged(findings, signal_deaths(procs, findings)), kernel_span, rank_nodes)
+    return judge_signals(merged(told_above(findings), signal_deaths(procs, findings)), kernel_span, rank_nodes)
+
+
+CUT_UNDER_LINES = 2  # a traceback cut before its exception line this close under a rank's error is its raise
+
+
+def told_above(findings: list[Finding]) -> list[Finding]:
+    """Rule 0: a traceback cut before its exception line (a paste that stops there), printed right under
+    an error line of the same rank and stream (C++ code's warning before it raises, c10d's "socket ...
+    timed out" over DistStoreError; a logger's error line over logger.exception's traceback), is that
+    error's traceback: the error line takes its frames, and the cut traceback is no failure of its own.
+    An error line is a root's or a wait that timed out; a launcher's act (killing its workers) is none."""
+    last: dict[str, Finding] = {}  # stream -> its latest error line so far, in stream order
+    told: dict[int, Finding] = {}  # id of an error line -> it with the frames of the traceback under it
+    dropped: set[int] = set()
+    for f in sorted(findings, key=lambda f: (f.ev.stream, f.ev.seq)):
+        above = last.get(f.ev.stream)
+        if (f.has("cut-traceback") and above is not None and above.ev.rank == f.ev.rank
+                and 0 < f.ev.seq - above.ev.seq <= CUT_UNDER_LINES and not above.ev.frames):
+            told[id(above)] = replace(above, ev=replace(above.ev, frames=f.ev.frames),
+                                      links=[*above.links, f"its traceback follows it (line {f.ev.seq}), cut "
+                                                           "before its exception line"])
+            dropped.add(id(f))
+        if (f.role == "root" or f.has("collective-timeout")) and not f.has("generic") and not f.ev.frames:
+            last[f.ev.stream] = f
+        elif f.ev.kind != "stream.summary":
+            last.pop(f.ev.stream, None)
+    return [told.get(id(f), f) for f in findings if id(f) not in dropped]
 
 
 DMESG = "dmesg -T | grep -i -E 'killed process|out of memory'"

@@ -70,6 +70,7 @@ class _Event(Protocol):
     rank: int | None
     pid: int | None
     text: str
+    frames: tuple  # a traceback's: where its wrapper was raised, for the cause below it
 
 
 class _Match(Protocol):
@@ -103,6 +104,7 @@ def prefer_details(findings: Sequence[F]) -> list[F]:
             causes.setdefault((f.ev.stream, f.ev.rank), []).append(f)
     dropped: set[int] = set()
     explained: dict[int, list[str]] = {}  # id(cause) -> the wrappers' words, for its links
+    raised: dict[int, tuple] = {}  # id(cause) -> the frames of the wrapper it explains (where it was raised)
     for w in findings:
         if not w.has(WRAPPER):
             continue
@@ -112,6 +114,8 @@ def prefer_details(findings: Sequence[F]) -> list[F]:
             dropped.add(id(w))
             words = w.ev.text.strip().splitlines()[0][:160] if w.ev.text.strip() else ""
             explained.setdefault(id(cause), []).append(f"the NCCL error it explains: {words}")
+            if w.ev.frames and not cause.ev.frames:
+                raised.setdefault(id(cause), w.ev.frames)
     seen: dict[tuple[str, str], list[F]] = {}  # (stream, process) -> its failures that are no back trace
     for f in findings:
         proc = _process(f.ev)
@@ -137,8 +141,17 @@ def prefer_details(findings: Sequence[F]) -> list[F]:
             stream, seq = _line_of(t.ev)
             if any(_tail_of(seq, t.ev.rank, *f) for f in failed.get(stream, ())):
                 dropped.add(id(t))
-    return [replace(f, links=[*f.links, *explained[id(f)]]) if id(f) in explained else f
-            for f in findings if id(f) not in dropped]
+    return [_explaining(f, explained.get(id(f)), raised.get(id(f))) for f in findings if id(f) not in dropped]
+
+
+def _explaining(f: F, words: list[str] | None, frames: tuple | None) -> F:
+    """A cause with the words of the wrappers it explains in its links, and where the first was
+    raised as its frames when it has none of its own (a "Last error:" line has no traceback)."""
+    if not words:
+        return f
+    if frames:
+        f = replace(f, ev=replace(f.ev, frames=frames))
+    return replace(f, links=[*f.links, *words])
 
 
 def climbs_setup(t: _Finding) -> bool:

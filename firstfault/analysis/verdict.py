@@ -85,9 +85,12 @@ def distinct_failures(findings: list[Finding], firsts: Mapping[int, Finding], co
     groups: dict[str, Group] = {}
     cands = [f for f in firsts.values() if f.role == "root"]
     cands += [f for f in findings if f.role == "root" and f.ev.rank is None]
-    # what a person wrote about the log (a heading) comes after every line of the log itself
+    # what a person wrote about the log (a heading) comes after every line of the log itself; of lines
+    # with no time (a paste: their order says little), the last resorts (a traceback cut before its
+    # exception line, an exception no signature knows) come after a failure a signature names (the
+    # same failure, most often, told whole on another rank)
     cands.sort(key=lambda f: (bool(f.ev.fields.get("prose")), f.ev.occurred_ns is None, f.ev.occurred_ns or 0,
-                              f.ev.stream, f.ev.seq))
+                              f.ev.occurred_ns is None and f.has("generic"), f.ev.stream, f.ev.seq))
     for f in cands:
         key = fingerprint(f)
         g = groups.get(key)

@@ -125,6 +125,7 @@ class _Ev:
     rank: int | None
     text: str
     pid: int | None = None
+    frames: tuple = ()
 
 
 @dataclass
@@ -149,6 +150,11 @@ def test_a_wrapper_gives_way_to_its_cause_below_it():
     c = _F(_Ev("-", 11, 1, "NET/OFI Unable to insert remote address"), "root")
     [cause] = prefer_details([w, c])
     assert cause.ev is c.ev and "internal error" in cause.links[0] and c.links == []
+    # the wrapper's traceback says where it was raised: the cause, a line with none, takes its frames
+    raised = _F(_Ev("-", 8, 1, "DistBackendError: NCCL error in: x.cpp:1, internal error", frames=("f",)), "root",
+                frozenset({WRAPPER}))
+    [cause] = prefer_details([raised, c])
+    assert cause.ev.frames == ("f",) and cause.ev.text == c.ev.text and c.ev.frames == ()
 
 
 def test_a_wrapper_stays_without_a_cause_close_below_it():

@@ -90,3 +90,13 @@ def test_a_model_with_unused_parameters_is_not_bet_on_as_user_code():
                           "starting a new one. This error indicates that your module has parameters that were not used "
                           "in producing loss.\n[rank3]: Parameter indices which did not receive grad for rank 3: 12 13\n")
     assert (ff["category"], ff["confidence"]) == ("user-code", "medium")
+
+
+def test_a_state_dict_of_other_shapes_is_not_bet_on_as_config():
+    """torch's load_state_dict size mismatch: most often a model built with other sizes than the
+    checkpoint's, but also a path to another model's checkpoint or a library's placeholders."""
+    ff = first_failure_of("[rank1]: RuntimeError: Error(s) in loading state_dict for LlamaForCausalLM:\n"
+                          "[rank1]:        size mismatch for model.layers.4.self_attn.q_proj.weight: copying a param "
+                          "with shape torch.Size([1024, 1024]) from checkpoint, the shape in current model is "
+                          "torch.Size([4096, 4096]).\n")
+    assert (ff["category"], ff["confidence"]) == ("config", "medium")

@@ -57,6 +57,15 @@ def _first(name: str, text: str) -> dict:
 def test_an_exception_line_below_its_rank_s_cut_traceback_takes_that_traceback_s_phase():
     ff = _first("oom-below-cut", OOM_BELOW_CUT_TRACEBACK)
     assert (ff["rank"], ff["category"], ff["phase"]) == (2, "gpu-memory", "backward")
+    # the cut traceback is printed right under the line its header shares with the bar: judge.told_above
+    # reads it as that error's own, so the frames are the failure's
+    assert ff["phase_from"] == "frames" and "its traceback follows it" in ff["evidence"][0]["linked_by"]
+    # printed further away, among other ranks' lines, it is the rank's traceback told elsewhere
+    apart = OOM_BELOW_CUT_TRACEBACK.replace("[rank2]:   File \"/work/sft.py\"",
+                                            "[rank0]: step 3\n[rank1]: step 3\n[rank0]: step 4\n"
+                                            "[rank2]:   File \"/work/sft.py\"", 1)
+    ff = _first("oom-below-cut-apart", apart)
+    assert (ff["rank"], ff["category"], ff["phase"]) == (2, "gpu-memory", "backward")
     assert "cut above the exception line" in ff["phase_from"]
 
 
