@@ -375,11 +375,27 @@ def _shm_leftovers() -> set[Path]:
     return set(SHM.glob(SHM_LEFTOVERS)) if SHM.is_dir() else set()
 
 
+def _mapped(paths: set[Path]) -> set[Path]:
+    """Those of ``paths`` a live process maps: another job's, running beside this one (the live-node
+    test runs two). DeepSpeed's shm_initialize creates its rank's buffer and then waits, without end,
+    for each other rank's to exist: removing a running job's buffer hangs that job."""
+    names = {str(p) for p in paths}
+    used: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        used |= {n for n in names if n in text}
+    return {Path(n) for n in used}
+
+
 def _launch(sc, cmds, out, env, timeout_s, result):
     """Start the launcher(s) (each its own launcher.log), SIGTERM them when the scenario says,
     and return the exit code (of node 0's launcher, the others in result["launcher_exit_codes"]).
     The shared-memory buffers DeepSpeed's ranks never unlink (clean exit or killed) are removed
-    afterwards: 30 jobs left 3.7 GB of /dev/shm per test run."""
+    afterwards: 30 jobs left 3.7 GB of /dev/shm per test run. Not those a live process maps: another
+    job's, started while this one ran (_mapped)."""
     logs, procs, shm_before = [], [], _shm_leftovers()
     try:
         for node, cmd in enumerate(cmds):
@@ -408,7 +424,8 @@ def _launch(sc, cmds, out, env, timeout_s, result):
     finally:
         for f in logs:
             f.close()
-        for leftover in _shm_leftovers() - shm_before:
+        left = _shm_leftovers() - shm_before
+        for leftover in left - _mapped(left):
             leftover.unlink(missing_ok=True)
     if len(codes) > 1:
         result["launcher_exit_codes"] = codes
