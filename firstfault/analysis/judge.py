@@ -4,6 +4,8 @@ The catalog gives each finding the category and role of its signature. Here, onc
 known (identify.py), is the one place where a finding's category or role is decided from other
 evidence, each rule returning new Findings (nothing is edited):
 
+0. A traceback cut before its exception line right under a rank's error line is that error's raise
+   (``told_above``): the error takes its frames, and the cut traceback is no failure of its own.
 1. Deaths the agents saw (deaths.signal_deaths): a rank's exit by a signal with no line of its
    own that reports it becomes a finding of its own.
 2. Signals (``judge_signals``): a worker killed by SIGKILL with no kernel OOM record tied to it
@@ -21,7 +23,7 @@ evidence, each rule returning new Findings (nothing is edited):
    no rank), a failure the text names in words (an issue's title, a note, a heading that
    names a known failure) is the answer, at low confidence (``named_in_words``).
 
-Rules 3 to 5 apply to the one failure the verdict picks (verdict.decide), rule 1 and 2 to all.
+Rules 3 to 5 apply to the one failure the verdict picks (verdict.decide), rules 0 to 2 to all.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from firstfault.analysis.phase import phase_from_task_words
 
 def judge(findings: list[Finding], procs: Iterable[Event], kernel_span: Mapping[str | None, tuple[int, int]],
           rank_nodes: Mapping[int, str | None]) -> list[Finding]:
-    """The identified findings with the agents' signal deaths among them (in timeline order) and
-    what each death by signal says (rules 1 and 2)."""
+    """The identified findings, cut tracebacks joined to the error they raise, with the agents' signal
+    deaths among them (in timeline order) and what each death by signal says (rules 0 to 2)."""
     procs = list(procs)
     return judge_signals(merged(told_above(findings), signal_deaths(procs, findings)), kernel_span, rank_nodes)
 
