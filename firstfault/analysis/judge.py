@@ -68,7 +68,7 @@ def told_above(findings: list[Finding]) -> list[Finding]:
             dropped.add(id(f))
         if (f.role == "root" or f.has("collective-timeout")) and not f.has("generic") and not f.ev.frames:
             last[f.ev.stream] = f
-        elif f.ev.kind != "stream.summary":
+        else:  # any other finding between: the traceback is no longer right under the error
             last.pop(f.ev.stream, None)
     return [told.get(id(f), f) for f in findings if id(f) not in dropped]
 

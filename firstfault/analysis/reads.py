@@ -82,9 +82,14 @@ def needles(catalog: Catalog) -> list[str]:
     return [n for s in catalog.signatures for n in s.needles] + list(CONTEXT_NEEDLES) + list(MEMORY_NEEDLES)
 
 
+def _other_needles(catalog: Catalog) -> set[str]:
+    """The needles of the signatures other than progress."""
+    return {n for s in catalog.signatures if "progress" not in s.traits for n in s.needles}
+
+
 def progress_needles(catalog: Catalog) -> list[str]:
     """The needles only progress lines hold (no other signature's, no context's)."""
-    others = {n for s in catalog.signatures if "progress" not in s.traits for n in s.needles} | set(CONTEXT_NEEDLES)
+    others = _other_needles(catalog) | set(CONTEXT_NEEDLES)
     return sorted({n for s in catalog.signatures if "progress" in s.traits for n in s.needles} - others)
 
 
@@ -99,8 +104,7 @@ def reads_of(catalog: Catalog) -> Reads:
 def scan_needles(catalog: Catalog) -> Needles:
     """The scanner's needles for ``catalog``, progress lines told apart (scan.Needles)."""
     r = reads_of(catalog)
-    others = {n for s in catalog.signatures if "progress" not in s.traits for n in s.needles}
-    return Needles(r.words, r.progress, r.progress_patterns, sorted(others))
+    return Needles(r.words, r.progress, r.progress_patterns, sorted(_other_needles(catalog)))
 
 
 class ReportMarker:

@@ -379,6 +379,8 @@ def _mapped(paths: set[Path]) -> set[Path]:
     """Those of ``paths`` a live process maps: another job's, running beside this one (the live-node
     test runs two). DeepSpeed's shm_initialize creates its rank's buffer and then waits, without end,
     for each other rank's to exist: removing a running job's buffer hangs that job."""
+    if not paths:
+        return set()
     names = {str(p) for p in paths}
     used: set[str] = set()
     for maps in Path("/proc").glob("[0-9]*/maps"):
