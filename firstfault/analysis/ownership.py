@@ -128,8 +128,9 @@ LOOKUPS = frozenset({"__getattr__", "__getattribute__", "__getitem__", "__missin
 
 # The category of (exception type, owner of the frame that raised it); the type without its module.
 # "user": raised in the user's own file; "framework": in a framework's own module (FRAMEWORKS).
-# Types missing here (RuntimeError, Exception, a library's own types) are not decided by owner:
-# torch raises RuntimeError from C++ for OOM, CUDA and NCCL errors, wherever Python called it.
+# Types missing here (RuntimeError, Exception, a library's own types) are decided by owner only where a
+# framework's own code raised them (OTHER_TYPES): torch raises RuntimeError from C++ for OOM, CUDA and
+# NCCL errors wherever Python called it, and the catalog's signatures and words read those first.
 # Checked against the frameworks' code: the Python-level errors below, raised by a framework's own
 # logic, are its defects or a version it was not written for (DeepSpeed engine.py __getattr__,
 # stage_1_and_2.py state_dict indexing, NotImplementedError of an unsupported combination, a
@@ -157,6 +158,14 @@ EXCEPTIONS: dict[str, dict[str, str]] = {
     "AssertionError": {"user": "user-code", "framework": "framework"},  # bare only: see category()
     "ValueError": {"user": "user-code", "framework": "config"},
 }
+# Any other type (RuntimeError, OSError and its kin, EOFError, a library's own): raised by a framework's own
+# logic (not an op's check of its inputs, OP_LAYER, nor a waiter reporting another process, REPORTERS), with
+# words that name no class of failure (the catalog's category_rule came first): the failure happened inside
+# that framework, on a path the user's frames do not show (DeepSpeed's fused_adam.py multi_tensor_applier
+# "RuntimeError: Size mismatch" on resume, Lightning fabric strategies/fsdp.py save_checkpoint's
+# FileExistsError, transformers trainer.py's os.renames of a checkpoint another rank already moved).
+# Raised in the user's own file, the type says nothing about whose mistake it is: the catalog's own stays.
+OTHER_TYPES = {"framework": "framework"}
 
 _STDLIB = re.compile(r"(?:^|/)lib(?:64)?/python\d[\d.]*/(?!(?:site|dist)-packages/)|^<(?:frozen|string)")
 _SITE = re.compile(r"(?:^|/)(?:site|dist)-packages/")
@@ -335,10 +344,12 @@ def category(exc_type: str | None, message: str, frames: Sequence[Frame]) -> Inf
             return None
         return Inference("framework", f, o, f"inferred from whose code raised it: the traceback's innermost frame is in {_where(f, o)} "
                          "and its exception line is missing; find that line to confirm")
-    rule = EXCEPTIONS.get(short)
-    if rule is None or (short == "AssertionError" and _explains(_said(message, exc_type)) and o.kind == "framework"):
+    rule = EXCEPTIONS.get(short, OTHER_TYPES)
+    if short == "AssertionError" and _explains(_said(message, exc_type)) and o.kind == "framework":
         return None
-    cat = rule[o.kind]
+    cat = rule.get(o.kind)
+    if cat is None:
+        return None
     if o.kind == "user":
         how = "reproduce that step on one rank to confirm"
     elif cat == "config":

@@ -128,10 +128,23 @@ def test_an_ops_input_check_blames_nobody():
     assert category("IndexError", "index out of range in self", frames) is None
 
 
-def test_a_runtime_error_is_not_decided_by_owner():
-    frames = [USER_MAIN, fr(f"{SP}/deepspeed/runtime/zero/stage3.py", 2100, "step")]
-    assert category("RuntimeError", "something went wrong", frames) is None
-    assert category("torch.OutOfMemoryError", "CUDA out of memory.", frames) is None
+def test_any_other_type_is_framework_only_where_a_framework_s_own_code_raised_it():
+    step = [USER_MAIN, USER_TRAIN, fr(f"{SP}/deepspeed/runtime/engine.py", 2213, "step"),
+            fr(f"{SP}/deepspeed/ops/adam/fused_adam.py", 191, "step"),
+            fr(f"{SP}/deepspeed/ops/adam/multi_tensor_apply.py", 17, "__call__")]
+    got = category("RuntimeError", "Size mismatch", step)
+    assert got.category == "framework" and got.frame == step[-1] and "deepspeed's own code" in got.why
+    save = [USER_MAIN, fr(f"{SP}/transformers/trainer.py", 3245, "_save_checkpoint"),
+            fr("/opt/conda/lib/python3.10/os.py", 272, "renames")]  # the standard library's frame is skipped
+    assert category("OSError", "[Errno 39] Directory not empty", save).frame == save[1]
+    # not examples: the user's own file, an op's input check, a launcher reporting a child, no frames
+    assert category("RuntimeError", "something went wrong", [USER_MAIN, USER_TRAIN]) is None
+    assert category("RuntimeError", "expected scalar type Float but found Half",
+                    [USER_MAIN, fr(f"{SP}/torch/nn/functional.py", 2210, "linear")]) is None
+    launcher = [fr(f"{SP}/torch/distributed/run.py", 800, "main"),
+                fr(f"{SP}/torch/distributed/launcher/api.py", 260, "launch_agent")]
+    assert category("ChildFailedError", "", launcher).category == "unknown"
+    assert category("RuntimeError", "something went wrong", []) is None
 
 
 def test_a_library_that_is_no_framework_decides_nothing():
@@ -244,6 +257,24 @@ def test_paste_attribute_error_inside_deepspeed_is_framework():
     assert ff["confidence"] in ("low", "medium")
     assert "inferred from whose code raised it" in ff["evidence"][0].get("linked_by", "")
     assert "deepspeed's own code" in ff["first_action"] and "your own code" not in ff["first_action"]
+
+
+def test_paste_runtime_error_raised_inside_deepspeed_s_optimizer_is_framework():
+    log = f"""[rank0]: Traceback (most recent call last):
+[rank0]:   File "/work/sft/train.py", line 212, in <module>
+[rank0]:     main()
+[rank0]:   File "{SP}/deepspeed/runtime/engine.py", line 2213, in step
+[rank0]:     self._take_model_step(lr_kwargs)
+[rank0]:   File "{SP}/deepspeed/ops/adam/fused_adam.py", line 191, in step
+[rank0]:     multi_tensor_applier(self.multi_tensor_adam, self._dummy_overflow_buf, [g_32, p_32, m_32, v_32],
+[rank0]:   File "{SP}/deepspeed/ops/adam/multi_tensor_apply.py", line 17, in __call__
+[rank0]:     return op(self.chunk_size, noop_flag_buffer, tensor_lists, *args)
+[rank0]: RuntimeError: Size mismatch
+"""
+    ff = _paste(log)
+    assert (ff["rank"], ff["category"], ff["phase"]) == (0, "framework", "optimizer-step")
+    assert ff["confidence"] != "high"
+    assert "deepspeed's own code" in ff["first_action"]
 
 
 def test_paste_key_error_in_the_users_collate_is_user_code():
