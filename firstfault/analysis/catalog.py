@@ -82,6 +82,8 @@ TRAITS = {
     "quoted-exception": "an exception quoted inside a line (a sentence, quotes): the failure only when nothing else is (judge.py)",
     "carried-exception": "a line that carries another process's exception (Ray's RayTaskError(<cause>)): the failure only when nothing else is (judge.py)",
     "nccl-result": "names only an ncclResult code; a 'Last error:' line below it names the cause (lasterror.py)",
+    "peer-socket": "NCCL's words that its socket to a peer closed or broke (a cascade): the cause an ncclResult wrapper "
+                   "above it stands for all the same (lasterror.py)",
     "nccl-trace": "NCCL's error back trace (file:line -> code): an earlier line of the same process says more (lasterror.py)",
     "native-trace": "a native stack trace (c10's frames, glibc backtrace_symbols): the failure printed just above it says more (lasterror.py)",
     "work-bar": "a progress bar of work other than training (data preparation, evaluation), with its elapsed time: timeout_cause.py",

@@ -54,7 +54,8 @@ def told_above(findings: list[Finding]) -> list[Finding]:
     an error line of the same rank and stream (C++ code's warning before it raises, c10d's "socket ...
     timed out" over DistStoreError; a logger's error line over logger.exception's traceback), is that
     error's traceback: the error line takes its frames, and the cut traceback is no failure of its own.
-    An error line is a root's or a wait that timed out; a launcher's act (killing its workers) is none."""
+    An error line is a root's, a wait that timed out or a peer's socket that closed under it (NCCL's "Last
+    error:" cause, lasterror.py); a launcher's act (killing its workers) is none."""
     last: dict[str, Finding] = {}  # stream -> its latest error line so far, in stream order
     told: dict[int, Finding] = {}  # id of an error line -> it with the frames of the traceback under it
     dropped: set[int] = set()
@@ -66,7 +67,8 @@ def told_above(findings: list[Finding]) -> list[Finding]:
                                       links=[*above.links, f"its traceback follows it (line {f.ev.seq}), cut "
                                                            "before its exception line"])
             dropped.add(id(f))
-        if (f.role == "root" or f.has("collective-timeout")) and not f.has("generic") and not f.ev.frames:
+        if (f.role == "root" or f.has("collective-timeout") or f.has("peer-socket")) and not f.has("generic") \
+                and not f.ev.frames:
             last[f.ev.stream] = f
         else:  # any other finding between: the traceback is no longer right under the error
             last.pop(f.ev.stream, None)

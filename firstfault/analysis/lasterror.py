@@ -10,7 +10,8 @@ getNcclErrorDetailStr, ProcessGroupNCCL C10D_NCCL_CHECK):
 
 The first lines only name the ncclResult code (signatures with the trait ``nccl-result``); the
 line after "Last error:" (``ncclGetLastError``) names the cause, and a signature of its own matches
-it (a socket connect, an IB or OFI failure, a duplicate GPU, a CUDA failure). When the message
+it (a socket connect, an IB or OFI failure, a duplicate GPU, a CUDA failure, or a peer's socket that
+closed: a cascade, whatever code the wrapper names, trait ``peer-socket``). When the message
 is a Python traceback the catalog sees it whole and the specific signature wins by file order;
 when it is not (a paste of the message alone, a watchdog's C++ exception text), each line is a
 finding of its own and the wrapper, one line earlier, would be taken for the failure.
@@ -54,6 +55,7 @@ WRAPPER = "nccl-result"  # the catalog trait of a signature that only names an n
 MAX_GAP = 8  # lines from the wrapper to its cause: the code's detail line, "Last error:", the cause,
 #               each with a blank line after it where a paste doubled the line breaks
 TRACE = "nccl-trace"  # the catalog trait of NCCL's error back trace lines
+PEER_SOCKET = "peer-socket"  # the catalog trait of NCCL's words that its socket to a peer closed or broke
 TRACE_REACH = 40  # lines a back trace climbs (one line per call) above which its WARN may be
 NATIVE = "native-trace"  # the catalog trait of a native stack trace's lines
 NATIVE_REACH = 80  # lines from a message to its stack trace: a traceback or a long message between
@@ -92,7 +94,10 @@ F = TypeVar("F", bound=_Finding)
 
 
 def _specific_cause(f: _Finding) -> bool:
-    return f.role == "root" and not f.has(WRAPPER) and not f.has(TRACE) and not f.has("generic") and not f.has("mention")
+    """A root of a specific signature, or NCCL's word that a peer's socket closed (PEER_SOCKET: the wrapper
+    only said which ncclResult that became, "internal error" as often as "remote process exited")."""
+    stands = f.role == "root" or (f.role == "cascade" and f.has(PEER_SOCKET))
+    return stands and not f.has(WRAPPER) and not f.has(TRACE) and not f.has("generic") and not f.has("mention")
 
 
 def prefer_details(findings: Sequence[F]) -> list[F]:

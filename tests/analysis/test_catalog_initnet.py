@@ -43,7 +43,7 @@ LINES = [
     ("gpu-03:4411:4470 [1] NCCL INFO transport/net.cc:1190 -> 6 [Proxy Thread]",
      "nccl.trace_remote_error", "cascade", "cascade", {}),
     ("gpu-03:4411:4411 [1] NCCL INFO init.cc:1702 -> 5",
-     "nccl.trace_invalid_usage", "root", "user-code", {"code": "5"}),
+     "nccl.trace_invalid_usage", "root", "config", {"code": "5"}),
     # bootstrap.cc / net_socket.cc
     ("gpu-03:4411:4470 [1] bootstrap.cc:73 NCCL WARN Message truncated : received 4128 bytes instead of 4096",
      "nccl.bootstrap_truncated", "root", "config", {"got": "4128", "want": "4096"}),

@@ -104,7 +104,7 @@ LINES = [
      "nccl.socket_connect_failed", "root", "network", {"error": "No route to host"}),
     ("RuntimeError: NCCL error in: /opt/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, "
      "invalid argument, NCCL version 2.10.3",
-     "nccl.invalid_usage", "root", "user-code", {"what": "argument"}),
+     "nccl.invalid_usage", "root", "config", {"what": "argument"}),
     ("[rank5]:[E ProcessGroupNCCL.cpp:542] [Rank 5] Collective WorkNCCL(SeqNum=89, OpType=ALLREDUCE, "
      "NumelIn=67108864, NumelOut=67108864, Timeout(ms)=90000) raised the following async exception: NCCL error: "
      "remote process exited or there was a network error, NCCL version 2.21.5",

@@ -107,7 +107,7 @@ LINES = [
      "hf.argument_parser_unused", "root", "config", {}),
     ("RuntimeError: Expected to mark a variable ready only once. This error is caused by one of the following "
      "reasons: 1) Use of a module parameter outside the `forward` function.", "torch.ddp_marked_ready_twice", "root",
-     "user-code", {}),
+     "config", {}),
     ("ValueError: Expected a string path to an existing deepspeed config, or a dictionary or a valid base64. "
      "Received: ds.json", "deepspeed.setup_config", "root", "config", {"config": "ds.json"}),
     ("RuntimeError: Error building extension 'cpu_adam'", "torch.extension_build_failed", "root", "config",

@@ -87,3 +87,30 @@ def test_nccls_failed_calloc_is_the_gpu_full_where_its_wrapper_was_raised():
     assert (ff["signature"], ff["category"], ff["rank"], ff["phase"]) == ("nccl.cuda_calloc_failed", "gpu-memory", 3,
                                                                           "backward")
     assert ff["confidence"] != "high"
+
+
+WRAPPED = ("[rank3]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+           "ProcessGroupNCCL.cpp:1275, internal error - please report this issue to the NCCL developers, NCCL version "
+           "2.18.1\n"
+           "[rank3]: ncclInternalError: Internal check failed.\n"
+           "[rank3]: Last error:\n"
+           "[rank3]: {cause}\n")
+
+
+def test_a_peers_closed_socket_under_an_ncclresult_is_what_the_wrapper_meant():
+    """NCCL returns a peer's closed socket as whatever code its caller had ("internal error" here): the rank
+    saw its peer go, a cascade, not NCCL's defect; its traceback, cut below, is that line's raise."""
+    closed = WRAPPED.format(cause="Net : Connection closed by remote peer 10.1.2.7<36821>") + CUT.replace("rank1", "rank3")
+    ff = first_failure_of(closed)
+    assert ff["category"] == "cascade" and ff["signature"] != "nccl.internal_error"
+    told = [e for e in ff["evidence"] if "closed by remote peer" in e["text"]]
+    assert told and "internal error" in told[0]["linked_by"]
+
+
+def test_a_proxys_failed_call_under_an_internal_error_is_the_network_not_nccls_defect():
+    ff = first_failure_of(WRAPPED.format(cause="Proxy Call to rank 0 failed (Connect)"))
+    assert (ff["signature"], ff["category"], ff["rank"], ff["confidence"]) == (
+        "nccl.proxy_socket_failed", "network", 3, "low")
+    # not an example: a cause line another rank printed stands for nothing of rank 3's
+    other = WRAPPED.format(cause="x").replace("[rank3]: x\n", "[rank5]: Net : Connection closed by remote peer 10.1.2.7<1>\n")
+    assert first_failure_of(other)["signature"] == "nccl.internal_error"
