@@ -24,6 +24,12 @@ import re
 from dataclasses import dataclass, field
 
 CONFIG_NEEDLE = ":print]   "  # DeepSpeedConfig.print: one resolved config key per line
+# Lines only ZeRO stage 3 prints: the engine builds DeepSpeedZeRoOffload (deepspeed/runtime/zero/
+# parameter_offload.py) for stage 3 alone, and its __init__ logs them: "Parameter Offload: Total persistent
+# parameters: N in M params" (0.9-0.17), "Parameter Offload - Persistent parameters statistics: param_count = N,
+# numel = M" (0.18+), see_memory_usage("DeepSpeedZeRoOffload initialize [begin]") (0.9+).
+ZERO3_NEEDLES = ("Parameter Offload: Total persistent parameters", "Parameter Offload - Persistent parameters statistics",
+                 "DeepSpeedZeRoOffload initialize")
 NEEDLES = (
     CONFIG_NEEDLE,
     "DeepSpeed info: version=",
@@ -34,6 +40,7 @@ NEEDLES = (
     "deepspeed install path",
     "ProcessGroupNCCL initialization options: ",
     " nranks ",
+    *ZERO3_NEEDLES,
 )
 
 # "  {key} {dots} {value}" with 29 - len(key) dots: none (two spaces) for long keys
@@ -107,6 +114,7 @@ class Context:
     world_size: int | None = None  # DeepSpeed's resolved config says
     seen_size: int | None = None  # the largest process group PyTorch or NCCL reported
     config: dict = field(default_factory=dict)
+    sharded_by: str | None = None  # a line only ZeRO-3 prints (ZERO3_NEEDLES): the job shards its parameters
 
     def feed_paths(self, text: str) -> None:
         """Learn the Python version from the file paths of a traceback."""
@@ -117,6 +125,9 @@ class Context:
 
     def feed(self, text: str) -> None:
         """Learn what one line says (a line holding one of NEEDLES)."""
+        if self.sharded_by is None and any(n in text for n in ZERO3_NEEDLES):
+            self.sharded_by = text.strip()[:160]
+            return
         m = _ATTR.search(text)
         if m:
             self._attr(m.group("key"), m.group("val"))

@@ -107,7 +107,8 @@ def build_report(events: Iterable[Event], catalog: Catalog, inputs: Inputs | Non
     findings = judge(ident.findings, read.procs, read.kernel_span, ident.nodes)  # deaths, signals
     state = rank_state(findings, ident, read.dumps)  # firsts, stack dumps, progress, exits, saves
     dec = decide(findings, state, read, ident.nodes, inp.world_size)  # first failure, cascades, hang
-    sharded = True if read.ctx.config.get("zero_stage") == 3 else None  # ZeRO-3: all-gathers gather parameters
+    # ZeRO-3 (its config, or a line only it prints): all-gathers gather parameters
+    sharded = True if read.ctx.config.get("zero_stage") == 3 or read.ctx.sharded_by else None
     ass = assess(dec, state, mem, pids=ident.pids, rank_nodes=ident.nodes, disk=inp.disk)
     phase = failure_phase(dec, state, findings, ass.saving, sharded, ass.memory["phase_at_failure"],
                           ass.memory["phases_from"])

@@ -35,6 +35,14 @@ CASES = {
     "hf save inside _maybe_log_save_evaluate is the save": (stack(
         ("transformers/trainer.py", "_maybe_log_save_evaluate"), ("transformers/trainer.py", "_save_checkpoint"),
         ("transformers/trainer.py", "evaluate")), "checkpoint-save"),
+    "accelerate's main_process_first barrier, around a dataset prepared at set-up": (stack(
+        ("/w/train.py", "main"), ("accelerate/accelerator.py", "main_process_first"),
+        ("/usr/lib/python3.11/contextlib.py", "__enter__"), ("accelerate/state.py", "main_process_first"),
+        ("accelerate/state.py", "_goes_first"), ("torch/distributed/c10d_logger.py", "wrapper"),
+        ("torch/distributed/distributed_c10d.py", "barrier")), "init"),
+    "a main_process_first of the user's own says nothing": (stack(
+        ("/w/train.py", "main"), ("/w/utils/dist.py", "main_process_first"),
+        ("torch/distributed/distributed_c10d.py", "barrier")), None),
     "fsdp2 unshard": (stack(
         ("/w/t.py", "main"), ("torch/nn/modules/module.py", "_call_impl"),
         ("torch/distributed/fsdp/_fully_shard/_fsdp_state.py", "_pre_forward"),
