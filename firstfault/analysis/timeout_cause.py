@@ -5,6 +5,13 @@ kinds of line can still tell what the rank the others waited for was doing, as g
 the frameworks behave. Input: the judged Findings (their traits are the catalog's, signatures/
 99-phase-markers.toml); output: a ``Cause`` or None. Rules, tried in this order:
 
+0. The timeout itself is too short (``timeout_too_short``): the shortest ``Timeout(ms)=N`` a watchdog line
+   names is under TOO_SHORT_MS. No rank needs to have done anything wrong: a communicator's set-up, the
+   first step's compilation or one slow rank's step takes longer than that, so the first collective that
+   waits that long fails on every rank (a timedelta built from the wrong unit, an int read as ms, a
+   test's setting left in). config, medium; the phase is the collective's (phase.py).
+   Example: "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE,
+   NumelIn=1, NumelOut=1, Timeout(ms)=1) ran for 61 milliseconds before timing out." -> config, medium.
 1. Work alone outlasted the timeout (``work_outlasted``): the latest progress of a rank is a bar of
    work other than training (trait ``work-bar``: data preparation, tokenising, map/filter, evaluation),
    and its elapsed time (tqdm's ``[27:15<23:13, ...]``: 27 min 15 s) reaches WORK_SHARE of the
@@ -49,6 +56,7 @@ from firstfault.analysis.parse import elapsed_s
 
 DEFAULT_TIMEOUT_MS = 30 * 60 * 1000  # torch.distributed init_process_group's default timeout (NCCL and gloo)
 WORK_SHARE = 0.8  # a bar at this share of the timeout or more was running when the watchdog fired
+TOO_SHORT_MS = 60 * 1000  # a collective timeout under a minute: shorter than a set-up or a slow step can be relied on
 SAVE_NEAR_S = 30  # a save begun within this of when a collective began is what the collective waited for
 # what to do first about a hang in a checkpoint save (this rule's, and report.py's for a save under way)
 SAVE_OUTLASTED_ACTION = ("Time the save on the saving rank(s) (its write throughput and size on the checkpoint storage) "
@@ -60,7 +68,7 @@ SAVE_OUTLASTED_ACTION = ("Time the save on the saving rank(s) (its write through
 class Cause:
     """What the rank the others waited for was doing, and what that makes of the hang."""
 
-    kind: str  # work-outlasted | save-outlasted | after-training
+    kind: str  # timeout-too-short | work-outlasted | save-outlasted | after-training
     category: str
     phase: str | None  # the phase of the work, None when the line names none
     confidence: str  # low | medium
@@ -83,13 +91,31 @@ def timeout_cause(findings: Iterable[Finding]) -> Cause | None:
     timeouts = [f for f in findings if f.has("collective-timeout")]
     if not timeouts:
         return None
-    return work_outlasted(findings, timeouts) or save_outlasted(findings, timeouts) or after_training(findings, timeouts)
+    return (timeout_too_short(timeouts) or work_outlasted(findings, timeouts) or save_outlasted(findings, timeouts)
+            or after_training(findings, timeouts))
 
 
 def collective_timeout_ms(timeouts: Iterable[Finding]) -> tuple[int, bool]:
     """(the collective timeout the lines name, the shortest; whether a line named it) or the default."""
     named = [int(t.match.groups["timeout_ms"]) for t in timeouts if (t.match.groups.get("timeout_ms") or "").isdigit()]
     return (min(named), True) if named else (DEFAULT_TIMEOUT_MS, False)
+
+
+def timeout_too_short(timeouts: list[Finding]) -> Cause | None:
+    """Rule 0: the shortest collective timeout a line names is under TOO_SHORT_MS."""
+    named = [(int(ms), t) for t in timeouts if (ms := t.match.groups.get("timeout_ms") or "").isdigit()]
+    if not named:
+        return None
+    ms, line = min(named, key=lambda x: x[0])
+    if ms >= TOO_SHORT_MS:
+        return None
+    summary = (f"The collective timeout is set to {ms} ms (Timeout(ms)={ms} in the watchdog's line): shorter than a "
+               "communicator's set-up or one slow step can be relied on to take, so the first collective that waits "
+               "that long fails on every rank, whatever the ranks were doing.")
+    action = ("Find where the job sets the timeout (init_process_group(timeout=timedelta(...)), ddp_timeout in HF "
+              "TrainingArguments, DDPStrategy(timeout=...), TORCH_NCCL_*/NCCL timeout variables, a launcher's flag) "
+              "and give it minutes, not milliseconds: a timedelta built from the wrong unit is the usual cause.")
+    return Cause("timeout-too-short", "config", None, "medium", line, summary, action)
 
 
 def _while_waiting(bar: Finding, run_s: int, t: Finding, timeout_ms: int) -> bool:

@@ -148,3 +148,23 @@ def test_untimed_save_words_say_nothing_of_a_timeout():
 def test_a_save_begun_long_after_the_others_started_waiting_is_not_what_they_waited_for():
     late = _stamped("10:38:00", "Saving latest checkpoint after 369000 batches\n")
     assert first_failure_of(late + TIMED_OUT_20)["category"] == "cascade"
+
+
+@pytest.mark.parametrize("ms,ran", [(1, 61), (100, 5012), (30000, 30088)])
+def test_a_collective_timeout_of_under_a_minute_is_the_setting(ms, ran):
+    """A timeout shorter than a set-up or a slow step: every rank's first long wait fails, whatever it did."""
+    got = first_failure_of(WATCHDOG.format(ms=ms, ran=ran))
+    assert (got["category"], got["confidence"]) == ("config", "medium")
+    assert f"{ms} ms" in got["summary"] and "timedelta" in got["first_action"]
+
+
+@pytest.mark.parametrize("text", [TIMEOUT_30, WATCHDOG.format(ms=60000, ran=60020), NO_TIMEOUT_NAMED])
+def test_a_timeout_of_a_minute_or_more_or_none_named_is_no_setting_mistake(text):
+    got = first_failure_of(text)
+    assert got["category"] != "config" and "timedelta" not in got["first_action"]
+
+
+def test_the_shortest_timeout_decides_before_the_work_a_rank_did():
+    """A bar of work far longer than a 1 s timeout is no cause: any wait would have outlasted it."""
+    got = first_failure_of(TOKENIZING + WATCHDOG.format(ms=1000, ran=1004))
+    assert got["category"] == "config" and "Timeout(ms)=1000)" in got["evidence"][0]["text"]
