@@ -52,7 +52,7 @@ EXTRA_PLACEHOLDERS = ("xid_name",)  # filled from the Xid table, not from a rege
 _ID = re.compile(r"^[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+$")
 _REQUIRED = ("id", "role", "category", "phases", "needles", "patterns", "summary", "first_action",
              "reference", "examples")
-_OPTIONAL = ("not_examples", "max_confidence", "category_from_words", "names_rank_of", "traits")
+_OPTIONAL = ("not_examples", "max_confidence", "category_from_words", "names_rank_of", "traits", "greater")
 # What the code asks of a signature, instead of its id: each trait a signature may carry (``traits``)
 # and what it means. The loader refuses any other; tests/analysis/test_catalog.py checks each is carried.
 TRAITS = {
@@ -167,6 +167,15 @@ class Signature:
     # above a child's traceback)
     names_rank_of: str | None = None
     traits: frozenset[str] = frozenset()  # what the code asks of it (TRAITS)
+    # (a, b): a match counts only where group a's number exceeds group b's (more processes joined than the world)
+    greater: tuple[str, str] | None = None
+
+    def holds(self, groups: dict[str, str | None]) -> bool:
+        """Whether a pattern's match stands: ``greater``'s condition, where the signature has one."""
+        if self.greater is None:
+            return True
+        a, b = (groups.get(k) or "" for k in self.greater)
+        return a.isdigit() and b.isdigit() and int(a) > int(b)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +293,7 @@ class Catalog:
             sig = self.signatures[k]
             for pat in sig.patterns:
                 m = pat.search(text)
-                if m is not None:
+                if m is not None and sig.holds(m.groupdict()):
                     return self._match(sig, m)
         return None
 
@@ -478,10 +487,18 @@ def _signature(i: int, where: str, entry: dict, problems: list[str], check: bool
     names_rank_of = entry.get("names_rank_of")
     if names_rank_of is not None and names_rank_of not in NAMES_RANK_OF:
         problems.append(f"{where}: names_rank_of {names_rank_of!r} is not one of {', '.join(NAMES_RANK_OF)}")
+    greater = entry.get("greater")
+    if greater is not None and not (isinstance(greater, list) and len(greater) == 2
+                                    and all(isinstance(g, str) for g in greater)):
+        problems.append(f"{where}: greater must be two group names [a, b] (a's number exceeds b's)")
+        greater = None
+    elif greater is not None and check:
+        problems += [f"{where}: greater names {g!r}, no group of any pattern" for g in greater if g not in groups]
     return Signature(str(sid), str(role), str(category), phases, lists["needles"], tuple(patterns),
                      texts["summary"], texts["first_action"], texts["reference"], lists["examples"],
                      lists["not_examples"], i, str(max_conf), from_words is True,
-                     names_rank_of if names_rank_of in NAMES_RANK_OF else None, frozenset(traits))
+                     names_rank_of if names_rank_of in NAMES_RANK_OF else None, frozenset(traits),
+                     tuple(greater) if greater is not None else None)
 
 
 def _xids(table: object, problems: list[str]) -> dict[int, XidInfo]:

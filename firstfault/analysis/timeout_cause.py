@@ -6,7 +6,7 @@ the frameworks behave. Input: the judged Findings (their traits are the catalog'
 99-phase-markers.toml); output: a ``Cause`` or None. Rules, tried in this order:
 
 0. The timeout itself is too short (``timeout_too_short``): the shortest ``Timeout(ms)=N`` a watchdog line
-   names is under TOO_SHORT_MS. No rank needs to have done anything wrong: a communicator's set-up, the
+   names is under TOO_SHORT_MS (10 s). No rank needs to have done anything wrong: a communicator's set-up, the
    first step's compilation or one slow rank's step takes longer than that, so the first collective that
    waits that long fails on every rank (a timedelta built from the wrong unit, an int read as ms, a
    test's setting left in). config, medium; the phase is the collective's (phase.py).
@@ -56,7 +56,8 @@ from firstfault.analysis.parse import elapsed_s
 
 DEFAULT_TIMEOUT_MS = 30 * 60 * 1000  # torch.distributed init_process_group's default timeout (NCCL and gloo)
 WORK_SHARE = 0.8  # a bar at this share of the timeout or more was running when the watchdog fired
-TOO_SHORT_MS = 60 * 1000  # a collective timeout under a minute: shorter than a set-up or a slow step can be relied on
+TOO_SHORT_MS = 10 * 1000  # a collective timeout under 10 s: shorter than a set-up or a slow step can be relied on
+# (a minute or less is sometimes chosen to fail fast; under 10 s no real job's collectives all fit)
 SAVE_NEAR_S = 30  # a save begun within this of when a collective began is what the collective waited for
 # what to do first about a hang in a checkpoint save (this rule's, and report.py's for a save under way)
 SAVE_OUTLASTED_ACTION = ("Time the save on the saving rank(s) (its write throughput and size on the checkpoint storage) "

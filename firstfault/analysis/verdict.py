@@ -163,8 +163,9 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
     fr_decided = False
     dumps = state.dumps.at_hang
     if groups:
-        first = with_mentioned_category(_with_exit_rank(_with_rank(groups[0].findings), activity.exits, findings),
-                                        findings)
+        first = with_mentioned_category(_with_exit_rank(_among_sharing(_with_rank(groups[0].findings),
+                                                                       groups[0].findings, findings),
+                                                        activity.exits, findings), findings)
         failure_ns = first.ev.occurred_ns
         # a tie is another distinct failure that can not be ordered after this one; the
         # same failure on other ranks at the same time is "ranks_sharing", not a tie
@@ -215,6 +216,29 @@ def _with_rank(same: list[Finding]) -> Finding:
     if ranked is None or (first.ev.occurred_ns is not None and not timeline.overlap(first.ev, ranked.ev)):
         return first
     return ranked
+
+
+def _among_sharing(first: Finding, same: list[Finding], findings: list[Finding]) -> Finding:
+    """The first of a failure other ranks share with no time to order them (a paste without times): the
+    order of the text is all there is, so the rank is no bet (medium at most); torchrun's Root Cause
+    block, when it names one of those ranks, says which it recorded first. Ranks whose times say they
+    failed together are a failure of the job at once (ranks_sharing names them): nothing to order."""
+    if first.ev.rank is None:
+        return first
+    sharing = {h.ev.rank: h for h in same if h.ev.rank not in (None, first.ev.rank)
+               and (first.ev.occurred_ns is None or h.ev.occurred_ns is None)}
+    if not sharing:
+        return first
+    root = root_cause_rank(findings)
+    if root in sharing:
+        h = sharing[root]
+        return replace(h, ev=replace(h.ev, fields={**h.ev.fields, "rank_from": ROOT_CAUSE}),
+                       cap=min(h.cap or "high", "medium", key=_LEVELS.index),
+                       links=[*h.links, f"rank {root}: {ROOT_CAUSE}; rank(s) {ranges(sorted({first.ev.rank, *sharing}))} "
+                                        "failed the same way, untimed"])
+    return replace(first, cap=min(first.cap or "high", "medium", key=_LEVELS.index),
+                   links=[*first.links, f"rank(s) {ranges(sorted(sharing))} failed the same way, untimed: rank "
+                                        f"{first.ev.rank} is the first printed, not known to be the first"])
 
 
 def root_cause_rank(findings: list[Finding]) -> int | None:

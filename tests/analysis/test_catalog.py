@@ -39,11 +39,15 @@ def test_shipped_catalog_loads_with_unique_ids():
 
 def test_a_pattern_belongs_to_one_signature():
     """Two signatures with one pattern: only the first can ever win with it (the rules are
-    read in file order), so the second's summary and advice are dead text."""
+    read in file order), so the second's summary and advice are dead text; unless the first's
+    match counts only under a condition (``greater``), when the second takes the rest."""
     owners: dict[str, str] = {}
     for s in CATALOG.signatures:
         for p in s.patterns:
-            assert owners.setdefault(p.pattern, s.id) == s.id, f"{s.id} repeats a pattern of {owners[p.pattern]}"
+            owner = owners.setdefault(p.pattern, s.id)
+            assert owner == s.id or CATALOG.get(owner).greater is not None, f"{s.id} repeats a pattern of {owner}"
+            if CATALOG.get(owner).greater is not None:
+                owners[p.pattern] = s.id
 
 
 def test_vocabularies():
@@ -116,7 +120,18 @@ def test_not_examples_do_not_match(sig_id, text):
     sig = CATALOG.get(sig_id)
     m = CATALOG.match(text)
     assert m is None or m.signature.id != sig_id
-    assert not (any(n in text for n in sig.needles) and any(p.search(text) for p in sig.patterns))
+    assert not (any(n in text for n in sig.needles)
+                and any((m := p.search(text)) and sig.holds(m.groupdict()) for p in sig.patterns))
+
+
+def test_a_conditional_match_that_does_not_hold_lets_the_next_signature_try():
+    """c10d's store barrier: more processes joined than the world is a launch that started too many
+    (config); fewer is ranks that never came (a cascade of their failure)."""
+    line = ("RuntimeError: Timed out initializing process group in store based barrier on rank: 0, for key: "
+            "store_based_barrier_key:1 (world_size=8, worker_count={n}, timeout=0:30:00)")
+    assert CATALOG.match(line.format(n=16)).signature.id == "c10d.store_barrier_overjoined"
+    assert CATALOG.match(line.format(n=7)).signature.id == "c10d.store_barrier_timeout"
+    assert CATALOG.match(line.format(n=8)).signature.id == "c10d.store_barrier_timeout"
 
 
 def test_every_pattern_has_a_needle_in_all_its_examples_and_is_exercised():
@@ -269,6 +284,32 @@ first_action = "b"
 reference = "c"
 examples = ["a"]
 
+[[signature]]
+id = "ok.two"
+role = "root"
+category = "config"
+phases = []
+needles = ["b"]
+patterns = ['b (?P<n>\\d+)']
+summary = "a"
+first_action = "b"
+reference = "c"
+examples = ["b 1"]
+greater = ["n"]
+
+[[signature]]
+id = "ok.three"
+role = "root"
+category = "config"
+phases = []
+needles = ["b"]
+patterns = ['c (?P<n>\\d+)']
+summary = "a"
+first_action = "b"
+reference = "c"
+examples = ["c 1"]
+greater = ["n", "world"]
+
 [xid.79]
 name = "GPU has fallen off the bus"
 bucket = "broken"
@@ -302,6 +343,8 @@ def test_bad_catalog_reports_every_problem_at_once(tmp_path):
         r"'ok.one': duplicate id",
         r"xid '79'.*bucket 'broken'",
         r"xid 'abc'.*decimal number",
+        r"'ok.two'.*greater must be two group names",
+        r"'ok.three'.*greater names 'world', no group",
     ]
     for rx in expected:
         assert any(re.search(rx, x) for x in problems), f"missing problem {rx!r} in {problems}"
