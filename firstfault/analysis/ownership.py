@@ -360,6 +360,13 @@ def category(exc_type: str | None, message: str, frames: Sequence[Frame]) -> Inf
     return Inference(cat, f, o, f"inferred from whose code raised it: {short} raised in {_where(f, o)}; {how}")
 
 
+# An OS error of a rename, replace or link: CPython's OSError str with both paths, "[Errno 2] No such file or
+# directory: 'a' -> 'b'" (Objects/exceptions.c OSError_str, filename2). The source was gone or the target in
+# the way: another process (a rank on another node sharing the folder) moved it first. Raised by a
+# framework's own save (transformers trainer.py _save_checkpoint's os.rename of tmp-checkpoint-N, 4.36),
+# that is its defect, not a path the user gave; by the user's code, the words (config) stay.
+RENAMED = re.compile(r"\[Errno \d+\] [^:\n]+: '[^'\n]*' -> '")
+
 # A call whose arguments the callee does not take (CPython's TypeError texts of a signature mismatch):
 # raised at the caller's frame, before the callee runs.
 CALL_MISMATCH = re.compile(r"unexpected keyword argument|missing \d+ required (?:positional|keyword-only) argument"
@@ -423,7 +430,9 @@ def owned(f: F) -> F:
     short = (exc or "").rsplit(".", 1)[-1]
     message = f.ev.fields.get("message") or groups.get("message") or ""
     mismatch = short == "TypeError" and CALL_MISMATCH.search(message) is not None
-    if f.match.category != sig.category and short not in ("ImportError", "ModuleNotFoundError") and not mismatch:
+    moved = RENAMED.search(message) is not None  # the words (no such file) say config; whose rename it was says more
+    if f.match.category != sig.category and short not in ("ImportError", "ModuleNotFoundError") and not mismatch \
+            and not moved:
         return f  # the words named a class of failure (memory, NaN, a config key): they say more
     if short in REPORTING:
         why = f"{short} reports another process's failure where it was seen: the cause is in that process's own log"

@@ -454,3 +454,29 @@ def test_the_same_call_made_by_the_user_s_code_is_left_to_its_words():
     frames = [fr("/work/train.py", 30, "main")]
     msg = "TypeError: TrainingArguments.__init__() got an unexpected keyword argument 'evaluation_strategy'"
     assert category("TypeError", msg, frames) is None
+
+
+def test_paste_a_rename_inside_a_frameworks_save_is_framework_not_a_missing_path():
+    """CPython prints both paths of a failed rename: the source was gone (another rank moved it first) in
+    the framework's own save, whatever the words 'No such file' say; the same in the user's code stays config."""
+    frames = f"""Traceback (most recent call last):
+  File "/work/sft/train.py", line 212, in <module>
+    trainer.train()
+  File "{SP}/transformers/trainer.py", line 1914, in _inner_training_loop
+    self._maybe_log_save_evaluate(tr_loss, model, trial, epoch, ignore_keys_for_eval)
+  File "{SP}/transformers/trainer.py", line 2383, in _save_checkpoint
+    os.rename(staging_output_dir, output_dir)
+"""
+    err = "FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/step_100.partial' -> '/ckpt/step_100'\n"
+    ff = _paste(frames + err)
+    assert (ff["category"], ff["phase"]) == ("framework", "checkpoint-save")
+    cut = _paste(frames + err[:90] + "\n")  # a paste cut inside the second path
+    assert cut["category"] == "framework"
+    mine = _paste("""Traceback (most recent call last):
+  File "/work/sft/train.py", line 212, in <module>
+    os.rename(tmp, final)
+""" + err)
+    assert mine["category"] == "config"
+    missing = _paste(frames.replace("os.rename(staging_output_dir, output_dir)", "open(path)")
+                     + "FileNotFoundError: [Errno 2] No such file or directory: '/data/train.jsonl'\n")
+    assert missing["category"] == "config"
