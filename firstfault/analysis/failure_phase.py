@@ -154,6 +154,18 @@ def nccl_setup(f: Finding, parts: Iterable[Finding]) -> Phase | None:
     return None
 
 
+IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError")
+
+
+def _top_level_import(f: Finding) -> bool:
+    """An ImportError raised by a module's own body (its innermost frame of code, not the standard library's
+    importlib, is ``<module>``): an import statement at the top of a file, run as the job loads its code.
+    The same error raised inside a step has that step's frames outside it (phase_from_frames read them first)."""
+    short = (f.ev.exc_type or "").rsplit(".", 1)[-1]
+    own = [fr.func for fr in f.ev.frames if not fr.file.startswith("<frozen") and "importlib" not in fr.file]
+    return short in IMPORT_ERRORS and bool(own) and own[-1] == "<module>"
+
+
 def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: Iterable[Finding] = (),
              before: Iterable[str] = (), sharded: bool | None = None) -> tuple[str, str]:
     """The phase of a failure and where that came from.
@@ -169,6 +181,8 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: 
     p = phase_from_frames(f.ev.frames)
     if p:
         return p, "frames"
+    if _top_level_import(f):
+        return "init", "an import at the top of a module failed: the job was still loading its code"
     for part in parts:
         if part is f or part.ev.rank != f.ev.rank or not part.ev.frames:
             continue

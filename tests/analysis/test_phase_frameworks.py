@@ -155,3 +155,21 @@ def test_framework_frames_name_the_phase(name):
 ])
 def test_not_examples_name_no_phase(frames):
     assert phase_from_frames(frames) is None
+
+
+def test_an_import_at_the_top_of_a_script_failed_while_it_loaded_its_code():
+    from tests.offline.scoring import first_failure_of
+    top = ('Traceback (most recent call last):\n'
+           '  File "/w/train.py", line 6, in <module>\n'
+           '    from transformers import LlamaTokenizer\n'
+           "ImportError: cannot import name 'LlamaTokenizer' from 'transformers' (/env/transformers/__init__.py)\n")
+    ff = first_failure_of(top)
+    assert (ff["category"], ff["phase"]) == ("config", "init")
+    # not an example: the same import made inside a step is that step's
+    inside = ('Traceback (most recent call last):\n'
+              f'  File "{SP}/transformers/trainer.py", line 3675, in training_step\n'
+              '    loss = self.compute_loss(model, inputs)\n'
+              '  File "/w/train.py", line 40, in compute_loss\n'
+              '    from mylosses import focal\n'
+              "ModuleNotFoundError: No module named 'mylosses'\n")
+    assert first_failure_of(inside)["phase"] == "forward"
