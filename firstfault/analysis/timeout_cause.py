@@ -110,7 +110,7 @@ def timeout_too_short(timeouts: list[Finding]) -> Cause | None:
     ms, line = min(named, key=lambda x: x[0])
     if ms >= TOO_SHORT_MS:
         return None
-    summary = (f"The collective timeout is set to {ms} ms (Timeout(ms)={ms} in the watchdog's line): shorter than a "
+    summary = (f"The collective timeout is set to {ms} ms (as the timed-out line says): shorter than a "
                "communicator's set-up or one slow step can be relied on to take, so the first collective that waits "
                "that long fails on every rank, whatever the ranks were doing.")
     action = ("Find where the job sets the timeout (init_process_group(timeout=timedelta(...)), ddp_timeout in HF "
