@@ -85,6 +85,7 @@ FRAMEWORKS: dict[str, str] = {
     "openrlhf": "openrlhf",                  # OpenRLHF/OpenRLHF openrlhf/
     "llamafactory": "llamafactory",          # hiyouga/LLaMA-Factory src/llamafactory/
     "mmengine": "mmengine",                  # open-mmlab/mmengine mmengine/
+    "fairscale": "fairscale",                # facebookresearch/fairscale fairscale/ (sharded DDP, OSS, FSDP's origin)
     "xformers": "xformers",                  # facebookresearch/xformers xformers/
     "triton": "triton",                      # triton-lang/triton python/triton/
 }
