@@ -405,10 +405,19 @@ def _import(short: str, message: str, frames: Sequence[Frame]) -> Inference:
                      "confirm with pip list on that node")
 
 
+# An exception no signature knows, shown without a frame of its traceback (a paste of the last line only):
+# its words said nothing and no frame says whose code raised it, so the fallback's category is a guess.
+UNOWNED = ("no frame of its traceback is in the text, so whose code raised it is not known (a guess: low); its "
+           "traceback's innermost frames settle it: the user's file, a framework's, or an op's input check")
+UNOWNED_ACTION = ("Find this exception's traceback in the rank's whole log (the lines above its last line): its innermost "
+                  "frame says whose code raised it, yours or a framework's, and so where to fix it.")
+
+
 class _Finding(Protocol):
     ev: Event
     match: Match
     links: list[str]
+    cap: str | None
 
 
 F = TypeVar("F", bound=_Finding)
@@ -438,8 +447,9 @@ def owned(f: F) -> F:
     if short in REPORTING:
         why = f"{short} reports another process's failure where it was seen: the cause is in that process's own log"
         return replace(f, match=replace(f.match, category="unknown"), links=[*f.links, why])
-    if not f.ev.frames:
-        return f
+    if not f.ev.frames:  # only the exception line: whose code raised it is not shown
+        unowned = replace(f.match, signature=replace(sig, first_action=UNOWNED_ACTION))
+        return replace(f, match=unowned, cap="low", links=[*f.links, UNOWNED])
     got = category(exc, message, f.ev.frames)
     if got is None or got.category == f.match.category:
         return f

@@ -480,3 +480,20 @@ def test_paste_a_rename_inside_a_frameworks_save_is_framework_not_a_missing_path
     missing = _paste(frames.replace("os.rename(staging_output_dir, output_dir)", "open(path)")
                      + "FileNotFoundError: [Errno 2] No such file or directory: '/data/train.jsonl'\n")
     assert missing["category"] == "config"
+
+
+def test_paste_an_exception_line_alone_is_a_guess_of_whose_code():
+    """Only the last line: no frame says whose code raised it, so the fallback's category is low and the
+    first action is to find the traceback; with its frames the same exception keeps medium."""
+    alone = _paste("[rank2]: IndexError: pop from an empty deque\n")
+    assert (alone["rank"], alone["confidence"]) == (2, "low")
+    assert "traceback" in alone["first_action"] and "whose code" in alone["first_action"]
+    assert "not known" in alone["evidence"][0]["linked_by"]
+    framed = _paste("""[rank2]: Traceback (most recent call last):
+[rank2]:   File "/work/sft/train.py", line 41, in collate
+[rank2]:     ids.popleft()
+[rank2]: IndexError: pop from an empty deque
+""")
+    assert (framed["category"], framed["confidence"]) == ("user-code", "medium")
+    # not an example: words that name a class of failure are no guess of whose code
+    assert _paste("[rank2]: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")["confidence"] != "low"
