@@ -94,8 +94,11 @@ FRAMEWORKS: dict[str, str] = {
 # inputs it was given (``IndexError: index out of range in self`` from F.embedding, ``TypeError:
 # linear(): argument 'input' ...``), not the library's own logic: whose inputs they were is not said.
 # torch/nn/modules/module.py is the dispatch of every Module call (``_call_impl``); layers' forward in
-# torch/nn/modules/*.py call torch/nn/functional.py (pytorch 1.10-2.9).
+# torch/nn/modules/*.py call torch/nn/functional.py (pytorch 1.10-2.9). DeepSpeed's ZeRO-3 puts its own
+# linear in place of torch.nn.functional.linear (deepspeed/runtime/zero/partition_parameters.py Init:
+# torch.nn.functional.linear = zero3_linear_wrap, runtime/zero/linear.py, 0.9-0.19): an op's layer too.
 OP_LAYER = ("torch/nn/functional.py", "torch/functional.py", "torch/_tensor.py", "torch/nn/modules/",
+            "deepspeed/runtime/zero/linear.py",
             "torch/_ops.py", "torch/overrides.py", "torch/_refs/", "torch/_decomp/", "torch/_prims/",
             "torch/serialization.py", "torch/cuda/__init__.py", "torch/autograd/",
             "torch/distributed/distributed_c10d.py", "torch/distributed/c10d_logger.py",

@@ -497,3 +497,13 @@ def test_paste_an_exception_line_alone_is_a_guess_of_whose_code():
     assert (framed["category"], framed["confidence"]) == ("user-code", "medium")
     # not an example: words that name a class of failure are no guess of whose code
     assert _paste("[rank2]: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")["confidence"] != "low"
+
+
+def test_deepspeeds_zero3_linear_is_an_ops_layer_its_caller_chose_the_inputs():
+    """ZeRO-3 puts its own linear in place of F.linear: a shape error under it is the op's check of the weight
+    the caller passed (here the user's code, touching a partitioned weight outside its module's forward)."""
+    frames = [USER_MAIN, fr("/w/train.py", 137, "forward"), fr("/w/train.py", 122, "probe_scale"),
+              fr(f"{SP}/deepspeed/runtime/zero/linear.py", 149, "zero3_linear_wrap"),
+              fr(f"{SP}/torch/autograd/function.py", 625, "apply"),
+              fr(f"{SP}/deepspeed/runtime/zero/linear.py", 90, "forward")]
+    assert category("RuntimeError", "mat2 must be a matrix, got 1-D tensor", frames) is None
