@@ -96,20 +96,24 @@ def timeout_cause(findings: Iterable[Finding]) -> Cause | None:
             or after_training(findings, timeouts))
 
 
+def _shortest_named(timeouts: Iterable[Finding]) -> tuple[int, Finding] | None:
+    """(the shortest collective timeout a line names, that line), or None where no line names one."""
+    named = [(int(ms), t) for t in timeouts if (ms := t.match.groups.get("timeout_ms") or "").isdigit()]
+    return min(named, key=lambda x: x[0]) if named else None
+
+
 def collective_timeout_ms(timeouts: Iterable[Finding]) -> tuple[int, bool]:
     """(the collective timeout the lines name, the shortest; whether a line named it) or the default."""
-    named = [int(t.match.groups["timeout_ms"]) for t in timeouts if (t.match.groups.get("timeout_ms") or "").isdigit()]
-    return (min(named), True) if named else (DEFAULT_TIMEOUT_MS, False)
+    shortest = _shortest_named(timeouts)
+    return (shortest[0], True) if shortest else (DEFAULT_TIMEOUT_MS, False)
 
 
 def timeout_too_short(timeouts: list[Finding]) -> Cause | None:
     """Rule 0: the shortest collective timeout a line names is under TOO_SHORT_MS."""
-    named = [(int(ms), t) for t in timeouts if (ms := t.match.groups.get("timeout_ms") or "").isdigit()]
-    if not named:
+    shortest = _shortest_named(timeouts)
+    if shortest is None or shortest[0] >= TOO_SHORT_MS:
         return None
-    ms, line = min(named, key=lambda x: x[0])
-    if ms >= TOO_SHORT_MS:
-        return None
+    ms, line = shortest
     summary = (f"The collective timeout is set to {ms} ms (as the timed-out line says): shorter than a "
                "communicator's set-up or one slow step can be relied on to take, so the first collective that waits "
                "that long fails on every rank, whatever the ranks were doing.")

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 
 from firstfault.analysis import timeline
 from firstfault.analysis.events import Event
-from firstfault.analysis.findings import Finding, Read, exit_of, fingerprint
+from firstfault.analysis.findings import Finding, Read, exit_of, fingerprint, linked
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.flight_recorder import analyze as analyze_flight
 from firstfault.analysis.hang import Inference, launcher_act, ranges, stopped_first
@@ -231,14 +231,12 @@ def _among_sharing(first: Finding, same: list[Finding], findings: list[Finding])
         return first
     root = root_cause_rank(findings)
     if root in sharing:
-        h = sharing[root]
-        return replace(h, ev=replace(h.ev, fields={**h.ev.fields, "rank_from": ROOT_CAUSE}),
-                       cap=min(h.cap or "high", "medium", key=_LEVELS.index),
-                       links=[*h.links, f"rank {root}: {ROOT_CAUSE}; rank(s) {ranges(sorted({first.ev.rank, *sharing}))} "
-                                        "failed the same way, untimed"])
-    return replace(first, cap=min(first.cap or "high", "medium", key=_LEVELS.index),
-                   links=[*first.links, f"rank(s) {ranges(sorted(sharing))} failed the same way, untimed: rank "
-                                        f"{first.ev.rank} is the first printed, not known to be the first"])
+        f = linked(sharing[root], f"rank {root}: {ROOT_CAUSE}; rank(s) {ranges(sorted({first.ev.rank, *sharing}))} "
+                                  "failed the same way, untimed", rank_from=ROOT_CAUSE)
+    else:
+        f = linked(first, f"rank(s) {ranges(sorted(sharing))} failed the same way, untimed: rank {first.ev.rank} "
+                          "is the first printed, not known to be the first")
+    return replace(f, cap=min(f.cap or "high", "medium", key=_LEVELS.index))
 
 
 def root_cause_rank(findings: list[Finding]) -> int | None:
