@@ -442,15 +442,19 @@ def owned(f: F) -> F:
     exc = None if cut else (groups.get("exc_type") or f.ev.exc_type)
     short = (exc or "").rsplit(".", 1)[-1]
     message = f.ev.fields.get("message") or groups.get("message") or ""
-    mismatch = short == "TypeError" and CALL_MISMATCH.search(message) is not None
-    moved = RENAMED.search(message) is not None  # the words (no such file) say config; whose rename it was says more
-    if f.match.category != sig.category and short not in ("ImportError", "ModuleNotFoundError") and not mismatch \
-            and not moved:
-        return f  # the words named a class of failure (memory, NaN, a config key): they say more
+    said = f.match.category != sig.category  # the words named a class of failure (memory, NaN, a config key)
+    # where the words say config, whose code it was may still say more: an import, a call with arguments the
+    # callee does not take, a rename (no such file) another process raced
+    refined = short in ("ImportError", "ModuleNotFoundError") or (
+        short == "TypeError" and CALL_MISMATCH.search(message) is not None) or RENAMED.search(message) is not None
+    if said and not refined:
+        return f  # the words say more
     if short in REPORTING:
         why = f"{short} reports another process's failure where it was seen: the cause is in that process's own log"
         return replace(f, match=replace(f.match, category="unknown"), links=[*f.links, why])
-    if not f.ev.frames:  # only the exception line: whose code raised it is not shown
+    if not f.ev.frames:  # only the exception line: no owner to refine the words, nor to replace the guess
+        if said:
+            return f
         unowned = replace(f.match, signature=replace(sig, first_action=UNOWNED_ACTION))
         return replace(f, match=unowned, cap="low", links=[*f.links, UNOWNED])
     got = category(exc, message, f.ev.frames)

@@ -507,3 +507,10 @@ def test_deepspeeds_zero3_linear_is_an_ops_layer_its_caller_chose_the_inputs():
               fr(f"{SP}/torch/autograd/function.py", 625, "apply"),
               fr(f"{SP}/deepspeed/runtime/zero/linear.py", 90, "forward")]
     assert category("RuntimeError", "mat2 must be a matrix, got 1-D tensor", frames) is None
+
+
+def test_paste_an_import_error_line_alone_keeps_what_its_words_say():
+    """Not an example of the guess above: an ImportError's words say config without any frame."""
+    ff = _paste("ImportError: cannot import name 'LlamaTokenizer' from 'transformers' (/env/transformers/__init__.py)\n")
+    assert (ff["category"], ff["confidence"]) == ("config", "medium")
+    assert "whose code raised it is not known" not in ff["evidence"][0].get("linked_by", "")
