@@ -84,6 +84,8 @@ TRAITS = {
     "nccl-result": "names only an ncclResult code; a 'Last error:' line below it names the cause (lasterror.py)",
     "peer-socket": "NCCL's words that its socket to a peer closed or broke (a cascade): the cause an ncclResult wrapper "
                    "above it stands for all the same (lasterror.py)",
+    "comm-setup": "an ncclResult that NCCL's communicator set-up returns (bootstrap and transport sockets, topology, "
+                  "buffers), raised at the collective that made the communicator: failure_phase.nccl_setup",
     "nccl-trace": "NCCL's error back trace (file:line -> code): an earlier line of the same process says more (lasterror.py)",
     "native-trace": "a native stack trace (c10's frames, glibc backtrace_symbols): the failure printed just above it says more (lasterror.py)",
     "work-bar": "a progress bar of work other than training (data preparation, evaluation), with its elapsed time: timeout_cause.py",

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from firstfault.analysis.bands import MARKED_PHASES
 from firstfault.analysis.events import Event, Frame
@@ -36,7 +36,15 @@ from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.hang import Inference
 from firstfault.analysis.judge import USAGE, heading_phase, phase_heading
 from firstfault.analysis.lasterror import CLIMBED, climbs_setup
-from firstfault.analysis.phase import COLLECTIVE_HINT, ENCLOSING_PHASES, collective_op, phase_from_frames, phase_hint
+from firstfault.analysis.ownership import owner_of
+from firstfault.analysis.phase import (
+    COLLECTIVE_HINT,
+    ENCLOSING_PHASES,
+    collective_op,
+    phase_from_frames,
+    phase_hint,
+    progress_before,
+)
 from firstfault.analysis.rankstate import RankState
 from firstfault.analysis.save_phase import phase_while_waiting
 from firstfault.analysis.verdict import Decision
@@ -135,14 +143,26 @@ def before(f: Finding, findings: Iterable[Finding], most: int = 2000) -> list[st
 _COMM_INIT = re.compile(r"\bnccl(?:CommInitRank(?:Config|Scalable)?|CommInitAll|CommSplit|GetUniqueId)\b")
 
 
-def nccl_setup(f: Finding, parts: Iterable[Finding]) -> Phase | None:
+# A process group's watchdog reporting an error NCCL raised in its own threads (after the collective was
+# enqueued): ProcessGroupNCCL's checkForNCCLErrors/ncclCommWatchdog (1.8-2.9), its abort of the communicator.
+_ASYNC = re.compile(r"found async exception|[Ww]atchdog|communicator was aborted|Some NCCL operations have failed")
+# A collective's own NCCL call named by its caller (Horovod's, TensorFlow's, cupy's "ncclAllReduce failed: ..."):
+# the communicator was made, the call failed.
+_COLLECTIVE_CALL = re.compile(r"\bnccl(?:AllReduce|Broadcast|Bcast|Reduce|AllGather|ReduceScatter|AllToAll|Send|Recv)\b")
+
+
+def nccl_setup(f: Finding, parts: Iterable[Finding], before: Iterable[str] = ()) -> Phase | None:
     """``init`` when ``f`` is an NCCL failure whose own words name a communicator constructor
     (``ncclCommInitRank failed: ...``), or NCCL's back trace passes through its communicator
     set-up (lasterror.climbs_setup: init.cc): a trace line of the same stream, or one told in
     the links of ``f`` or of another error of its stream (the trace under it, lasterror.CLIMBED: the
     processes of a paste that fail together in NCCL's set-up print one trace each). PyTorch makes a
     group's communicator at its first collective (DDP's broadcast in its constructor, a barrier, a
-    group's first call): the job's set-up, whatever step it came in."""
+    group's first call): the job's set-up, whatever step it came in. Last, an error of a kind only
+    that set-up returns (the catalog's trait ``comm-setup``: a socket or shared-memory call, a topology
+    check, a buffer NCCL allocates), raised at the collective's call rather than reported by the
+    watchdog or named as the collective's own NCCL call, with no training progress before it in its
+    stream (``before``)."""
     if not (f.sig.startswith("nccl.") or "nccl" in f.ev.text.lower()):
         return None
     if (m := _COMM_INIT.search(f.ev.text)) is not None:
@@ -151,7 +171,30 @@ def nccl_setup(f: Finding, parts: Iterable[Finding]) -> Phase | None:
             p.ev.stream == f.ev.stream and (climbs_setup(p) or any(link.startswith(CLIMBED) for link in p.links))
             for p in parts):
         return "init", "NCCL's error back trace passes through its communicator set-up (init.cc)"
+    if (f.has("comm-setup") and _ASYNC.search(f.ev.text) is None and _COLLECTIVE_CALL.search(f.ev.text) is None
+            and not progress_before(before)):
+        return "init", ("NCCL returns this error from a communicator's set-up, which PyTorch runs at a group's first "
+                        "collective, and no training progress came before it (inferred: a group first used later in "
+                        "training fails the same way)")
     return None
+
+
+# A frame of an object's constructor (a dataclass's generated __init__ calls __post_init__), and the words of a
+# function that runs training, evaluation or generation (a step's phases are phases.toml's; these say only
+# that set-up was over).
+_CONSTRUCTORS = ("__init__", "__post_init__")
+_RUNNING = re.compile(r"train|fit|step|epoch|loop|evaluat|predict|generat|rollout|forward|backward", re.I)
+
+
+def _constructing(frames: Sequence[Frame]) -> Frame | None:
+    """The constructor frame of the job's code or a framework's a traceback passes through when none of its
+    frames runs training (``_RUNNING``): the failure came while the job built its objects (a config's
+    check, a model's layers, a trainer, a Ray actor), which is its set-up. Not the standard library's nor
+    PyTorch's own helper objects (torch.load's zip reader), which any step may build. None otherwise."""
+    if any(_RUNNING.search(f.func) for f in frames if f.func not in _CONSTRUCTORS):
+        return None
+    return next((f for f in reversed(frames) if f.func in _CONSTRUCTORS
+                 and (o := owner_of(f.file)).kind != "stdlib" and o.name != "torch"), None)
 
 
 IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError")
@@ -181,6 +224,8 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: 
     p = phase_from_frames(f.ev.frames)
     if p:
         return p, "frames"
+    # a bar printed without its newline, the failure glued after it, is the last thing before the failure
+    before = [*before, f.ev.text.split("\n", 1)[0]]
     if _top_level_import(f):
         return "init", "an import at the top of a module failed: the job was still loading its code"
     for part in parts:
@@ -196,7 +241,9 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: 
                     and part.ev.frames and (p := phase_from_frames(part.ev.frames))), None)
         if cut:
             return cut, "frames of its rank's traceback, cut above the exception line"
-    hinted = phase_hint(f.ev.text, before, sharded) or nccl_setup(f, parts)
+    if (built := _constructing(f.ev.frames)) is not None:
+        return "init", f"raised while an object was built ({built.func} in {built.file.rsplit('/', 1)[-1]}), no step under way"
+    hinted = phase_hint(f.ev.text, before, sharded) or nccl_setup(f, parts, before)
     if hinted:
         return hinted
     if f.has("cut-traceback"):  # a cut traceback's own words are missing: the failure a heading names

@@ -420,6 +420,12 @@ def phase_before_failure(lines: Iterable[str], phase_rules: PhaseRules | None = 
     return current
 
 
+def progress_before(lines: Iterable[str], phase_rules: PhaseRules | None = None) -> bool:
+    """Whether any of ``lines`` (the text before a failure) is a progress mark: training had started."""
+    marks = [m for m in (phase_rules or rules()).markers if m.phase is None]
+    return any(m.matches(line) for line in lines for m in marks)
+
+
 _TASK = re.compile(r"ray::(?:[A-Za-z_]\w*\.)?(?P<method>[A-Za-z_]\w*)\(\)")
 
 

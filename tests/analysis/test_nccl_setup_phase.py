@@ -125,3 +125,41 @@ def test_another_process_trace_through_init_cc_in_the_paste_is_set_up_too():
 def test_without_any_trace_through_init_cc_the_paste_says_no_set_up():
     ff = first_failure_of(TWO_PROCESSES.replace("init.cc:1117", "proxy.cc:1076"))
     assert ff["phase"] != "init"
+
+
+# A collective that made its group's communicator and failed there: ProcessGroupNCCL's C10D_NCCL_CHECK
+# ("NCCL error in: <file>:<line>, <ncclGetErrorString>, NCCL version <v>", then the result's name and
+# description), raised at the call (a barrier, DDP's first broadcast).
+_SETUP_ERROR = [
+    "Traceback (most recent call last):",
+    '  File "/srv/job/main.py", line 40, in <module>',
+    "    run(cfg)",
+    '  File "/srv/job/main.py", line 22, in run',
+    "    dist.barrier()",
+    '  File "/opt/venv/lib/python3.8/site-packages/torch/distributed/distributed_c10d.py", line 2420, in barrier',
+    "    work = default_pg.barrier(opts=opts)",
+    "RuntimeError: NCCL error in: /opt/pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandled system error, "
+    "NCCL version 2.7.8",
+    "ncclSystemError: System call (socket, malloc, munmap, etc) failed.",
+    "",
+]
+
+
+def test_an_nccl_error_of_communicator_set_up_before_any_progress_is_init():
+    ff = first_failure_of("\n".join(_SETUP_ERROR))
+    assert (ff["signature"], ff["phase"]) == ("nccl.system_error", "init")
+    assert "communicator's set-up" in ff["phase_from"]
+
+
+def test_the_same_error_after_training_progress_names_no_phase_from_its_kind():
+    progress = "Epoch 3:  42%|████▏     | 210/500 [01:45<02:25,  2.00it/s]"
+    ff = first_failure_of("\n".join([progress, *_SETUP_ERROR]))
+    assert ff["signature"] == "nccl.system_error"
+    assert ff["phase"] != "init"
+
+
+def test_the_watchdog_reporting_that_error_later_names_no_phase_from_its_kind():
+    ff = first_failure_of("[E ProcessGroupNCCL.cpp:414] [Rank 3] found async exception when checking for NCCL "
+                          "errors: NCCL error: unhandled system error, NCCL version 2.10.3\n")
+    assert ff["signature"] == "nccl.system_error"
+    assert ff["phase"] != "init"

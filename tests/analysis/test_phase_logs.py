@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.offline.scoring import Case, analyze
+from tests.offline.scoring import Case, analyze, first_failure_of
 
 # FSDP (torch 2.4) all-gathers a flat parameter for a forward and runs out of GPU memory
 FSDP = """\
@@ -128,3 +128,63 @@ def test_a_pasted_traceback_gets_its_framework_phase(name, text, rank, category,
     assert ff is not None, name
     assert (ff["rank"], ff["category"], ff["phase"]) == (rank, category, phase)
     assert ff["phase_from"] == "frames"
+
+
+# Set-up told by its frames: an object's constructor (a config's __post_init__, a model's __init__), with no
+# frame of a step or a training loop, and not one of PyTorch's own helper objects.
+_BUILT = """\
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/srv/job/run_train.py", line 12, in <module>
+[rank0]:     trainer = Trainer(config_file)
+[rank0]:   File "/srv/job/lib/trainer.py", line 88, in __init__
+[rank0]:     self.config = load_config(config_file)
+[rank0]:   File "/srv/job/lib/config.py", line 40, in load_config
+[rank0]:     return Config(**raw)
+[rank0]:   File "<string>", line 9, in __init__
+[rank0]:   File "/srv/job/lib/config.py", line 31, in __post_init__
+[rank0]:     assert self.heads % self.tp == 0, "heads must be divisible by the tensor parallel size"
+[rank0]: AssertionError: heads must be divisible by the tensor parallel size
+"""
+
+
+def test_an_error_raised_while_the_job_builds_its_objects_is_init():
+    ff = first_failure_of(_BUILT)
+    assert ff["phase"] == "init"
+    assert "__post_init__" in ff["phase_from"]
+
+
+def test_a_constructor_called_inside_a_training_loop_is_no_set_up():
+    text = _BUILT.replace("trainer = Trainer(config_file)", "train_loop(config_file)").replace(
+        'line 88, in __init__', 'line 88, in train_loop')
+    assert first_failure_of(text)["phase"] != "init"
+
+
+def test_torch_s_own_reader_object_is_no_set_up():
+    text = "\n".join([
+        "Traceback (most recent call last):",
+        '  File "/srv/job/resume.py", line 30, in <module>',
+        "    state = torch.load(path)",
+        '  File "/opt/venv/lib/python3.10/site-packages/torch/serialization.py", line 1004, in load',
+        "    with _open_zipfile_reader(opened_file) as opened_zipfile:",
+        '  File "/opt/venv/lib/python3.10/site-packages/torch/serialization.py", line 456, in __init__',
+        "    super().__init__(torch._C.PyTorchFileReader(name_or_buffer))",
+        "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
+        "",
+    ])
+    ff = first_failure_of(text)
+    assert ff["phase"] == "checkpoint-load"
+
+
+_KILLED = ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 4100) of "
+           "binary: /usr/bin/python3")
+
+
+def test_a_bar_glued_before_the_failure_on_its_line_is_what_came_before_it():
+    ff = first_failure_of(f"Loading checkpoint shards:  43%|████▎     | 3/7 [00:31<00:41, 10.3s/it]{_KILLED}\n")
+    assert (ff["category"], ff["phase"]) == ("host-memory", "init")
+
+
+def test_a_training_bar_glued_before_the_failure_is_no_set_up():
+    ff = first_failure_of(f"Loading checkpoint shards: 100%|██████████| 7/7 [01:10<00:00, 10.0s/it]\n"
+                          f"  3%|▎         | 30/1000 [01:00<32:20,  2.00s/it]{_KILLED}\n")
+    assert ff["phase"] != "init"
