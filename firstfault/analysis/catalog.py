@@ -94,6 +94,8 @@ TRAITS = {
     "phase-marker": "a line phases.toml's [[marker]] rules name (set-up, a save, progress): the latest of each is kept",
 }
 NAMES_RANK_OF = ("next-traceback",)
+# Traits of the last resorts and of words about a failure: they never take a line from a context signature.
+_LAST_RESORTS = frozenset({"generic", "mention", "quoted-exception", "carried-exception"})
 _TOP = ("version", "signature", "xid", "category_rule")
 CONFIDENCES = ("low", "medium", "high")
 
@@ -284,20 +286,28 @@ class Catalog:
         return self._xids.get(code)
 
     def match(self, text: str) -> Match | None:
-        """The first signature, in file order, with a needle in ``text`` and a matching pattern."""
+        """The first signature, in file order, with a needle in ``text`` and a matching pattern; a
+        context signature (a progress bar, a set-up line) only when no other signature matches but
+        last resorts (``_LAST_RESORTS``): a failure printed on the same line as a bar (no newline
+        between them) is the line's failure."""
         if self._ac is None:
             return None
         hits = self._ac.find_matches_as_indexes(text, overlapping=True)
         if not hits:
             return None
-        cands = sorted({k for w, _, _ in hits for k in self._needle_sigs[w]})
-        for k in cands:
+        context = None
+        for k in sorted({k for w, _, _ in hits for k in self._needle_sigs[w]}):
             sig = self.signatures[k]
+            if context is not None and (sig.role == "context" or not _LAST_RESORTS.isdisjoint(sig.traits)):
+                continue
             for pat in sig.patterns:
                 m = pat.search(text)
                 if m is not None and sig.holds(m.groupdict()):
-                    return self._match(sig, m)
-        return None
+                    if sig.role != "context":
+                        return self._match(sig, m)
+                    context = self._match(sig, m)
+                    break
+        return context
 
     def category_of(self, text: str, default: str) -> str:
         """The category the first category_rule finding ``text`` names, else ``default``."""

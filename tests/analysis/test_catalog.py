@@ -392,3 +392,17 @@ def test_no_signature_id_is_written_in_the_code():
     found = [(str(p.relative_to(root)), i) for p in root.rglob("*.py") for i in ids
              if f'"{i}"' in (text := p.read_text()) or f"'{i}'" in text]
     assert found == []
+
+
+def test_a_failure_glued_after_a_bar_on_its_line_is_the_line_s_signature():
+    bar = "Loading checkpoint shards:  43%|████▎     | 3/7 [00:31<00:41, 10.3s/it]"
+    assert CATALOG.match(bar).signature.id == "hf.loading_checkpoint_shards"
+    glued = CATALOG.match(bar + "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) "
+                          "local_rank: 0 (pid: 4100) of binary: /usr/bin/python3")
+    assert (glued.signature.id, glued.role) == ("torchelastic.worker_sigkill", "root")
+
+
+def test_a_last_resort_does_not_take_a_line_from_a_context_signature():
+    line = ("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with exit code 1")
+    m = CATALOG.match(line)
+    assert (m.signature.id, m.role) == ("torchelastic.worker_failed", "context")  # not python.exception
