@@ -62,7 +62,7 @@ STEP_PHASES = ("forward", "backward", "param-gather", "optimizer-step", "data")
 
 _TOP = ("version", "holds", "enclosing", "step", "fallback", "imports", "collective", "marker", "task")
 _RULE_KEYS = ("phase", "reference", "funcs", "files", "in_files")
-_COLLECTIVE_KEYS = ("ops", "seq", "sharded", "phase", "reference")
+_COLLECTIVE_KEYS = ("ops", "seq", "numel", "sharded", "phase", "reference")
 _MARKER_KEYS = ("phase", "progress", "only_before_progress", "ends_in_log", "needles", "pattern", "reference")
 _TASK_KEYS = ("methods", "phase", "reference")
 
@@ -97,6 +97,7 @@ class FrameRule:
 class CollectiveRule:
     ops: frozenset[str]
     seq: int | None
+    numel: int | None  # the work's NumelIn (a barrier's one element)
     sharded: bool | None
     phase: str
     reference: str
@@ -277,13 +278,15 @@ def _collectives(doc: dict, problems: list[str]) -> Iterable[CollectiveRule]:
         ops = _strings(where, e, "ops", problems, required=True)
         problems += [f"{where}: op {op!r} is not an OpType name (upper case)" for op in ops
                      if not re.fullmatch(r"_?[A-Z][A-Z_]*", op)]
-        seq, sharded = e.get("seq"), e.get("sharded")
+        seq, numel, sharded = e.get("seq"), e.get("numel"), e.get("sharded")
         if seq is not None and not (isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0):
             problems.append(f"{where}: seq must be a sequence number")
+        if numel is not None and not (isinstance(numel, int) and not isinstance(numel, bool) and numel >= 0):
+            problems.append(f"{where}: numel must be a count of elements")
         if sharded is not None and not isinstance(sharded, bool):
             problems.append(f"{where}: sharded must be true or false")
         if len(problems) == before:
-            yield CollectiveRule(frozenset(ops), seq, sharded, phase, ref)
+            yield CollectiveRule(frozenset(ops), seq, numel, sharded, phase, ref)
 
 
 def _markers(doc: dict, problems: list[str]) -> Iterable[MarkerRule]:
@@ -353,7 +356,7 @@ def phase_from_frames(frames: Sequence[Frame], phase_rules: PhaseRules | None = 
 
 # ----------------------------------------------------------------------------- hints
 
-_WORK = re.compile(r"(?:SeqNum=(?P<seq>\d+),\s*)?OpType=(?P<op>_?[A-Z][A-Z_]*)")
+_WORK = re.compile(r"(?:SeqNum=(?P<seq>\d+),\s*)?OpType=(?P<op>_?[A-Z][A-Z_]*)(?:,\s*NumelIn=(?P<numel>\d+))?")
 
 
 def collective_op(text: str) -> str | None:
@@ -373,10 +376,11 @@ def phase_from_collective(text: str, sharded: bool | None = None, phase_rules: P
     if m is None:
         return None
     op, seq = m.group("op"), int(m.group("seq")) if m.group("seq") else None
+    numel = int(m.group("numel")) if m.group("numel") else None
     for rule in (phase_rules or rules()).collectives:
         if op not in rule.ops:
             continue
-        if rule.seq is not None and seq != rule.seq:
+        if (rule.seq is not None and seq != rule.seq) or (rule.numel is not None and numel != rule.numel):
             continue
         if rule.sharded is not None and rule.sharded is not (sharded is True):
             continue

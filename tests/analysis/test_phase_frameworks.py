@@ -58,6 +58,16 @@ CASES = {
         ("torch/distributed/fsdp/_state_dict_utils.py", "_pre_load_state_dict_hook"),
         ("torch/distributed/fsdp/_state_dict_utils.py", "_full_pre_load_state_dict_hook"),
         ("torch/distributed/fsdp/_runtime_utils.py", "_unshard")), "checkpoint-load"),
+    "dcp's sharded optimizer state loaded back, a tensor made on a device": (stack(
+        ("/w/t.py", "resume"), ("torch/distributed/checkpoint/optimizer.py", "load_sharded_optimizer_state_dict"),
+        ("torch/distributed/_shard/api.py", "_shard_tensor"),
+        ("torch/distributed/_shard/sharding_spec/chunk_sharding_spec.py", "shard")), "checkpoint-load"),
+    "dcp's set_optimizer_state_dict": (stack(
+        ("/w/t.py", "resume"), ("torch/distributed/checkpoint/state_dict.py", "set_optimizer_state_dict"),
+        ("torch/distributed/checkpoint/state_dict.py", "_load_optim_state_dict")), "checkpoint-load"),
+    "fsdp's full optimizer state scattered to the ranks": (stack(
+        ("/w/t.py", "resume"), ("torch/distributed/fsdp/fully_sharded_data_parallel.py", "scatter_full_optim_state_dict"),
+        ("torch/distributed/fsdp/_optim_utils.py", "_flatten_optim_state_dict")), "checkpoint-load"),
     "megatron forward_step": (stack(
         (f"{MLM}/megatron/training/training.py", "train_step"),
         (f"{MLM}/megatron/core/pipeline_parallel/schedules.py", "forward_backward_no_pipelining"),

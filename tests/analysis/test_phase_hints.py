@@ -40,7 +40,10 @@ OLD_WATCHDOG = "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(
     # a broadcast later on (a checkpoint path, an early-stopping flag) is not init
     (WATCHDOG.format(r=2, seq=230, op="BROADCAST"), None, None),
     (WATCHDOG.format(r=2, seq=11, op="ALLREDUCE"), True, None),
-    (WATCHDOG.format(r=2, seq=1, op="ALLREDUCE"), None, None),
+    (WATCHDOG.format(r=2, seq=1, op="ALLREDUCE"), None, None),  # a script's own first all-reduce of a tensor
+    # a barrier (one element all-reduced) as a group's first collective: set-up waiting for every rank
+    (WATCHDOG.format(r=2, seq=1, op="ALLREDUCE").replace("NumelIn=4096", "NumelIn=1"), None, "init"),
+    (WATCHDOG.format(r=2, seq=9, op="ALLREDUCE").replace("NumelIn=4096", "NumelIn=1"), None, None),
     ("[Rank 0] Timeout at NCCL work: 28956, last enqueued NCCL work: 28956, last completed NCCL work: 28955.", True, None),
     ("NCCL INFO AllGather: opCount 4 sendbuff 0x7f00 recvbuff 0x7f80 count 4096 datatype 7", True, None),
 ])
