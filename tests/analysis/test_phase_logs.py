@@ -188,3 +188,18 @@ def test_a_training_bar_glued_before_the_failure_is_no_set_up():
     ff = first_failure_of(f"Loading checkpoint shards: 100%|██████████| 7/7 [01:10<00:00, 10.0s/it]\n"
                           f"  3%|▎         | 30/1000 [01:00<32:20,  2.00s/it]{_KILLED}\n")
     assert ff["phase"] != "init"
+
+
+def test_a_kill_right_after_deepspeed_built_its_zero_optimizer_is_init():
+    log = "\n".join([
+        "Time to load cpu_adam op: 2.31 seconds",
+        "Rank: 0 partition count [2] and sizes[(1048576, False)] ",
+        "Rank: 1 partition count [2] and sizes[(1048576, False)] ",
+        "[2026-01-06 12:08:44,100] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 5120",
+        "[2026-01-06 12:08:44,230] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', "
+        "'--local_rank=1'] exits with return code = -9",
+        "",
+    ])
+    ff = first_failure_of(log)
+    assert ff["phase"] == "init"
+    assert "set-up lines" in ff["phase_from"]
