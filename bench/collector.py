@@ -106,7 +106,7 @@ def serve(db: str, profile: bool) -> None:
         if db == "null":
             store = NullStore(db)
         else:  # as the daemon opens it: blocks, marked for reports, group commit
-            store = await loop.run_in_executor(writer, open_store, db)
+            store = await loop.run_in_executor(writer, open_store, db, True)
         server = IngestServer(store, writer=writer)
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)

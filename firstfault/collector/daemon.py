@@ -67,12 +67,13 @@ class StartError(Exception):
     """The collector cannot start; the message says what to do."""
 
 
-def open_store(db: str) -> Store:
+def open_store(db: str, ingest: bool = False) -> Store:
     """The store for ``db`` (a SQLite file path or a postgres:// URL), marking at
-    insert what reports read where the backend keeps marks."""
+    insert what reports read where the backend keeps marks; ``ingest``: the ingest
+    server's writer (store.open_store)."""
     from firstfault.analysis.reads import ReportMarker
 
-    return open_any_store(db, marker=ReportMarker(load_catalog()))
+    return open_any_store(db, marker=ReportMarker(load_catalog()), ingest=ingest)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,7 +150,7 @@ async def run(cfg: CollectorConfig, notifier: Notifier | None = None) -> int:
     try:
         try:
             # opened on the store thread: every later call runs there too
-            store = await loop.run_in_executor(writer, open_store, cfg.db)
+            store = await loop.run_in_executor(writer, open_store, cfg.db, True)
         except (StoreError, OSError) as e:
             raise StartError(f"cannot open the store db={display(cfg.db)}: {e}") from e
         try:

@@ -20,14 +20,16 @@ def display(db: str) -> str:
             f"{mark if query else ''}{query}")
 
 
-def open_store(db: str, *, marker: Marker | None = None) -> Store:
+def open_store(db: str, *, marker: Marker | None = None, ingest: bool = False) -> Store:
     """The store ``db`` names: a postgres:// or postgresql:// URL (PostgresStore), else
     a SQLite file path (SqliteStore); both mark with ``marker`` (base.Marker) what a
-    report reads. StoreError if it can not be opened."""
+    report reads. ``ingest``: the ingest server's writer, whose acks wait on its commits
+    (SQLite's WAL is then checkpointed by a thread of its own). StoreError if it can not
+    be opened."""
     if db.startswith(URL_SCHEMES):
         from firstfault.collector.store.postgres import PostgresStore
 
         return PostgresStore(db, marker=marker)
     from firstfault.collector.store.sqlite import SqliteStore
 
-    return SqliteStore(db, marker=marker)
+    return SqliteStore(db, marker=marker, checkpoint_thread=ingest)

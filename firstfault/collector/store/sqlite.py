@@ -21,7 +21,8 @@ Space
     every insert): freed pages go on the freelist and new blocks reuse them, so the
     file stays near its high-water mark and stops growing; ``VACUUM`` offline to
     shrink it. The WAL is checkpointed every WAL_AUTOCHECKPOINT pages and cut back
-    to JOURNAL_SIZE_LIMIT after.
+    to JOURNAL_SIZE_LIMIT after; the ingest's store (``checkpoint_thread``) has a thread
+    checkpoint it instead (walcheckpoint.py), its commits only at SAFETY_PAGES.
 
 Threads
     One connection per store object (check_same_thread=False): any thread may call
@@ -49,6 +50,7 @@ from firstfault.collector.store.blocks import COLUMNS
 from firstfault.collector.store.core import BlockStore
 from firstfault.collector.store.dialect import INSERT_BLOCK, INSERT_MARKS, INSERT_PENDING
 from firstfault.collector.store.sqlite_schema import MIGRATIONS
+from firstfault.collector.store.walcheckpoint import SAFETY_PAGES, WalCheckpointer
 
 __all__ = ["COLUMNS", "MIGRATIONS", "SqliteDialect", "SqliteStore"]
 
@@ -68,8 +70,9 @@ class SqliteDialect:
     for_update = ""  # BEGIN IMMEDIATE: the one writer holds the whole file
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 10.0,
-                 power_safe: bool = False, cache_mib: int = 64) -> None:
+                 power_safe: bool = False, cache_mib: int = 64, checkpoint_thread: bool = False) -> None:
         self.path = self.name = str(path)
+        self._checkpointer: WalCheckpointer | None = None
         if sqlite3.sqlite_version_info < MIN_SQLITE:
             raise StoreError(f"SQLite {sqlite3.sqlite_version} is too old for the store "
                              f"(needs {'.'.join(map(str, MIN_SQLITE))} or newer)")
@@ -80,7 +83,10 @@ class SqliteDialect:
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: can not open the store: {e}") from e
         try:
-            self._open(power_safe, cache_mib)
+            self._open(power_safe, cache_mib, SAFETY_PAGES if checkpoint_thread else WAL_AUTOCHECKPOINT)
+            if checkpoint_thread:
+                self._checkpointer = WalCheckpointer(self.path)
+                self._checkpointer.start()
         except BaseException as e:
             self._db.close()
             self._db = None
@@ -91,7 +97,7 @@ class SqliteDialect:
                 raise StoreError(f"{self.path}: can not open the store: {e}") from e
             raise
 
-    def _open(self, power_safe: bool, cache_mib: int) -> None:
+    def _open(self, power_safe: bool, cache_mib: int, autocheckpoint_pages: int) -> None:
         db = self._db
         assert db is not None
         self._check_version(db)  # before anything writes: refuse a foreign file
@@ -102,7 +108,7 @@ class SqliteDialect:
                              f"{mode}); put the store on a local filesystem")
         db.execute(f"PRAGMA synchronous={'FULL' if power_safe else 'NORMAL'}")
         db.execute(f"PRAGMA cache_size={-1024 * int(cache_mib)}")
-        db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
+        db.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint_pages}")
         db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
         self._migrate(db)
         self._data_version = db.execute("PRAGMA data_version").fetchone()[0]
@@ -206,6 +212,9 @@ class SqliteDialect:
         return (pages - free) * db.execute("PRAGMA page_size").fetchone()[0]
 
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -216,16 +225,19 @@ class SqliteStore(BlockStore):
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 10.0,
                  power_safe: bool = False, cache_mib: int = 64,
-                 now_ns: Callable[[], int] = time.time_ns, marker: Marker | None = None) -> None:
+                 now_ns: Callable[[], int] = time.time_ns, marker: Marker | None = None,
+                 checkpoint_thread: bool = False) -> None:
         """Open (creating or migrating) the store at ``path``; StoreError if it can not be.
 
         busy_timeout_s: how long to wait for another connection's write lock.
         power_safe: synchronous=FULL, so commits survive a power loss, not only a
         kill of the process. cache_mib: SQLite page cache. now_ns: the clock for
         job status and prune ages (tests). marker: marks at insert what a report
-        will read (base.Marker; firstfault/analysis/reads.py), None for no marks."""
+        will read (base.Marker; firstfault/analysis/reads.py), None for no marks.
+        checkpoint_thread: the WAL checkpointed by a thread of its own (walcheckpoint.py), not
+        by the commit that fills it: for the ingest's writer, whose acks wait on its commits."""
         dialect = SqliteDialect(path, busy_timeout_s=busy_timeout_s, power_safe=power_safe,
-                                cache_mib=cache_mib)
+                                cache_mib=cache_mib, checkpoint_thread=checkpoint_thread)
         self.path = dialect.path
         try:
             super().__init__(dialect, marker=marker, now_ns=now_ns)

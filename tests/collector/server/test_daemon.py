@@ -78,7 +78,7 @@ def test_run_in_process_until_sigterm(monkeypatch, caplog):
     store = FakeStore()
     pruned = []
     store.prune = lambda **kw: pruned.append(kw) or 0
-    monkeypatch.setattr(daemon, "open_store", lambda db: store)
+    monkeypatch.setattr(daemon, "open_store", lambda db, ingest=False: store)
     cfg, _ = parse_args(["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--retention-max-age-days", "2",
                       "--retention-max-bytes", "1000000"])
     result: dict = {}
