@@ -4,8 +4,9 @@ Every source the report may take a phase from is here, in the order they are tru
 (``failure_phase``):
 
 - a failure a line names (``phase_of``): its own frames; the frames of the same failure told
-  elsewhere, or of its rank's traceback cut above the exception line; the hints that are not
-  frames (phase.phase_hint); a worker's exit status 2 with nothing else said (judge.exit_failure: a
+  elsewhere, or of its rank's traceback cut above the exception line; a constructor its frames
+  pass through with no training frame; the hints that are not frames (phase.phase_hint, then an
+  NCCL error of a communicator's set-up: ``nccl_setup``); a worker's exit status 2 with nothing else said (judge.exit_failure: a
   rejected command line) is init; the signature's one phase; a checkpoint save under way; the
   stacks of the ranks that waited for it, else of the other ranks' errors; of a traceback
   pasted from its middle, a heading's save, load or set-up over the step its frames show (``headed``);
@@ -214,9 +215,11 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: 
     """The phase of a failure and where that came from.
 
     In order: its own frames; the frames of the same failure told elsewhere (``parts``: the rest
-    of a traceback cut into pieces, the same signature's traceback on the same rank); the hints
-    that are not frames (phase.phase_hint: a Ray task, the collective a timeout names, set-up lines
-    in ``before`` with no progress after them); the signature's one phase hint; a checkpoint save
+    of a traceback cut into pieces, the same signature's traceback on the same rank); a constructor
+    its frames pass through with no frame of training (``_constructing``); the hints that are not
+    frames (phase.phase_hint: a Ray task, the collective a timeout names, set-up lines in ``before``,
+    or a bar glued before the failure on its own line, with no progress after them; then
+    ``nccl_setup``); the signature's one phase hint; a checkpoint save
     under way when it happened; the stacks of the ranks that waited for it (a rank killed without
     a stack was in the phase whose collective the others waited in), else, where none waited, of the
     other ranks' errors (``peers`` holds those then: the ranks of a job run the same step).
