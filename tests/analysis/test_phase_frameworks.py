@@ -68,6 +68,9 @@ CASES = {
     "fsdp's full optimizer state scattered to the ranks": (stack(
         ("/w/t.py", "resume"), ("torch/distributed/fsdp/fully_sharded_data_parallel.py", "scatter_full_optim_state_dict"),
         ("torch/distributed/fsdp/_optim_utils.py", "_flatten_optim_state_dict")), "checkpoint-load"),
+    "fairseq's own optimizer step": (stack(
+        ("fairseq/trainer.py", "train_step"), ("fairseq/optim/fp16_optimizer.py", "step"),
+        ("fairseq/optim/adam.py", "step")), "optimizer-step"),
     "megatron forward_step": (stack(
         (f"{MLM}/megatron/training/training.py", "train_step"),
         (f"{MLM}/megatron/core/pipeline_parallel/schedules.py", "forward_backward_no_pipelining"),

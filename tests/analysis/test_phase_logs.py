@@ -203,3 +203,19 @@ def test_a_kill_right_after_deepspeed_built_its_zero_optimizer_is_init():
     ff = first_failure_of(log)
     assert ff["phase"] == "init"
     assert "set-up lines" in ff["phase_from"]
+
+
+def test_a_state_dict_that_does_not_fit_its_model_is_a_checkpoint_load():
+    log = "\n".join([
+        "Traceback (most recent call last):",
+        '  File "/srv/job/resume.py", line 41, in <module>',
+        "    model.load_state_dict(state)",
+        '  File "/opt/venv/lib/python3.10/site-packages/torch/nn/modules/module.py", line 2153, in load_state_dict',
+        "    raise RuntimeError('Error(s) in loading state_dict for {}:\\n\\t{}'.format(",
+        "RuntimeError: Error(s) in loading state_dict for GPTModel:",
+        "\tsize mismatch for embedding.word_embeddings.weight: copying a param with shape torch.Size([50304, 1024]) "
+        "from checkpoint, the shape in current model is torch.Size([50432, 1024]).",
+        "",
+    ])
+    ff = first_failure_of(log)
+    assert (ff["signature"], ff["phase"]) == ("torch.state_dict_mismatch", "checkpoint-load")
