@@ -182,9 +182,10 @@ def nccl_setup(f: Finding, parts: Iterable[Finding], before: Iterable[str] = ())
 
 # A frame of an object's constructor (a dataclass's generated __init__ calls __post_init__), and the words of a
 # function that runs training, evaluation or generation (a step's phases are phases.toml's; these say only
-# that set-up was over).
+# that set-up was over). A function named just ``train`` says nothing: it is the usual name of a script's whole
+# job, its set-up and then its loop (ColossalAI's and many examples' ``def train(args)``).
 _CONSTRUCTORS = ("__init__", "__post_init__")
-_RUNNING = re.compile(r"train|fit|step|epoch|loop|evaluat|predict|generat|rollout|forward|backward", re.I)
+_RUNNING = re.compile(r"\w+train|train\w+|fit|step|epoch|loop|evaluat|predict|generat|rollout|forward|backward", re.I)
 
 
 def _constructing(frames: Sequence[Frame]) -> Frame | None:

@@ -219,3 +219,12 @@ def test_a_state_dict_that_does_not_fit_its_model_is_a_checkpoint_load():
     ])
     ff = first_failure_of(log)
     assert (ff["signature"], ff["phase"]) == ("torch.state_dict_mismatch", "checkpoint-load")
+
+
+def test_a_script_s_train_function_around_a_constructor_is_still_set_up():
+    outer = ('[rank0]:   File "/srv/job/run_train.py", line 12, in <module>\n'
+             "[rank0]:     train(config_file)\n"
+             '[rank0]:   File "/srv/job/run_train.py", line 7, in train\n')
+    text = _BUILT.replace('[rank0]:   File "/srv/job/run_train.py", line 12, in <module>\n', outer, 1)
+    assert outer in text
+    assert first_failure_of(text)["phase"] == "init"
