@@ -6,10 +6,11 @@ Every source the report may take a phase from is here, in the order they are tru
 - a failure a line names (``phase_of``): its own frames; the frames of the same failure told
   elsewhere, or of its rank's traceback cut above the exception line; a constructor its frames
   pass through with no training frame; the hints that are not frames (phase.phase_hint, then an
-  NCCL error of a communicator's set-up: ``nccl_setup``); a worker's exit status 2 with nothing else said (judge.exit_failure: a
-  rejected command line) is init; the signature's one phase; a checkpoint save under way; the
-  stacks of the ranks that waited for it, else of the other ranks' errors; of a traceback
-  pasted from its middle, a heading's save, load or set-up over the step its frames show (``headed``);
+  NCCL error of a communicator's set-up: ``nccl_setup``); a worker's exit status 2 with nothing
+  else said (judge.exit_failure: a rejected command line) is init; the signature's one phase; a
+  checkpoint save under way; the stacks of the ranks that waited for it, else of the other ranks'
+  errors; of a traceback pasted from its middle, a heading's save, load or set-up over the step its
+  frames show (``headed``);
 - an inferred hang (``hang_phase``): the stack dump of the rank that stopped; a checkpoint save
   under way; what the others waited for (timeout_cause.py: the work one rank did alone, a save
   begun as they started waiting); the
@@ -149,7 +150,8 @@ _COMM_INIT = re.compile(r"\bnccl(?:CommInitRank(?:Config|Scalable)?|CommInitAll|
 _ASYNC = re.compile(r"found async exception|[Ww]atchdog|communicator was aborted|Some NCCL operations have failed")
 # A collective's own NCCL call named by its caller (Horovod's, TensorFlow's, cupy's "ncclAllReduce failed: ..."):
 # the communicator was made, the call failed.
-_COLLECTIVE_CALL = re.compile(r"\bnccl(?:AllReduce|Broadcast|Bcast|Reduce|AllGather|ReduceScatter|AllToAll|Send|Recv)\b")
+_COLLECTIVE_CALL = re.compile(
+    r"\bnccl(?:AllReduce|Broadcast|Bcast|Reduce|AllGather|ReduceScatter|AllToAll|Send|Recv)\b")
 
 
 def nccl_setup(f: Finding, parts: Iterable[Finding], before: Iterable[str] = ()) -> Phase | None:
@@ -246,7 +248,8 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: 
         if cut:
             return cut, "frames of its rank's traceback, cut above the exception line"
     if (built := _constructing(f.ev.frames)) is not None:
-        return "init", f"raised while an object was built ({built.func} in {built.file.rsplit('/', 1)[-1]}), no step under way"
+        where = built.file.rsplit("/", 1)[-1]
+        return "init", f"raised while an object was built ({built.func} in {where}), no step under way"
     hinted = phase_hint(f.ev.text, before, sharded) or nccl_setup(f, parts, before)
     if hinted:
         return hinted
