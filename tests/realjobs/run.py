@@ -375,20 +375,25 @@ def _shm_leftovers() -> set[Path]:
     return set(SHM.glob(SHM_LEFTOVERS)) if SHM.is_dir() else set()
 
 
-def _mapped(paths: set[Path]) -> set[Path]:
-    """Those of ``paths`` a live process maps: another job's, running beside this one (the live-node
-    test runs two). DeepSpeed's shm_initialize creates its rank's buffer and then waits, without end,
-    for each other rank's to exist: removing a running job's buffer hangs that job."""
+def _in_use(paths: set[Path]) -> set[Path]:
+    """Those of ``paths`` a live process maps or holds open: another job's, running beside this one
+    (the live-node test runs two). DeepSpeed's shm_initialize creates its rank's buffer, fills it
+    with write() (66 MB: long enough to be seen unmapped on a busy machine), maps it, and then
+    waits, without end, for each other rank's to exist: removing a running job's buffer hangs that
+    job."""
     if not paths:
         return set()
     names = {str(p) for p in paths}
     used: set[str] = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
+    for proc in Path("/proc").glob("[0-9]*"):
         try:
-            text = maps.read_text()
+            used |= {n for n in names if n in (proc / "maps").read_text()}
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target in names:
+                    used.add(target)
         except OSError:
             continue
-        used |= {n for n in names if n in text}
     return {Path(n) for n in used}
 
 
@@ -397,7 +402,7 @@ def _launch(sc, cmds, out, env, timeout_s, result):
     and return the exit code (of node 0's launcher, the others in result["launcher_exit_codes"]).
     The shared-memory buffers DeepSpeed's ranks never unlink (clean exit or killed) are removed
     afterwards: 30 jobs left 3.7 GB of /dev/shm per test run. Not those a live process maps: another
-    job's, started while this one ran (_mapped)."""
+    job's, started while this one ran (_in_use)."""
     logs, procs, shm_before = [], [], _shm_leftovers()
     try:
         for node, cmd in enumerate(cmds):
@@ -427,7 +432,7 @@ def _launch(sc, cmds, out, env, timeout_s, result):
         for f in logs:
             f.close()
         left = _shm_leftovers() - shm_before
-        for leftover in left - _mapped(left):
+        for leftover in left - _in_use(left):
             leftover.unlink(missing_ok=True)
     if len(codes) > 1:
         result["launcher_exit_codes"] = codes

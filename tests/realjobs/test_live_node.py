@@ -149,12 +149,15 @@ def _tr_job(node: Node, capsys) -> str:
     return job
 
 
-def _why(rep: dict) -> str:
+def _why(rep: dict, folder: Path) -> str:
     """What a report rests on, for a failing assertion: its first failure's evidence, the ranks'
-    exits and the checkpoint's reasons."""
+    exits and the checkpoint's reasons; and the end of the job's launcher log (``folder``), which
+    tells a job that hung (killed at the runner's timeout) from one that failed."""
     keep = {"first_failure": rep.get("first_failure"), "exits": {r: v.get("exit") for r, v in rep.get("ranks", {}).items()},
             "checkpoint": rep.get("checkpoint"), "node_context": rep.get("node_context")}
-    return json.dumps(keep, indent=1, default=str)[:6000]
+    launcher = folder / "launcher.log"
+    tail = launcher.read_text(errors="replace")[-3000:] if launcher.exists() else "(no launcher.log)"
+    return json.dumps(keep, indent=1, default=str)[:6000] + "\nlauncher.log ends:\n" + tail
 
 
 def test_the_scene_happened(shared):
@@ -167,9 +170,10 @@ def test_the_scene_happened(shared):
 def test_each_report_holds_its_own_ranks_exits_world_size_and_events(shared, capsys, which):
     node, ds_job, _, _ = shared
     job = ds_job if which == "ds" else _tr_job(node, capsys)
+    folder = node.root / ds_job if which == "ds" else node.root / "tr" / "run"
     rep = node.report(job, capsys)
     ff = rep["first_failure"]
-    assert (ff["rank"], ff["category"]) == (1, "user-code"), _why(rep)
+    assert (ff["rank"], ff["category"]) == (1, "user-code"), _why(rep, folder)
     assert ff["failing_frame"]["function"] == "check_features" and ff["failing_frame"]["in_user_code"]
     assert sorted(rep["ranks"]) == ["0", "1"] and rep["context"]["world_size"] == 2
     assert not [g for g in rep["gaps"] if g.get("rank") is not None]  # no phantom ranks of WORLD_SIZE=8
@@ -192,7 +196,7 @@ def test_the_deepspeed_jobs_checkpoint_is_checked_on_disk_over_the_collector(sha
     node, ds_job, _, _ = shared
     rep = node.report(ds_job, capsys)
     ck = rep["checkpoint"]
-    assert (ck["verdict"], ck["resume_from"]) == ("safe", "global_step4"), _why(rep)
+    assert (ck["verdict"], ck["resume_from"]) == ("safe", "global_step4"), _why(rep, node.root / ds_job)
     assert ck["disk_path"] == str(node.root / ds_job / "checkpoints")
     offline = subprocess.run([sys.executable, "-m", "firstfault", "checkpoint", str(node.root / ds_job / "checkpoints"),
                               "--format", "json"], capture_output=True, text=True)
