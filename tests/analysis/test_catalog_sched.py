@@ -288,6 +288,36 @@ def test_paste_mpirun_with_pid_and_node_blanked_out_still_names_the_rank():
                          "(Terminated).").role == "cascade"
 
 
+OMPI_CRASH = """\
+[gpu-08:24215] *** Process received signal ***
+[gpu-08:24215] Signal: Segmentation fault (11)
+[gpu-08:24215] Signal code: Address not mapped (1)
+[gpu-08:24215] Failing at address: 0x10
+[gpu-08:24215] [ 0] /lib/x86_64-linux-gnu/libc.so.6(+0x42520)[0x7f0c1a242520]
+[gpu-08:24215] *** End of error message ***
+--------------------------------------------------------------------------
+mpirun noticed that process rank 5 with PID 24215 on node gpu-08 exited on signal 11 (Segmentation fault).
+--------------------------------------------------------------------------
+"""
+
+
+def test_paste_open_mpis_crash_report_is_the_rank_mpirun_names_by_pid():
+    """Open MPI's signal handler writes "[host:pid] Signal: ..." (HOSTFORMAT "[%s:%05d] "): the pid is
+    the one mpirun's line ties to rank 5."""
+    ff = paste("ompi-segv", OMPI_CRASH)["first_failure"]
+    assert (ff["signature"], ff["rank"], ff["rank_from"]) == ("mpi.crash_signal", 5, "pid 24215")
+    assert ff["confidence"] != "high"
+
+
+def test_paste_an_abort_open_mpi_reports_is_not_the_failure_printed_above_it():
+    aborted = "free(): invalid pointer\n" + OMPI_CRASH.replace("Segmentation fault (11)", "Aborted (6)").replace(
+        "signal 11 (Segmentation fault)", "signal 6 (Aborted)")
+    assert paste("ompi-abort", aborted)["first_failure"]["signature"] == "glibc.heap_corruption"
+    assert (sig("[gpu-08:24215] Signal: Aborted (6)"), sig("[gpu-08:24215] Signal: Segmentation fault (11)")) == (
+        "mpi.signal_report", "mpi.crash_signal")
+    assert sig("[2026-12-02 10:03:00] Signal: Segmentation fault (11)") != "mpi.crash_signal"  # a time, no host:pid
+
+
 K8S_DESCRIBE = """\
 Name:             llm-sft-worker-1
 Namespace:        default
