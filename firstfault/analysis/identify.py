@@ -238,7 +238,8 @@ def _printed_by_rank(g: Finding, f: Finding) -> bool:
 
 
 def followed_by_rank(findings: list[Finding]) -> list[Finding]:
-    """Rule 4b: an unranked failure takes the rank of the failure its own process prints next.
+    """Rule 4b: an unranked failure takes the rank of the failure its own process prints next (not a
+    person's caption or heading over the paste: those are marked prose, no process printed them).
 
     A CUDA kernel's device-side assert and NCCL's WARN lines carry no rank prefix even where the
     launcher or the program prefixes every Python line (``[rank0]:``); the rank's own exception
@@ -259,8 +260,8 @@ def followed_by_rank(findings: list[Finding]) -> list[Finding]:
                 if f.ev.source == "kernel" or f.ev.local_rank is not None or f.has("failure-table-rank"):
                     run = []  # another printer's line (a launcher's, the kernel's) between: no adjacency
                     continue
-                if f.role not in ("root", "cascade"):
-                    continue
+                if f.role not in ("root", "cascade") or f.ev.fields.get("prose"):
+                    continue  # a person's words over the paste (a caption, a heading) are no process's line
                 if run and f.ev.seq - findings[run[-1]].ev.seq > FOLLOW_GAP:
                     run = []
                 if not run:

@@ -114,3 +114,20 @@ def test_not_when_another_ranks_line_lies_between():
         + "".join(lines[2:])
     ff = first_failure_of(text)
     assert ff["rank_from"] != "the ranked error that follows it"
+
+
+TWO_RANKS_UNDER_A_CAPTION = """\
+Error:
+[rank4]:   File "/opt/Megatron-LM/megatron/core/dist_checkpointing/strategies/filesystem_async.py", line 337, in retrieve_write_results
+[rank4]:     raise RuntimeError(f'Worker failure: {write_results_or_exc}') from write_results_or_exc
+[rank4]: RuntimeError: Worker failure: _write_item() missing 1 required positional argument: 'serialization_format'
+[rank5]: TypeError: _write_item() missing 1 required positional argument: 'serialization_format'
+"""
+
+
+def test_a_persons_caption_over_the_paste_takes_no_rank():
+    """"Error:" alone on a line is a caption (prefixes.peel marks it prose), no process's line: it
+    neither takes rank 4 from the traceback below nor hides that traceback as rank 4's first error."""
+    ff = first_failure_of(TWO_RANKS_UNDER_A_CAPTION)
+    assert (ff["rank"], ff["signature"]) == (4, "python.exception")
+    assert "Worker failure" in ff["summary"]
