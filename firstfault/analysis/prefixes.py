@@ -15,7 +15,8 @@ the tool's own format (examples made up)::
     finetune/0 [default2]:[rank2]:    torchx's log viewer (role/replica id; NeMo-Run), peeled only before a
                                       PyTorch or torchrun --tee prefix
     (WorkerDict pid=123, ip=10.0.0.5) Ray's worker prefix; (raylet), (pid=123); "[repeated 3x across cluster]" after;
-                                      the ip is a host name where Ray was given one (--node-ip-address)
+                                      the ip is a host name where Ray was given one (--node-ip-address), an
+                                      IPv6 address in brackets (ip=[fd00::5])
     [2026-02-18 10:48:25]             a collector's bracketed time, peeled only before a Ray or rank prefix (a
                                       program's own "[2026-02-18 10:48:25,681] [INFO]" header stays)
     trainer-1  |                      docker compose service prefix
@@ -61,7 +62,7 @@ _PREFIX = re.compile(
     r"|\[rank: (?P<lrank>\d+)\][ ]"
     r"|\[(?P<role>[A-Za-z_][\w.-]{0,62}?)(?P<local>\d+)\]:"
     r"|\[\d+,(?P<mpi>\d+)\]<(?:stdout|stderr)>:[ ]?"
-    r"|\((?P<ray>(?:[A-Za-z_][\w.<>:-]*)?(?: ?pid=\d+)?)(?:, ip=(?P<rayip>[0-9A-Fa-f.:]+|[A-Za-z0-9][\w.-]*))?(?:, repr=[^)]*)?\)[ ]"
+    r"|\((?P<ray>(?:[A-Za-z_][\w.<>:-]*)?(?: ?pid=\d+)?)(?:, ip=(?:\[(?P<rayip6>[0-9A-Fa-f.:]+)\]|(?P<rayip>[0-9A-Fa-f.:]+|[A-Za-z0-9][\w.-]*)))?(?:, repr=[^)]*)?\)[ ]"
     r"|(?P<service>[A-Za-z0-9][\w.-]*[-_]\d+)[ ]+\|[ ]"
     r"|(?P<runner>[A-Za-z][\w-]*\.[\w.-]+) \[(?:stdout|stderr)\][ ]"
     r"|(?P<torchx>[A-Za-z_][\w-]*/\d+)[ ](?=\[(?:rank\d+|[A-Za-z_][\w.-]*?\d+)\]:)"
@@ -153,8 +154,9 @@ def peel(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[s
             elif g["syslog"] is not None:
                 stamp, node = stamp or g["syslog"], node or g["sysnode"]
             elif m.group(0).strip().startswith("("):
-                node = node or g["rayip"]
-                who.append(f"({g['ray']}{', ' + g['rayip'] if g['rayip'] else ''})")
+                ip = g["rayip"] or g["rayip6"]
+                node = node or ip
+                who.append(f"({g['ray']}{', ' + ip if ip else ''})")
             pos, n = m.end(), n + 1
             continue
         m = _LABEL.match(line, pos)

@@ -21,6 +21,7 @@ WATCHDOG = ("[rank7]:[E218 10:48:25.681000 4242 ProcessGroupNCCL.cpp:632] [Rank 
     ("\t", 7, None, None),
     ("29: ", 7, None, None),  # srun --label before the worker's own prefix: the worker's rank wins
     ("(WorkerDict pid=123, ip=10.0.0.5) ", 7, "10.0.0.5", None),  # Ray
+    ("  (WorkerDict pid=123, ip=[fd00:5::30f]) ", 7, "fd00:5::30f", None),  # Ray on IPv6: the address in brackets
     ("trainer-1  | ", 7, None, None),  # docker compose
     ("\x1b[36m", 7, None, None),  # colour left on (removed by traceback.visible before peel)
     ("> ", 7, None, None),  # Markdown quote
