@@ -485,6 +485,10 @@ def phase_from_worker_call(text: str, phase_rules: PhaseRules | None = None) -> 
     return _task_phase(found[-1], phase_rules or rules()) if found else None
 
 
+# what the marker lines before a failure were, by the phase they name (phase_hint's words for the report)
+_MARKED = {"init": "set-up lines", "checkpoint-save": "lines of a save under way", "checkpoint-load": "lines of a load under way"}
+
+
 def phase_hint(failure_text: str, before: Iterable[str] = (), sharded: bool | None = None,
                phase_rules: PhaseRules | None = None) -> tuple[str, str] | None:
     """The phase the hints that are not frames give, and where it came from (for ``phase_from``), or None.
@@ -502,5 +506,5 @@ def phase_hint(failure_text: str, before: Iterable[str] = (), sharded: bool | No
     if (p := phase_from_collective(failure_text, sharded, r)) is not None:
         return p, COLLECTIVE_HINT
     if (p := phase_before_failure(before, r)) is not None:
-        return p, "set-up lines before it, with no training progress after them"
+        return p, f"{_MARKED.get(p, 'lines naming the phase')} before it, with no training progress after them"
     return None

@@ -12,6 +12,7 @@ from firstfault.analysis.phase import (
     phase_from_collective,
     phase_from_marker,
     phase_from_task,
+    phase_hint,
 )
 
 # ProcessGroupNCCL's WorkNCCL, as its watchdog and timeout lines print it (torch 1.10-2.9).
@@ -124,8 +125,6 @@ def test_the_ray_task_that_failed(text, want):
 
 
 def test_phase_hint_tries_the_task_then_the_collective_then_the_markers():
-    from firstfault.analysis.phase import phase_hint
-
     setup = ["Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2"]
     task = "ray::WorkerDict.actor_rollout_save_checkpoint() (pid=4242, ip=10.0.0.5)"
     assert phase_hint(task, setup) == ("checkpoint-save", "the Ray task that failed")
@@ -160,3 +159,15 @@ def test_survivors_stuck_in_different_collectives_name_no_phase_by_their_collect
     ag = WATCHDOG.format(r=0, seq=8811, op="_ALLGATHER_BASE") + "\n"
     assert first_failure_of(rs)["phase"] == "backward"
     assert first_failure_of(ag + rs)["phase"] == "unknown"
+
+
+def test_megatrons_async_checkpoint_writer_names_a_save():
+    """FileSystemWriterAsync (megatron/core/dist_checkpointing/strategies/filesystem_async.py) writes only
+    a save: its logger's name in Megatron's log format and its own words say so, the failure's line too."""
+    failed = ("ERROR: megatron.core.dist_checkpointing.strategies.filesystem_async: Local process 0 encountered an "
+              "error: [Errno 5] Input/output error")
+    assert phase_from_marker(failed) == "checkpoint-save"
+    assert phase_from_marker("FileSystemWriterAsync: collecting worker results...") == "checkpoint-save"
+    assert phase_hint("OSError: [Errno 5] Input/output error", [failed]) == (
+        "checkpoint-save", "lines of a save under way before it, with no training progress after them")
+    assert phase_from_marker('            err_msg = f"An error is caught while a proc {i} is created, error: {e}"') is None
