@@ -31,6 +31,8 @@ CATALOG = load_catalog()
     # transformers modeling_utils.py from_pretrained on a local folder without weights
     ("OSError: Error no file named pytorch_model.bin, model.safetensors, tf_model.h5, model.ckpt.index or "
      "flax_model.msgpack found in directory /models/llama.", "config"),
+    # a framework's own check of what it was given states a requirement (torchtune loss patch_tp_plan)
+    ("KeyError: '`tp_plan` requires `output` key'", "config"),
 ])
 def test_an_exception_takes_its_category_from_its_words(line, category):
     assert CATALOG.category_of(line, "user-code") == category
@@ -44,6 +46,8 @@ def test_an_exception_takes_its_category_from_its_words(line, category):
     "ValueError: infinite generator",  # "inf" only as a word
     "RuntimeError: information missing",
     "RuntimeError: the divide kernel got a zero divisor",  # "divide" alone is no requirement
+    # autograd's own words of a tensor that requires grad: the code's in-place op, no setting
+    "RuntimeError: a leaf Variable that requires grad is being used in an in-place operation.",
 ])
 def test_words_that_name_no_class_leave_user_code(line):
     m = CATALOG.match(line)
