@@ -284,6 +284,8 @@ def _keep(f: Finding, latest: dict, kept: dict, counts: dict) -> int:
         old = kept[key]
         if ev.source == "kernel" and old.ev.occurred_ns is None and ev.occurred_ns is not None:
             kept[key] = f  # the same message from a log whose times are known
+        elif old.ev.fields.get("prose") and not ev.fields.get("prose") and f.role == "root" and not f.has("mention"):
+            kept[key] = f  # a heading's words, then the log's own line of the failure: the line is the evidence
         elif ev.frames and not old.ev.frames:  # the same failure told again with its traceback: its frames
             kept[key] = replace(old, ev=replace(old.ev, frames=ev.frames, exc_type=old.ev.exc_type or ev.exc_type))
         return 0

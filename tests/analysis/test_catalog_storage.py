@@ -343,3 +343,20 @@ def test_a_missing_zero_shard_on_resume_is_the_jobs_setup_on_that_rank():
     other = log.replace("/out/checkpoint-400/global_step400/zero_pp_rank_5_mp_rank_00_optim_states.pt",
                         "/data/train.json")
     assert first_failure_of(other)["signature"] != "deepspeed.checkpoint_shard_missing"
+
+
+# A paste under a Markdown heading that names the failure, then the log's own line of it (Megatron's
+# async checkpoint writer, filesystem_async.py): the log's line is the evidence, and its logger names
+# the save it failed in.
+HEADED_SAVE_FAILURE = """\
+# Checkpoint save fails: [Errno 5] Input/output error
+saving checkpoint at iteration     400 to /ckpt/run1
+ERROR:megatron.core.dist_checkpointing.strategies.filesystem_async:Local process 0 encountered an error: [Errno 5] Input/output error
+"""
+
+
+def test_the_logs_own_line_is_the_evidence_not_the_heading_that_names_it():
+    ff = first_failure_of(HEADED_SAVE_FAILURE)
+    assert ff["signature"] == "storage.eio" and ff["category"] == "storage"
+    assert ff["evidence"][0]["text"].startswith("ERROR:megatron.core.dist_checkpointing")
+    assert ff["phase"] == "checkpoint-save"
