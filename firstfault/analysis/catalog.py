@@ -72,6 +72,8 @@ TRAITS = {
     "collective-timeout": "a collective or barrier timed out on this rank: it waited for a peer",
     "nccl-work-status": "ProcessGroupNCCL's last enqueued and completed work of a rank",
     "oom-kill": "an OOM killer (kernel, Slurm, Ray, the kubelet) ended a process",
+    "oom-report": "the kernel's report of its OOM killer at work (the allocation that invoked it, the victim it "
+                  "chose), printed only as it kills: judge.oom_reported",
     "xid-kernel": "an Xid the driver logged (NVRM), with its pid",
     "xid-nvml": "an Xid NVML reported (the agent), with the GPU",
     "fatal-error": "Python's own fatal error line (faulthandler's 'Fatal Python error: ...')",

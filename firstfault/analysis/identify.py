@@ -143,14 +143,21 @@ def link_kernel(findings: list[Finding], pids: Mapping[int, int], rank_nodes: Ma
     OOM kill, an Xid), from before that, was another job's (back-to-back jobs share a
     node's kernel log): it becomes context, never the job's failure. One that names
     no pid (a GPU fallen off the bus) may still be why the job failed: it stays. So is one
-    naming a pid that is none of the ranks' when the launcher named every rank's pid."""
+    naming a pid that is none of the ranks' when the launcher named every rank's pid. The kernel's
+    OOM report (context, trait ``oom-report``) is linked too: judge.oom_reported reads it where its
+    kill line is cut off."""
     killed: dict[str | None, set[int]] = defaultdict(set)
     for f in findings:
         ex = exit_of(f)
         if ex and ex["signal"] == "SIGKILL" and f.ev.rank is not None and f.ev.source != "kernel":
             killed[rank_nodes.get(f.ev.rank)].add(f.ev.rank)
     return [_kernel_linked(f, pids, rank_nodes, started or {}, killed)
-            if f.ev.source == "kernel" and f.ev.rank is None and f.role != "context" else f for f in findings]
+            if f.ev.source == "kernel" and f.ev.rank is None and (f.role != "context" or f.has("oom-report"))
+            else f for f in findings]
+
+
+# how a kernel finding of a process outside the job ends its links (judge.oom_reported reads them)
+ANOTHER_JOBS, ANOTHER_PROCESS = "another job's", "another process's"
 
 
 def _kernel_linked(f: Finding, pids: Mapping[int, int], rank_nodes: Mapping[int, str | None],
@@ -166,11 +173,11 @@ def _kernel_linked(f: Finding, pids: Mapping[int, int], rank_nodes: Mapping[int,
             and ev.occurred_ns is not None and ev.occurred_ns + ev.uncertainty_ns < first):
         return replace(f, match=replace(f.match, role="context"),
                        links=[*f.links, f"pid {pid} is no rank of this job, and this came before its processes "
-                                        f"started on {ev.node}: another job's"])
+                                        f"started on {ev.node}: {ANOTHER_JOBS}"])
     if pid is not None and pid not in pids and rank_nodes and set(rank_nodes) <= set(pids.values()):
         return replace(f, match=replace(f.match, role="context"),  # every rank's pid is known, and this is none of them
                        links=[*f.links, f"pid {pid} is none of the job's ranks (the launcher named every rank's pid): "
-                                        "another process's"])
+                                        f"{ANOTHER_PROCESS}"])
     if pid in pids:
         f = linked(f, f"pid {pid} is rank {pids[pid]}", rank=pids[pid], rank_from=f"pid {pid}")
     elif f.category == "host-memory":

@@ -35,6 +35,7 @@ from dataclasses import replace
 from firstfault.analysis.deaths import merged, signal_deaths
 from firstfault.analysis.events import Event
 from firstfault.analysis.findings import Finding, exit_of
+from firstfault.analysis.identify import ANOTHER_JOBS, ANOTHER_PROCESS
 from firstfault.analysis.phase import phase_from_task_words
 
 
@@ -221,6 +222,23 @@ QUOTED = ("no line of the log says what failed and no heading names it: the text
 
 CARRIED = ("no line of the log says what failed: this line carries a remote worker's exception to the driver "
            "and the worker's own traceback is not in the text; find it in that worker's log to confirm")
+
+
+OOM_REPORTED = ("the kernel's OOM killer report is in the text, its line of the kill is not (cut off): the kernel "
+                "prints that report only as it kills; the process it chose (task=, pid= in the report) died")
+
+
+def oom_reported(findings: Iterable[Finding]) -> Finding | None:
+    """Rule 5, before a quoted exception: the kernel's OOM report (trait ``oom-report``: the allocation
+    that invoked the killer, the victim it chose, mm/oom_kill.c dump_header) with its "Killed process"
+    line cut off (a paste, a capture that ends there) is the kill: host-memory, low; the victim's summary
+    first, for its pid. Not when identify found the victim to be another job's or process's
+    (link_kernel): that is no failure of this job."""
+    reports = [f for f in findings if f.has("oom-report")]
+    if not reports or any(link.endswith((ANOTHER_JOBS, ANOTHER_PROCESS)) for f in reports for link in f.links):
+        return None
+    f = next((f for f in reports if f.match.groups.get("pid")), reports[0])
+    return replace(f, match=replace(f.match, role="root"), cap="low", links=[*f.links, OOM_REPORTED])
 
 
 def quoted_exception(findings: Iterable[Finding]) -> Finding | None:

@@ -24,7 +24,8 @@ Rules, in order:
 5. No line of the log says what failed (nothing, or only cascades whose hang names no rank
    beyond a low guess): a failure the text names in words (a title, a note) is the answer at
    low confidence (judge.named_in_words), not "no failure" or "stopped first"; with no such
-   words and no exit, an exception a line carries from another process (Ray's RayTaskError whose
+   words and no exit, the kernel's OOM report with its kill line cut off (judge.oom_reported),
+   then an exception a line carries from another process (Ray's RayTaskError whose
    worker traceback is cut off), else the last exception the text quotes inside a sentence
    (judge.quoted_exception), at low confidence.
 
@@ -47,6 +48,7 @@ from firstfault.analysis.judge import (
     heading_phase,
     launcher_stopped,
     named_in_words,
+    oom_reported,
     phase_heading,
     quoted_exception,
     with_mentioned_category,
@@ -195,7 +197,7 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
         if first is None and exited is None and stopping:
             exited = with_mentioned_category(launcher_stopped(casc), findings)
         if first is None and exited is None:
-            first = quoted_exception(findings)  # rule 5's last resort: an exception quoted in a sentence
+            first = oom_reported(findings) or quoted_exception(findings)  # rule 5's last resorts
     if first is not None and not groups:  # named in words (rule 5): its own group
         inf = None
         groups = [Group(fingerprint(first), [first], [first.ev.rank] if first.ev.rank is not None else [],
