@@ -486,7 +486,8 @@ def phase_from_worker_call(text: str, phase_rules: PhaseRules | None = None) -> 
 
 
 # what the marker lines before a failure were, by the phase they name (phase_hint's words for the report)
-_MARKED = {"init": "set-up lines", "checkpoint-save": "lines of a save under way", "checkpoint-load": "lines of a load under way"}
+_MARKED = {"init": "set-up lines", "checkpoint-save": "lines of a save under way",
+           "checkpoint-load": "lines of a load under way"}
 
 
 def phase_hint(failure_text: str, before: Iterable[str] = (), sharded: bool | None = None,
