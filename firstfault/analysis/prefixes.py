@@ -20,7 +20,8 @@ the tool's own format (examples made up)::
     [2026-02-18 10:48:25]             a collector's bracketed time, peeled only before a Ray or rank prefix (a
                                       program's own "[2026-02-18 10:48:25,681] [INFO]" header stays)
     trainer-1  |                      docker compose service prefix
-    2026-02-18T10:48:25.681Z          a collector's RFC 3339 time (kubectl --timestamps, Loki, CloudWatch, docker)
+    2026-02-18T10:48:25.681Z          a collector's RFC 3339 time (kubectl --timestamps, Loki, CloudWatch, docker), with or
+                                      without a colon after it
     2026-02-18T10:48:25.681Z stdout F the CRI log format (kubelet's files)
     Feb 18 10:48:25 gpu-3 kernel:     journald / syslog (time, host, identifier[pid])
     > >>  `                           Markdown quoting and inline code left in a paste
@@ -67,7 +68,7 @@ _PREFIX = re.compile(
     r"|(?P<runner>[A-Za-z][\w-]*\.[\w.-]+) \[(?:stdout|stderr)\][ ]"
     r"|(?P<torchx>[A-Za-z_][\w-]*/\d+)[ ](?=\[(?:rank\d+|[A-Za-z_][\w.-]*?\d+)\]:)"
     r"|\[(?P<bstamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\][ ](?=\((?:[A-Za-z_][\w.<>:-]*)?(?: ?pid=\d+)|\[rank\d+\]:)"
-    r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)[ \t]+(?:(?:stdout|stderr) [FP][ ])?"
+    r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?):?[ \t]+(?:(?:stdout|stderr) [FP][ ])?"
     r"|(?P<syslog>(?:" + _MONTHS + r") [ \d]\d \d\d:\d\d:\d\d) (?P<sysnode>[\w.-]+) [\w./@-]+(?:\[\d+\])?:[ ]"
     r"|>+[ ]?"
     r"|\[(?P<lineno>\d{3,7})\][ ]"
