@@ -145,6 +145,10 @@ CASES = {
     "verl optimizer step": (stack(
         ("verl/workers/fsdp_workers.py", "update_actor"), ("verl/workers/actor/dp_actor.py", "update_policy"),
         ("verl/workers/actor/dp_actor.py", "_optimizer_step")), "optimizer-step"),
+    # an FSDP state dict gathered for the rollout engine (verl's sharding manager) is no save: the weight sync
+    "verl's state dict for the rollout engine": (stack(
+        ("verl/workers/sharding_manager/fsdp_vllm.py", "__enter__"), ("torch/nn/modules/module.py", "state_dict"),
+        ("torch/distributed/fsdp/_state_dict_utils.py", "_full_post_state_dict_hook")), "param-gather"),
 }
 
 
@@ -155,9 +159,6 @@ def test_framework_frames_name_the_phase(name):
 
 
 @pytest.mark.parametrize("frames", [
-    # an FSDP state dict gathered for the rollout engine (verl's sharding manager) is no save
-    stack(("verl/workers/sharding_manager/fsdp_vllm.py", "__enter__"), ("torch/nn/modules/module.py", "state_dict"),
-          ("torch/distributed/fsdp/_state_dict_utils.py", "_full_post_state_dict_hook")),
     # one call of both directions says neither
     stack((f"{MLM}/megatron/core/pipeline_parallel/p2p_communication.py", "send_forward_recv_backward"),
           (f"{MLM}/megatron/core/pipeline_parallel/p2p_communication.py", "_communicate")),
