@@ -221,6 +221,8 @@ def _worker_folders(findings: list[Finding]) -> list[Finding]:
 FOLLOW_GAP = 12  # lines from an unranked failure to the ranked one that follows it
 FOLLOW_RUN = 40  # lines a run of unranked failures may span before the ranked one
 _NCCL_ORIGIN = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] ")  # NCCL's "host:pid:tid [cudaDev] "
+# a Python exception's own line: "<qualified type>: <message>" (traceback.format_exception_only)
+_EXCEPTION_LINE = re.compile(r"\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
 _CAPS = ("low", "medium", "high")
 
 
@@ -240,8 +242,11 @@ def _own_rank(f: Finding) -> bool:
 def _printed_by_rank(g: Finding, f: Finding) -> bool:
     """``g`` (unranked) is a line the rank's process itself prints without the rank's prefix: an NCCL
     line (its "host:pid:tid [dev]" origin), a CUDA kernel's device-side output, or the same error
-    as ``f``'s. Another printer's (Ray's raylet, a NIC provider library) says nothing of the rank."""
-    return g.sig == f.sig or g.sig.startswith("cuda.") or _NCCL_ORIGIN.search(g.ev.text) is not None
+    as ``f``'s; or an exception's line above a traceback of the rank whose own exception line is
+    missing (a cut traceback: a paste that puts the error first, then the frames it came from).
+    Another printer's (Ray's raylet, a NIC provider library) says nothing of the rank."""
+    return (g.sig == f.sig or g.sig.startswith("cuda.") or _NCCL_ORIGIN.search(g.ev.text) is not None
+            or (f.has("cut-traceback") and _EXCEPTION_LINE.match(g.ev.text) is not None))
 
 
 def followed_by_rank(findings: list[Finding]) -> list[Finding]:

@@ -131,3 +131,26 @@ def test_a_persons_caption_over_the_paste_takes_no_rank():
     ff = first_failure_of(TWO_RANKS_UNDER_A_CAPTION)
     assert (ff["rank"], ff["signature"]) == (4, "python.exception")
     assert "Worker failure" in ff["summary"]
+
+
+ERROR_FIRST_THEN_ITS_FRAMES = """\
+RuntimeError: It looks like your LightningModule has parameters that were not used in producing the loss returned by training_step.
+[rank3]: Traceback (most recent call last):
+[rank3]:   File "/w/train.py", line 80, in main
+[rank3]:     trainer.fit(model, train_loader, val_loader)
+[rank3]:   File "/venv/lib/python3.11/site-packages/lightning/pytorch/trainer/trainer.py", line 544, in fit
+"""
+
+
+def test_an_exception_pasted_above_its_ranks_cut_traceback_is_that_ranks():
+    """A paste that puts the error first and then the frames it came from: the rank's traceback has no
+    exception line of its own, the unprefixed one above it is that line."""
+    ff = first_failure_of(ERROR_FIRST_THEN_ITS_FRAMES)
+    assert (ff["rank"], ff["signature"]) == (3, "lightning.unused_parameters")
+    assert ff["rank_from"] == "the ranked error that follows it" and ff["confidence"] != "high"
+
+
+def test_not_when_the_ranks_traceback_has_an_exception_of_its_own():
+    whole = ERROR_FIRST_THEN_ITS_FRAMES + "[rank3]: ValueError: batch of 0 samples\n"
+    ff = first_failure_of(whole)
+    assert not (ff["signature"] == "lightning.unused_parameters" and ff["rank"] == 3)
