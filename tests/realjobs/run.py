@@ -401,8 +401,8 @@ def _launch(sc, cmds, out, env, timeout_s, result):
     """Start the launcher(s) (each its own launcher.log), SIGTERM them when the scenario says,
     and return the exit code (of node 0's launcher, the others in result["launcher_exit_codes"]).
     The shared-memory buffers DeepSpeed's ranks never unlink (clean exit or killed) are removed
-    afterwards: 30 jobs left 3.7 GB of /dev/shm per test run. Not those a live process maps: another
-    job's, started while this one ran (_in_use)."""
+    afterwards: 30 jobs left 3.7 GB of /dev/shm per test run. Not those a live process maps or holds
+    open: another job's, started while this one ran (_in_use)."""
     logs, procs, shm_before = [], [], _shm_leftovers()
     try:
         for node, cmd in enumerate(cmds):
