@@ -194,7 +194,8 @@ def _steps_reached(findings: list[Finding], activity: RankActivity) -> None:
 
 
 def nccl_work(findings: Iterable[Finding]) -> list[Work]:
-    """Each rank's NCCL work status lines (nccl.work_status), newest last."""
+    """Each rank's NCCL work status lines (trait nccl-work-status: nccl.work_status and
+    nccl.work_timeout_status), newest last."""
     out = []
     for f in findings:
         if not f.has("nccl-work-status"):

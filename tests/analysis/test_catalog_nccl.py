@@ -183,7 +183,9 @@ NOT_RANKS = [
      "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=52, OpType=ALLREDUCE, NumelIn=8, "
      "NumelOut=8, Timeout(ms)=600000) ran for 600400 milliseconds before timing out.", "nccl.watchdog_timeout"),
     ("[PG 2 Rank 1] Timeout at NCCL work: 880, last enqueued NCCL work: 880, last completed NCCL work: 879.",
-     "nccl.work_status"),
+     "nccl.work_timeout_status"),
+    ("[PG 2 Rank 1] Exception (either an error or timeout) detected by watchdog at work: 880, last enqueued NCCL "
+     "work: 880, last completed NCCL work: 879.", "nccl.work_status"),
     # "[3]" before NCCL WARN is a GPU index, and the ranks of Duplicate GPU are the communicator's
     ("node-1:3301:3390 [3] init.cc:943 NCCL WARN Duplicate GPU detected : rank 3 and rank 2 both on CUDA device 41000",
      "nccl.duplicate_gpu"),

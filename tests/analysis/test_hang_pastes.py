@@ -309,3 +309,18 @@ def test_survivors_in_different_steps_give_the_hang_no_phase():
                           "torch/nn/parallel/distributed.py\", line 1040, in forward")
     ff = first_failure_of(_survivor(0) + other)
     assert ff["phase"] == "unknown"
+
+
+# ProcessGroupNCCL's watchdog prints "Timeout at NCCL work: ..." only for a work that timed out: a paste
+# that kept these lines and not the "Watchdog caught collective operation timeout" ones shows a hang
+WORK_TIMEOUTS_ONLY = """\
+[rank1]:[E1203 10:43:22.118000 2631 ProcessGroupNCCL.cpp:1709] [PG 0 (default_pg) Rank 1] Timeout at NCCL work: 880, last enqueued NCCL work: 880, last completed NCCL work: 879.
+[rank2]:[E1203 10:43:22.119000 2632 ProcessGroupNCCL.cpp:1709] [PG 0 (default_pg) Rank 2] Timeout at NCCL work: 880, last enqueued NCCL work: 880, last completed NCCL work: 879.
+[rank3]:[E1203 10:43:22.120000 2633 ProcessGroupNCCL.cpp:1709] [PG 0 (default_pg) Rank 3] Timeout at NCCL work: 880, last enqueued NCCL work: 880, last completed NCCL work: 879.
+"""
+
+
+def test_the_watchdogs_work_timeout_lines_alone_are_a_hang_not_no_failure():
+    ff = first_failure_of(WORK_TIMEOUTS_ONLY)
+    assert ff is not None and ff["signature"] == "hang.stopped_first"
+    assert ff["rank"] not in (1, 2, 3) and ff["confidence"] != "high"  # they waited: the one that did not is inferred
