@@ -35,6 +35,7 @@ from firstfault.analysis.deaths import link_oom_kills
 from firstfault.analysis.events import KIND_TRACEBACK, Event
 from firstfault.analysis.exits import agent_exits
 from firstfault.analysis.findings import Finding, exit_of, int_or_none, linked
+from firstfault.analysis.ownership import EXCEPTION_LINE
 
 WORKER_FILES = ("stdout.log", "stderr.log", "error.json")
 
@@ -221,8 +222,6 @@ def _worker_folders(findings: list[Finding]) -> list[Finding]:
 FOLLOW_GAP = 12  # lines from an unranked failure to the ranked one that follows it
 FOLLOW_RUN = 40  # lines a run of unranked failures may span before the ranked one
 _NCCL_ORIGIN = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] ")  # NCCL's "host:pid:tid [cudaDev] "
-# a Python exception's own line: "<qualified type>: <message>" (traceback.format_exception_only)
-_EXCEPTION_LINE = re.compile(r"\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
 _CAPS = ("low", "medium", "high")
 
 
@@ -246,7 +245,7 @@ def _printed_by_rank(g: Finding, f: Finding) -> bool:
     missing (a cut traceback: a paste that puts the error first, then the frames it came from).
     Another printer's (Ray's raylet, a NIC provider library) says nothing of the rank."""
     return (g.sig == f.sig or g.sig.startswith("cuda.") or _NCCL_ORIGIN.search(g.ev.text) is not None
-            or (f.has("cut-traceback") and _EXCEPTION_LINE.match(g.ev.text) is not None))
+            or (f.has("cut-traceback") and EXCEPTION_LINE.match(g.ev.text.lstrip()) is not None))
 
 
 def followed_by_rank(findings: list[Finding]) -> list[Finding]:

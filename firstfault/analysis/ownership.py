@@ -176,7 +176,8 @@ _SITE = re.compile(r"(?:^|/)(?:site|dist)-packages/")
 _REPRINTED = re.compile(r"^\s*(?:Original Traceback \(most recent call last\):|-- Process \d+ terminated with the "
                         r"following error:)", re.M)
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)', re.M)
-_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::\s?(?P<msg>.*))?$", re.M)
+# a Python exception's own line, "<qualified type>[: <message>]" (traceback.format_exception_only); identify too
+EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::\s?(?P<msg>.*))?$", re.M)
 _CANNOT_IMPORT = re.compile(r"cannot import name '(?P<name>[^']+)' from '(?P<module>[^']+)'")
 _NO_MODULE = re.compile(r"No module named '(?P<module>[^']+)'")
 
@@ -248,7 +249,7 @@ def _reprinted_exception(message: str) -> tuple[str | None, str]:
     if not m:
         return None, ""
     last = None
-    for last in _EXC_LINE.finditer(message, m.end()):
+    for last in EXCEPTION_LINE.finditer(message, m.end()):
         pass
     return (last.group("type"), last.group("msg") or "") if last else (None, "")
 
