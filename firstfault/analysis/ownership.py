@@ -24,8 +24,9 @@ The frame that raised it is the innermost frame that is none of these (``respons
 - the standard library (``lib/python3.X/``, ``<frozen ...>``): whoever called ``json.loads`` or
   ``os.environ[...]`` is responsible (``os.environ``'s KeyError: an environment variable not set,
   config, whoever reads it);
-- a library's lookup method (``__getattr__``, ``__getitem__``) for AttributeError/KeyError: the code
-  that asked for the name chose it (``torch.nn.Module.__getattr__`` raises for every missing attribute);
+- a library's lookup method (``__getattr__``, ``__getitem__``) for AttributeError/KeyError, and the
+  library's own code it calls: the code that asked for the name chose it (``torch.nn.Module.__getattr__``
+  raises for every missing attribute, pandas' ``DataFrame.__getitem__`` from ``Index.get_loc``);
 - a re-raise: torch's ``ExceptionWrapper.reraise`` (DataLoader workers) and ``torch.multiprocessing``'s
   spawn print the original traceback in the message: its frames are used instead.
 An exception from a torch op's Python layer (``torch/nn/functional.py``, ``torch/_tensor.py``, layer
@@ -33,6 +34,9 @@ An exception from a torch op's Python layer (``torch/nn/functional.py``, ``torch
 (``IndexError: index out of range in self``): no owner is blamed. Nor when the frame is a launcher
 or a waiter reporting another process's failure (torchrun's agent, ``mp.spawn``'s join, Ray's
 ``ray.get``, a launcher's ``CalledProcessError``): the category is ``unknown`` there.
+
+Any other installed package (site-packages) is judged as a framework is: its own logic raising a
+coding error is its defect; the array libraries' Python layers (numpy, pandas) are op layers.
 
 A traceback cut before its exception line has no type: its last frame, when a framework's own, says
 the failure happened under that framework's call (framework, low); an import chain says config.
@@ -102,7 +106,10 @@ OP_LAYER = ("torch/nn/functional.py", "torch/functional.py", "torch/_tensor.py",
             "torch/_ops.py", "torch/overrides.py", "torch/_refs/", "torch/_decomp/", "torch/_prims/",
             "torch/serialization.py", "torch/cuda/__init__.py", "torch/autograd/",
             "torch/distributed/distributed_c10d.py", "torch/distributed/c10d_logger.py",
-            "torch/utils/_contextlib.py", "torch/_dynamo/eval_frame.py")
+            "torch/utils/_contextlib.py", "torch/_dynamo/eval_frame.py",
+            # the array libraries' Python layers check the arrays and frames they were given (numpy's
+            # fromnumeric/shape_base wrappers of its C functions, pandas' indexing and reshaping)
+            "/numpy/", "/pandas/")
 
 # Frames that report another process's (or thread's) failure rather than fail themselves: torchrun's
 # agent and launcher (torch/distributed/run.py main, launcher/api.py launch_agent raising
@@ -256,15 +263,31 @@ def _reprinted_exception(message: str) -> tuple[str | None, str]:
 
 def responsible(frames: Sequence[Frame], exc_type: str | None = None) -> Frame | None:
     """The frame whose code raised it: the innermost that is not the standard library, nor (for
-    AttributeError/KeyError) a lookup method of a library or framework; None without frames."""
+    AttributeError/KeyError) a library's or framework's code entered through one of its lookup
+    methods (LOOKUPS); None without frames."""
     short = (exc_type or "").rsplit(".", 1)[-1]
-    for f in reversed(frames):
-        if owner_of(f.file).kind == "stdlib":
+    owners = [owner_of(f.file) for f in frames]
+    for i in reversed(range(len(frames))):
+        if owners[i].kind == "stdlib":
             continue
-        if short in ("AttributeError", "KeyError") and f.func in LOOKUPS and owner_of(f.file).kind != "user":
+        if short in ("AttributeError", "KeyError") and owners[i].kind != "user" and _looked_up(frames, owners, i):
             continue  # a library's lookup reports the name its caller asked for (a user's own is the user's code)
-        return f
+        return frames[i]
     return None
+
+
+def _looked_up(frames: Sequence[Frame], owners: Sequence[Owner], i: int) -> bool:
+    """Whether frame ``i`` runs inside a lookup of its own package: a frame of the same owner
+    from there outward, with nothing but the standard library between, is a lookup method
+    (pandas' ``DataFrame.__getitem__`` raises its KeyError from ``Index.get_loc`` below it)."""
+    for f, o in zip(reversed(frames[:i + 1]), reversed(owners[:i + 1])):
+        if o.kind == "stdlib":
+            continue
+        if o != owners[i]:
+            return False
+        if f.func in LOOKUPS:
+            return True
+    return False
 
 
 def _env_lookup(frames: Sequence[Frame], short: str) -> bool:
@@ -301,7 +324,7 @@ def _explains(said: str) -> bool:
 
 
 def _where(f: Frame, o: Owner) -> str:
-    who = f"{o.name}'s own code" if o.kind == "framework" else "your own code"
+    who = "your own code" if o.kind == "user" else f"{o.name}'s own code"
     return f"{who} ({_norm(f.file).rsplit('/', 3)[-1] if o.kind == 'user' else _tail(f.file)}:{f.line}, in {f.func})"
 
 
@@ -342,17 +365,17 @@ def category(exc_type: str | None, message: str, frames: Sequence[Frame]) -> Inf
     if _reports(f) and o.kind == "framework":
         return Inference("unknown", f, o, f"raised where {o.name} reports another process's failure ({_tail(f.file)}, "
                          "in " f"{f.func}): the cause is in that process's own log")
-    if o.kind not in ("user", "framework") or (o.kind == "framework" and _in(f.file, OP_LAYER)):
+    if o.kind != "user" and _in(f.file, OP_LAYER):
         return None
     if exc_type is None:  # a cut traceback: whose code was running is all there is
-        if o.kind != "framework":  # the paste may stop above the frame that raised: a user frame says nothing
+        if o.kind == "user":  # the paste may stop above the frame that raised: a user frame says nothing
             return None
         return Inference("framework", f, o, f"inferred from whose code raised it: the traceback's innermost frame is in {_where(f, o)} "
                          "and its exception line is missing; find that line to confirm")
     rule = EXCEPTIONS.get(short, OTHER_TYPES)
-    if short == "AssertionError" and _explains(_said(message, exc_type)) and o.kind == "framework":
+    if short == "AssertionError" and _explains(_said(message, exc_type)) and o.kind != "user":
         return None
-    cat = rule.get(o.kind)
+    cat = rule.get("user" if o.kind == "user" else "framework")
     if cat is None:
         return None
     if o.kind == "user":
@@ -413,6 +436,16 @@ def _import(short: str, message: str, frames: Sequence[Frame]) -> Inference:
 # its words said nothing and no frame says whose code raised it, so the fallback's category is a guess.
 UNOWNED = ("no frame of its traceback is in the text, so whose code raised it is not known (a guess: low); its "
            "traceback's innermost frames settle it: the user's file, a framework's, or an op's input check")
+# The same for a type that says the code itself is wrong (_CODING, a bare assert): whoever wrote the code that raised
+# it. A KeyError names a key the code was given (a dataset's column, a config's entry), a ZeroDivisionError or
+# StopIteration a value or the data's end, as often as a defect: those keep the fallback's guess. Under a
+# training framework most frames of a step are the framework's (the user's script calls trainer.train() or
+# engine.step() and the rest runs in its code), and in public threads' tracebacks that show their frames these types
+# were raised in a framework's or library's own code more often than in the user's file: framework is the guess.
+_CODING = frozenset(_BUGS) - {"KeyError", "ZeroDivisionError", "StopIteration"}
+UNOWNED_BUG = ("no frame of its traceback is in the text, so whose code raised it is not known (a guess: low); this type "
+               "is a coding error, and in a training job most of the code that runs is the frameworks': its "
+               "traceback's innermost frames settle it, the user's file or a framework's")
 UNOWNED_ACTION = ("Find this exception's traceback in the rank's whole log (the lines above its last line): its innermost "
                   "frame says whose code raised it, yours or a framework's, and so where to fix it.")
 
@@ -457,6 +490,8 @@ def owned(f: F) -> F:
         if said:
             return f
         unowned = replace(f.match, signature=replace(sig, first_action=UNOWNED_ACTION))
+        if short in _CODING or (short == "AssertionError" and not _explains(_said(message, exc))):
+            return replace(f, match=replace(unowned, category="framework"), cap="low", links=[*f.links, UNOWNED_BUG])
         return replace(f, match=unowned, cap="low", links=[*f.links, UNOWNED])
     got = category(exc, message, f.ev.frames)
     if got is None or got.category == f.match.category:

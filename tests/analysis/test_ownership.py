@@ -147,10 +147,35 @@ def test_any_other_type_is_framework_only_where_a_framework_s_own_code_raised_it
     assert category("RuntimeError", "something went wrong", []) is None
 
 
-def test_a_library_that_is_no_framework_decides_nothing():
+def test_an_installed_library_s_own_logic_is_judged_as_a_framework_s():
+    """A package outside FRAMEWORKS, installed: a coding error raised in its own code is its defect (a
+    library's module reaching for an attribute of the wrapper it was handed)."""
+    frames = [USER_MAIN, USER_TRAIN, fr(f"{SP}/rlkit/algos/bcq.py", 189, "inner_update"),
+              fr(f"{SP}/rlkit/models/imitators.py", 192, "compute_vae_error"),
+              fr(f"{SP}/torch/nn/modules/module.py", 1614, "__getattr__")]
+    got = category("AttributeError", "'DistributedDataParallel' object has no attribute 'encoder'", frames)
+    assert (got.category, got.frame.func, got.owner.name) == ("framework", "compute_vae_error", "rlkit")
+    assert "rlkit's own code" in got.why
+    assert category("ValueError", "unsupported observation shape", frames[:-1]).category == "config"
+
+
+def test_a_lookup_entered_from_outside_blames_whoever_asked_even_when_deeper_code_raised():
+    """pandas' DataFrame.__getitem__ raises a missing column's KeyError from Index.get_loc below it: the
+    name came from the caller."""
     frames = [USER_MAIN, fr(f"{SP}/pandas/core/frame.py", 3761, "__getitem__"),
               fr(f"{SP}/pandas/core/indexes/base.py", 3655, "get_loc")]
-    assert category("KeyError", "'text'", frames) is None
+    got = category("KeyError", "'text'", frames)
+    assert (got.category, got.frame) == ("user-code", USER_MAIN)
+    # not an example: the same library's own code, not entered through a lookup, raising a KeyError
+    inner = [USER_MAIN, fr(f"{SP}/rlkit/data/buffer.py", 40, "sample"), fr(f"{SP}/rlkit/data/buffer.py", 71, "_take")]
+    assert category("KeyError", "'obs'", inner).category == "framework"
+
+
+def test_an_array_library_s_python_layer_checks_its_inputs_and_blames_nobody():
+    frames = [USER_MAIN, USER_TRAIN, fr(f"{SP}/numpy/core/shape_base.py", 289, "vstack"),
+              fr(f"{SP}/numpy/core/overrides.py", 180, "concatenate")]
+    assert category("ValueError", "all the input array dimensions except for the concatenation axis must match "
+                    "exactly", frames) is None
 
 
 def test_an_unset_environment_variable_is_config():
@@ -495,6 +520,16 @@ def test_paste_an_exception_line_alone_is_a_guess_of_whose_code():
 [rank2]: IndexError: pop from an empty deque
 """)
     assert (framed["category"], framed["confidence"]) == ("user-code", "medium")
+    # a coding error's type alone: framework, as a guess (low), with the frames named as what settles it
+    assert alone["category"] == "framework" and "most of the code that runs" in alone["evidence"][0]["linked_by"]
+    # not examples: a type that is no coding error keeps the fallback's own guess, and so does an assert
+    # whose words explain it (validation)
+    assert _paste("[rank2]: RuntimeError: something went wrong here\n")["category"] == "user-code"
+    assert _paste("[rank2]: KeyError: 'input_ids'\n")["category"] == "user-code"  # a key the code was given
+    assert _paste("[rank2]: AssertionError: micro batch size must be divisible by the world size\n")["category"] != \
+        "framework"
+    bare = _paste("[rank2]: AssertionError\n")
+    assert (bare["category"], bare["confidence"]) == ("framework", "low")
     # not an example: words that name a class of failure are no guess of whose code
     assert _paste("[rank2]: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")["confidence"] != "low"
 
