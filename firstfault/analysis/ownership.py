@@ -446,6 +446,17 @@ _CODING = frozenset(_BUGS) - {"KeyError", "ZeroDivisionError", "StopIteration"}
 UNOWNED_BUG = ("no frame of its traceback is in the text, so whose code raised it is not known (a guess: low); this type "
                "is a coding error, and in a training job most of the code that runs is the frameworks': its "
                "traceback's innermost frames settle it, the user's file or a framework's")
+# A call whose arguments the callee does not take (CALL_MISMATCH), with no frame to say who made it: with frames,
+# a framework's call is two packages at versions that do not go together (framework) and the user's is the script
+# written for another version (config). Without them the guess is the first, at low: a private function's name
+# (``_write_item()``) or a worker's wrapper (``Worker failure:``, ``Call to collective_rpc method failed:``) often
+# says a library made the call.
+UNOWNED_CALL = ("a call whose arguments the callee does not take, and no frame of its traceback in the text says whose "
+                "call it was (a guess: low): most often one package calling another at a version it was not written "
+                "for; the traceback's innermost frames settle it")
+UNOWNED_CALL_ACTION = ("Find which package makes the call the message names (the traceback's innermost frames) and "
+                       "compare pip list with the versions it pins: two packages at versions that do not go together "
+                       "is the most common cause; if the call is in your own code, fix it for the installed version.")
 UNOWNED_ACTION = ("Find this exception's traceback in the rank's whole log (the lines above its last line): its innermost "
                   "frame says whose code raised it, yours or a framework's, and so where to fix it.")
 
@@ -479,14 +490,17 @@ def owned(f: F) -> F:
     said = f.match.category != sig.category  # the words named a class of failure (memory, NaN, a config key)
     # where the words say config, whose code it was may still say more: an import, a call with arguments the
     # callee does not take, a rename (no such file) another process raced
-    refined = short in ("ImportError", "ModuleNotFoundError") or (
-        short == "TypeError" and CALL_MISMATCH.search(message) is not None) or RENAMED.search(message) is not None
+    mismatch = CALL_MISMATCH.search(message) is not None  # a TypeError's words, or a wrapper's that quotes them
+    refined = short in ("ImportError", "ModuleNotFoundError") or mismatch or RENAMED.search(message) is not None
     if said and not refined:
         return f  # the words say more
     if short in REPORTING:
         why = f"{short} reports another process's failure where it was seen: the cause is in that process's own log"
         return replace(f, match=replace(f.match, category="unknown"), links=[*f.links, why])
     if not f.ev.frames:  # only the exception line: no owner to refine the words, nor to replace the guess
+        if mismatch:
+            unowned = replace(f.match, category="framework", signature=replace(sig, first_action=UNOWNED_CALL_ACTION))
+            return replace(f, match=unowned, cap="low", links=[*f.links, UNOWNED_CALL])
         if said:
             return f
         unowned = replace(f.match, signature=replace(sig, first_action=UNOWNED_ACTION))

@@ -475,6 +475,20 @@ def test_a_call_a_framework_makes_with_arguments_its_callee_does_not_take_is_fra
     assert category("TypeError", two, frames).category == "framework"
 
 
+def test_paste_a_call_mismatch_without_frames_is_guessed_framework():
+    """A wrapper's message quoting a call whose arguments the callee does not take, and no frame: most often one
+    package calling another at a version it was not written for (a guess, low); the frames settle it."""
+    ff = _paste("[rank4]: RuntimeError: Worker failure: _write_item() missing 1 required positional argument: "
+                "'serialization_format'\n")
+    assert (ff["category"], ff["confidence"]) == ("framework", "low")
+    assert "whose call it was" in ff["evidence"][0]["linked_by"] and "pip list" in ff["first_action"]
+    ff = _paste("Exception: Call to collective_rpc method failed: load_weights() got an unexpected keyword argument "
+                "'weight_name'\n")
+    assert (ff["category"], ff["confidence"]) == ("framework", "low")
+    # not an example: a config error's words with no call in them keep their category
+    assert _paste("ValueError: the tensor parallel size must be divisible by the head count\n")["category"] == "config"
+
+
 def test_the_same_call_made_by_the_user_s_code_is_left_to_its_words():
     frames = [fr("/work/train.py", 30, "main")]
     msg = "TypeError: TrainingArguments.__init__() got an unexpected keyword argument 'evaluation_strategy'"

@@ -94,6 +94,21 @@ CASES = {
         (f"{MLM}/megatron/training/training.py", "train_step"),
         (f"{MLM}/megatron/core/optimizer/optimizer.py", "step"),
         (f"{MLM}/megatron/core/optimizer/distrib_optimizer.py", "step_with_ready_grads")), "optimizer-step"),
+    "megatron's async save finalized at a later step (its writer's results gathered)": (stack(
+        (f"{MLM}/megatron/training/training.py", "train"),
+        (f"{MLM}/megatron/training/async_utils.py", "maybe_finalize_async_save"),
+        (f"{MLM}/megatron/core/dist_checkpointing/strategies/async_utils.py", "maybe_finalize_async_calls"),
+        (f"{MLM}/megatron/core/dist_checkpointing/strategies/torch.py", "finalize_fn"),
+        (f"{MLM}/megatron/core/dist_checkpointing/strategies/state_dict_saver.py", "save_state_dict_async_finalize"),
+        (f"{MLM}/megatron/core/dist_checkpointing/strategies/filesystem_async.py", "retrieve_write_results")),
+        "checkpoint-save"),
+    "megatron's save plan, its write buckets prepared": (stack(
+        (f"{MLM}/megatron/core/dist_checkpointing/strategies/torch.py", "async_save"),
+        (f"{MLM}/megatron/core/dist_checkpointing/strategies/state_dict_saver.py", "save_state_dict_async_plan"),
+        ("torch/distributed/checkpoint/utils.py", "reduce_scatter")), "checkpoint-save"),
+    "megatron's load strategy in the same torch.py is no save": (stack(
+        (f"{MLM}/megatron/training/checkpointing.py", "load_checkpoint"),
+        (f"{MLM}/megatron/core/dist_checkpointing/strategies/torch.py", "load")), "checkpoint-load"),
     "megatron finalize_model_grads": (stack(
         (f"{MLM}/megatron/core/pipeline_parallel/schedules.py", "forward_backward_no_pipelining"),
         (f"{MLM}/megatron/core/distributed/finalize_model_grads.py", "finalize_model_grads"),
