@@ -490,7 +490,8 @@ def owned(f: F) -> F:
     said = f.match.category != sig.category  # the words named a class of failure (memory, NaN, a config key)
     # where the words say config, whose code it was may still say more: an import, a call with arguments the
     # callee does not take, a rename (no such file) another process raced
-    mismatch = CALL_MISMATCH.search(message) is not None  # a TypeError's words, or a wrapper's that quotes them
+    # a TypeError's words, or a wrapper's that quotes them (not a report of another process's end: its words stay)
+    mismatch = CALL_MISMATCH.search(message) is not None and short not in REPORTING
     refined = short in ("ImportError", "ModuleNotFoundError") or mismatch or RENAMED.search(message) is not None
     if said and not refined:
         return f  # the words say more

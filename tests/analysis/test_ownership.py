@@ -485,7 +485,10 @@ def test_paste_a_call_mismatch_without_frames_is_guessed_framework():
     ff = _paste("Exception: Call to collective_rpc method failed: load_weights() got an unexpected keyword argument "
                 "'weight_name'\n")
     assert (ff["category"], ff["confidence"]) == ("framework", "low")
-    # not an example: a config error's words with no call in them keep their category
+    # not examples: a report of another process's end keeps its words; a config error's words with no call in them
+    # keep their category
+    assert _paste("subprocess.CalledProcessError: Command 'prep --foo' returned non-zero exit status 1: got an "
+                  "unexpected keyword argument 'foo'\n")["category"] == "config"
     assert _paste("ValueError: the tensor parallel size must be divisible by the head count\n")["category"] == "config"
 
 
