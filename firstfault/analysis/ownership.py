@@ -153,7 +153,11 @@ LOOKUPS = frozenset({"__getattr__", "__getattribute__", "__getitem__", "__missin
 # __init__, torch rendezvous.py "environment variable RANK expected, but not set"): config. An
 # assert WITH a message is validation too, of arguments (DeepSpeed config.py _batch_assertion,
 # Megatron arguments.py) or of the call order (Megatron parallel_state "... group is not
-# initialized"): its words decide (signatures/99-fallback.toml category_rule), not its owner.
+# initialized"): its words decide first (signatures/99-fallback.toml category_rule). Where they name no
+# class of failure, the owner does: raised in an argument validator (VALIDATORS) it is config, elsewhere in a
+# framework's code a check of that framework's own state (ColossalAI low_level_optim.py step "fp32 param and
+# grad have different shape", torch/distributed/checkpoint/filesystem.py read_data "... mismatch sizes ...",
+# Megatron global_vars.py "args is not initialized" when another package calls it early): framework.
 # What to do first, by the category inferred (user-code keeps the fallback's own).
 ACTIONS = {
     "framework": ("It failed inside {owner}'s own code, not yours: compare the installed versions of {owner} and the "
@@ -162,6 +166,11 @@ ACTIONS = {
                "documentation and the job's environment."),
     "unknown": "This process reports another process's failure: read that process's own error in its log.",
 }
+# Argument validators: an assertion raised here checks a value the user set (Megatron-LM megatron/training/arguments.py
+# validate_args, megatron/arguments.py before 2024; DeepSpeed runtime/config.py DeepSpeedConfig._batch_assertion,
+# runtime/engine.py _do_args_sanity_check/_do_sanity_check; a dataclass's __post_init__, as transformers' TrainingArguments
+# and TRL's configs validate their fields).
+VALIDATORS = frozenset({"validate_args", "_batch_assertion", "_do_args_sanity_check", "_do_sanity_check", "__post_init__"})
 _BUGS = ("AttributeError", "KeyError", "IndexError", "TypeError", "NotImplementedError", "NameError",
          "UnboundLocalError", "ZeroDivisionError", "RecursionError", "StopIteration")
 EXCEPTIONS: dict[str, dict[str, str]] = {
@@ -373,8 +382,10 @@ def category(exc_type: str | None, message: str, frames: Sequence[Frame]) -> Inf
         return Inference("framework", f, o, f"inferred from whose code raised it: the traceback's innermost frame is in {_where(f, o)} "
                          "and its exception line is missing; find that line to confirm")
     rule = EXCEPTIONS.get(short, OTHER_TYPES)
-    if short == "AssertionError" and _explains(_said(message, exc_type)) and o.kind != "user":
-        return None
+    if short == "AssertionError" and _explains(_said(message, exc_type)) and o.kind != "user" and f.func in VALIDATORS:
+        return Inference("config", f, o, f"inferred from where it was raised: an assertion in {_where(f, o)}, which "
+                         f"validates the arguments and settings it was given; check the value it names against "
+                         f"{o.name}'s documentation to confirm")
     cat = rule.get("user" if o.kind == "user" else "framework")
     if cat is None:
         return None

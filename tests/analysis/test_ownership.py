@@ -99,14 +99,34 @@ def test_an_assert_with_a_message_is_left_to_its_words_a_bare_one_is_framework()
               fr("/workspace/Megatron-LM/megatron/training/initialize.py", 360, "_set_random_seed"),
               fr("/workspace/Megatron-LM/megatron/core/parallel_state.py", 1210, "get_pipeline_model_parallel_rank"),
               fr("/workspace/Megatron-LM/megatron/core/parallel_state.py", 1010, "get_pipeline_model_parallel_group")]
-    assert category("AssertionError", "pipeline_model parallel group is not initialized", frames) is None
+    # words that name no class: a check of megatron's own state, raised in megatron's code (its initialize.py asked)
+    got = category("AssertionError", "pipeline_model parallel group is not initialized", frames)
+    assert (got.category, got.owner.name) == ("framework", "megatron")
     assert category("AssertionError", "", frames).category == "framework"
     assert category("AssertionError", "AssertionError", frames).category == "framework"  # a traceback's message line
     assert category("AssertionError", "AssertionError: ", frames).category == "framework"
     # ``assert a.shape == (n,), (a.shape, start, end)``: the values compared, no words: as bare
     assert category("AssertionError", "AssertionError: (torch.Size([]), 0, 77856768)", frames).category == "framework"
     assert category("AssertionError", "AssertionError: 4096 != 2048", frames).category == "framework"
-    assert category("AssertionError", "AssertionError: expected 4096 got 2048", frames) is None  # words: validation
+    assert category("AssertionError", "AssertionError: expected 4096 got 2048", frames).category == "framework"
+
+
+def test_an_assert_with_a_message_in_an_argument_validator_is_config():
+    """Megatron's validate_args, DeepSpeed's _batch_assertion, a config dataclass's __post_init__ check values the
+    user set: an assertion there is config, whatever its words; the same words elsewhere in the framework are a
+    check of its own state."""
+    validate = [fr("/workspace/Megatron-LM/pretrain_gpt.py", 250, "<module>"),
+                fr("/workspace/Megatron-LM/megatron/training/initialize.py", 60, "initialize_megatron"),
+                fr("/workspace/Megatron-LM/megatron/training/arguments.py", 561, "validate_args")]
+    got = category("AssertionError", "the expert tensor layout disagrees with the router choice", validate)
+    assert (got.category, got.frame.func) == ("config", "validate_args") and "validates" in got.why
+    state = [USER_MAIN, USER_TRAIN, fr(f"{SP}/colossalai/zero/low_level/low_level_optim.py", 466, "step")]
+    got = category("AssertionError", "fp32 param and grad have different shape torch.Size([279245825]) vs "
+                   "torch.Size([1025])", state)
+    assert (got.category, got.owner.name) == ("framework", "colossalai")
+    # not an example: the user's own assertion is the user's code
+    assert category("AssertionError", "the batch lost its labels somewhere", [USER_MAIN, USER_TRAIN]).category == \
+        "user-code"
 
 
 def test_a_missing_attribute_blames_whoever_asked_for_it():
@@ -372,16 +392,20 @@ def test_paste_bare_assert_inside_deepspeed_is_framework():
     assert (ff["rank"], ff["category"], ff["phase"]) == (0, "framework", "param-gather")
 
 
-def test_paste_assert_with_a_message_inside_megatron_keeps_the_default():
-    log = """[rank0]: Traceback (most recent call last):
-[rank0]:   File "/workspace/Megatron-LM/megatron/training/initialize.py", line 360, in _set_random_seed
-[rank0]:     seed = seed + (100 * mpu.get_pipeline_model_parallel_rank())
-[rank0]:   File "/workspace/Megatron-LM/megatron/core/parallel_state.py", line 1010, in get_pipeline_model_parallel_group
-[rank0]:     assert _PIPELINE_MODEL_PARALLEL_GROUP is not None, "pipeline_model parallel group is not initialized"
-[rank0]: AssertionError: pipeline_model parallel group is not initialized
+def test_paste_assert_with_a_message_inside_colossalai_is_colossalai_s():
+    log = """[rank1]: Traceback (most recent call last):
+[rank1]:   File "/work/rm/train_reward_model.py", line 58, in train
+[rank1]:     optim.step()
+[rank1]:   File "/env/lib/python3.10/site-packages/colossalai/zero/low_level/low_level_optim.py", line 466, in step
+[rank1]:     assert param_shape == grad_shape, f"fp32 param and grad have different shape {param_shape} vs {grad_shape}"
+[rank1]: AssertionError: fp32 param and grad have different shape torch.Size([2048]) vs torch.Size([16])
 """
     ff = _paste(log)
-    assert ff["category"] == "user-code"
+    assert (ff["category"], ff["confidence"], ff["rank"]) == ("framework", "medium", 1)
+    # a size that does not divide is a setting, whoever asserts it
+    divides = log.replace("fp32 param and grad have different shape torch.Size([2048]) vs torch.Size([16])",
+                          "World size 8 is not divisible by tp_size 1 * pp_size 3")
+    assert _paste(divides)["category"] == "config"
 
 
 def test_paste_ray_task_error_is_judged_by_the_remote_frames():
