@@ -17,6 +17,8 @@ the tool's own format (examples made up)::
     (WorkerDict pid=123, ip=10.0.0.5) Ray's worker prefix; (raylet), (pid=123); "[repeated 3x across cluster]" after;
                                       the ip is a host name where Ray was given one (--node-ip-address), an
                                       IPv6 address in brackets (ip=[fd00::5])
+    (head, rank=0, pid=4773)          SkyPilot's run prefix: the node's name and index (a node, not a training rank),
+    (worker1, rank=1, pid=88, ip=10.0.0.2)  with the worker node's ip; one node: (task name, pid=4773)
     [2026-02-18 10:48:25]             a collector's bracketed time, peeled only before a Ray or rank prefix (a
                                       program's own "[2026-02-18 10:48:25,681] [INFO]" header stays)
     trainer-1  |                      docker compose service prefix
@@ -64,6 +66,7 @@ _PREFIX = re.compile(
     r"|\[(?P<role>[A-Za-z_][\w.-]{0,62}?)(?P<local>\d+)\]:"
     r"|\[\d+,(?P<mpi>\d+)\]<(?:stdout|stderr)>:[ ]?"
     r"|\((?P<ray>(?:[A-Za-z_][\w.<>:-]*)?(?: ?pid=\d+)?)(?:, ip=(?:\[(?P<rayip6>[0-9A-Fa-f.:]+)\]|(?P<rayip>[0-9A-Fa-f.:]+|[A-Za-z0-9][\w.-]*)))?(?:, repr=[^)]*)?\)[ ]"
+    r"|\((?P<sky>[A-Za-z][\w-]*), (?:rank=(?P<skynode>\d+), )?pid=\d+(?:, ip=(?P<skyip>[0-9A-Fa-f.:]+))?\)[ ]"
     r"|(?P<service>[A-Za-z0-9][\w.-]*[-_]\d+)[ ]+\|[ ]"
     r"|(?P<runner>[A-Za-z][\w-]*\.[\w.-]+) \[(?:stdout|stderr)\][ ]"
     r"|(?P<torchx>[A-Za-z_][\w-]*/\d+)[ ](?=\[(?:rank\d+|[A-Za-z_][\w.-]*?\d+)\]:)"
@@ -139,6 +142,9 @@ def peel(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[s
                 who.append(f"{g['role']}{g['local']}")
             elif g["mpi"] is not None:
                 rank = int(g["mpi"])
+            elif g["sky"] is not None:  # SkyPilot: rank= is the node's index, not a training rank
+                node = node or g["skyip"] or (g["sky"] if g["skynode"] is not None else None)
+                who.append(f"({g['sky']})")
             elif g["service"] is not None:
                 who.append(g["service"])
             elif g["torchx"] is not None:

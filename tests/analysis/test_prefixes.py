@@ -23,6 +23,9 @@ WATCHDOG = ("[rank7]:[E218 10:48:25.681000 4242 ProcessGroupNCCL.cpp:632] [Rank 
     ("(WorkerDict pid=123, ip=10.0.0.5) ", 7, "10.0.0.5", None),  # Ray
     ("  (WorkerDict pid=123, ip=[fd00:5::30f]) ", 7, "fd00:5::30f", None),  # Ray on IPv6: the address in brackets
     ("trainer-1  | ", 7, None, None),  # docker compose
+    ("(head, rank=0, pid=4773) ", 7, "head", None),  # SkyPilot: the node's name and index (a node, no rank)
+    ("(worker1, rank=1, pid=88, ip=10.0.0.2) ", 7, "10.0.0.2", None),  # SkyPilot's worker node, its ip
+    ("(train, pid=4773) ", 7, None, None),  # SkyPilot on one node: the task's name
     ("\x1b[36m", 7, None, None),  # colour left on (removed by traceback.visible before peel)
     ("> ", 7, None, None),  # Markdown quote
     ("gpu-node-3: ", 7, "gpu-node-3", None),  # pdsh
@@ -57,6 +60,17 @@ def test_lightning_and_open_mpi_name_the_rank():
     assert (p.text, p.rank) == ("Traceback (most recent call last):", 5)
 
 
+def test_skypilot_s_node_index_is_no_rank():
+    """SkyPilot's rank= counts nodes (SKYPILOT_NODE_RANK): a traceback behind it names its node, not its rank."""
+    ff = first_failure_of("(head, rank=0, pid=4773) Traceback (most recent call last):\n"
+                          '(head, rank=0, pid=4773)   File "/w/megatron/core/datasets/indexed_dataset.py", line 293, '
+                          "in __init__\n"
+                          "(head, rank=0, pid=4773)     assert self.sequence_lengths.shape[0] == self.document_indices[-1]\n"
+                          "(head, rank=0, pid=4773) AssertionError\n")
+    assert (ff["signature"], ff["category"], ff["rank"]) == ("python.exception", "framework", None)
+    assert ff["node"] == "head"
+
+
 def test_ray_repeat_suffix_and_bare_actor():
     p = peel("(pid=2345) RuntimeError: boom [repeated 3x across cluster]")
     assert p.text == "RuntimeError: boom" and p.key == "(pid=2345)"
@@ -73,6 +87,7 @@ def test_ray_repeat_suffix_and_bare_actor():
     "2026-02-18 10:48:25,681 - INFO - loss 1.2",  # a program's own logging header stays
     "[2026-02-18 10:48:25,681] [INFO] [logging.py:96:log_dist] [Rank 0] hi",
     "(see above) the config is wrong",
+    "(head, rank=0) the node index alone, no pid",
     "step-100: loss 2.1",
 ])
 def test_ordinary_text_is_not_peeled(line):
