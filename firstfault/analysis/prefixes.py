@@ -21,6 +21,9 @@ the tool's own format (examples made up)::
     (worker1, rank=1, pid=88, ip=10.0.0.2)  with the worker node's ip; one node: (task name, pid=4773)
     [2026-02-18 10:48:25]             a collector's bracketed time, peeled only before a Ray or rank prefix (a
                                       program's own "[2026-02-18 10:48:25,681] [INFO]" header stays)
+    2026-02-18 10:48:25,681 - app - INFO - [rank0]:
+                                      a Python logger relaying a rank's output (logging's "%(asctime)s -
+                                      %(name)s - %(levelname)s - " format), peeled only before a rank prefix
     trainer-1  |                      docker compose service prefix
     2026-02-18T10:48:25.681Z          a collector's RFC 3339 time (kubectl --timestamps, Loki, CloudWatch, docker), with or
                                       without a colon after it
@@ -71,6 +74,7 @@ _PREFIX = re.compile(
     r"|(?P<runner>[A-Za-z][\w-]*\.[\w.-]+) \[(?:stdout|stderr)\][ ]"
     r"|(?P<torchx>[A-Za-z_][\w-]*/\d+)[ ](?=\[(?:rank\d+|[A-Za-z_][\w.-]*?\d+)\]:)"
     r"|\[(?P<bstamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\][ ](?=\((?:[A-Za-z_][\w.<>:-]*)?(?: ?pid=\d+)|\[rank\d+\]:)"
+    r"|(?P<pylog>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - [\w.-]+ - [A-Z]+ - (?=\[rank\d+\]:)"
     r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?):?[ \t]+(?:(?:stdout|stderr) [FP][ ])?"
     r"|(?P<syslog>(?:" + _MONTHS + r") [ \d]\d \d\d:\d\d:\d\d) (?P<sysnode>[\w.-]+) [\w./@-]+(?:\[\d+\])?:[ ]"
     r"|>+[ ]?"
@@ -156,6 +160,8 @@ def peel(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[s
                 stamp = stamp or g["iso"]
             elif g["bstamp"] is not None:
                 stamp = stamp or g["bstamp"]
+            elif g["pylog"] is not None:
+                stamp = stamp or g["pylog"]
             elif g["heading"] is not None:
                 prose = True
             elif g["syslog"] is not None:

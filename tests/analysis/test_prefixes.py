@@ -31,6 +31,8 @@ WATCHDOG = ("[rank7]:[E218 10:48:25.681000 4242 ProcessGroupNCCL.cpp:632] [Rank 
     ("gpu-node-3: ", 7, "gpu-node-3", None),  # pdsh
     ("job.node-7 [stderr] ", 7, "node-7", None),
     ("train/1 [default3]:", 7, None, None),  # torchx's log viewer (role/replica), then torchrun --tee
+    # a Python logger relaying the rank's line (its own "%(asctime)s - %(name)s - %(levelname)s - " header)
+    ("2025-10-31 03:11:02,478 - trainer - INFO - ", 7, None, "2025-10-31 03:11:02,478"),
 ])
 def test_a_known_prefix_hides_nothing(prefix, rank, node, stamp):
     from firstfault.analysis.traceback import visible
@@ -85,6 +87,7 @@ def test_ray_repeat_suffix_and_bare_actor():
     "node03: ready",
     "Epoch 1: 100%|#####| 10/10",
     "2026-02-18 10:48:25,681 - INFO - loss 1.2",  # a program's own logging header stays
+    "2026-02-18 10:48:25,681 - trainer - INFO - loss 1.2",  # and so does one with the logger's name
     "[2026-02-18 10:48:25,681] [INFO] [logging.py:96:log_dist] [Rank 0] hi",
     "(see above) the config is wrong",
     "(head, rank=0) the node index alone, no pid",
