@@ -39,8 +39,9 @@ LINES = [
     ("[rank6]: RuntimeError: Rank 6, node n-0042, device 6, iteration 31: Unexpected result nan (message='found NaN "
      "in local grad norm for bucket #1 in backward pass before data-parallel communication collective')",
      "megatron.nan_grad_norm", "root", "numerics", {"rank": "6", "value": "NaN", "node": "n-0042"}),
+    # the older check, in the optimizer step's gradient clipping (clip_grads.py): its own signature, its own phase
     ("AssertionError: Rank 9: found NaN in local grad norm in backwards pass. Device: 1, node: n-0007",
-     "megatron.nan_grad_norm", "root", "numerics", {"rank": "9"}),
+     "megatron.nan_grad_norm_at_clip", "root", "numerics", {"rank": "9"}),
     ("AssertionError: Rank 11: found NaN in local forward loss calculation. Device: 3, node: n-0002",
      "megatron.nan_forward_loss", "root", "numerics", {"rank": "11"}),
     ("RuntimeError: Function 'PowBackward0' returned nan values in its 0th output.", "torch.anomaly_nan", "root",
