@@ -49,6 +49,7 @@ from firstfault.analysis.phase import (
 )
 from firstfault.analysis.rankstate import RankState
 from firstfault.analysis.save_phase import phase_while_waiting
+from firstfault.analysis.traceback import FRAME
 from firstfault.analysis.verdict import Decision
 
 Phase = tuple[str, str]  # (phase, where it came from)
@@ -213,6 +214,29 @@ def _top_level_import(f: Finding) -> bool:
     return short in IMPORT_ERRORS and bool(own) and own[-1] == "<module>"
 
 
+# The call a source line makes: "loss.backward()", "self.accelerator.backward(loss)", "out = model.forward(x)".
+_CALL = re.compile(r"(?:[\w.\[\]]+(?:\s*,\s*[\w.]+)*\s*=\s*)?(?:return\s+|await\s+)?(?:[\w.]+\.)?(?P<callee>[A-Za-z_]\w*)\(")
+
+
+def _with_call(f: Finding) -> Sequence[Frame]:
+    """A traceback's frames and, where it was cut right after its innermost frame's source line, the function that
+    line calls: the frame the cut took away ("self.accelerator.backward(loss)" under training_step was the backward).
+    Only its name is known, so only phases.toml's ``funcs`` can read it."""
+    frames = f.ev.frames
+    if not frames or not f.has("cut-traceback"):
+        return frames
+    lines = f.ev.text.split("\n")
+    last = max((i for i, ln in enumerate(lines) if FRAME.match(ln)), default=None)
+    if last is None:
+        return frames
+    source = next((s for ln in lines[last + 1:] if (s := ln.strip()) and not set(s) <= _MARKS), None)
+    m = _CALL.match(source) if source is not None and not source.startswith("File ") else None
+    return (*frames, Frame("", 0, m.group("callee"))) if m else frames
+
+
+_MARKS = frozenset("^~ ")  # the caret lines Python 3.11+ prints under a frame's source line
+
+
 def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: Iterable[Finding] = (),
              before: Iterable[str] = (), sharded: bool | None = None) -> tuple[str, str]:
     """The phase of a failure and where that came from.
@@ -227,7 +251,7 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: 
     a stack was in the phase whose collective the others waited in), else, where none waited, of the
     other ranks' errors (``peers`` holds those then: the ranks of a job run the same step).
     """
-    p = phase_from_frames(f.ev.frames)
+    p = phase_from_frames(_with_call(f))
     if p:
         return p, "frames"
     # a bar printed without its newline, the failure glued after it, is the last thing before the failure

@@ -228,3 +228,28 @@ def test_a_script_s_train_function_around_a_constructor_is_still_set_up():
     text = _BUILT.replace('[rank0]:   File "/srv/job/run_train.py", line 12, in <module>\n', outer, 1)
     assert outer in text
     assert first_failure_of(text)["phase"] == "init"
+
+
+CUT_AT_THE_CALL = """[rank1]: Traceback (most recent call last):
+[rank1]:   File "/w/sft.py", line 80, in main
+[rank1]:     trainer.train()
+[rank1]:   File "/env/lib/python3.11/site-packages/transformers/trainer.py", line 2581, in _inner_training_loop
+[rank1]:     tr_loss_step = self.training_step(model, inputs, num_items_in_batch)
+[rank1]:                    ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+[rank1]:   File "/env/lib/python3.11/site-packages/transformers/trainer.py", line 3844, in training_step
+[rank1]:     {call}
+[rank1]:   File "/env/lib/python3.11/site-packa
+"""
+
+
+def test_a_traceback_cut_after_its_innermost_call_takes_the_phase_of_the_call():
+    """The cut took the frame the innermost source line called: where phases.toml names that function in every
+    framework (backward), it is the phase; the frame's own (training_step: forward) otherwise."""
+    ff = first_failure_of(CUT_AT_THE_CALL.replace("{call}", "self.accelerator.backward(loss, **kwargs)"))
+    assert (ff["rank"], ff["phase"]) == (1, "backward")
+    assert first_failure_of(CUT_AT_THE_CALL.replace("{call}", "loss = loss / 2 if scale else loss"))["phase"] == \
+        "forward"
+    # not an example: a traceback with its exception line is judged by its frames alone
+    whole = CUT_AT_THE_CALL.replace("{call}", "self.accelerator.backward(loss, **kwargs)").replace(
+        '[rank1]:   File "/env/lib/python3.11/site-packa\n', "[rank1]: ValueError: bad loss\n")
+    assert first_failure_of(whole)["phase"] == "forward"
