@@ -186,8 +186,11 @@ def nccl_setup(f: Finding, parts: Iterable[Finding], before: Iterable[str] = ())
 # A frame of an object's constructor (a dataclass's generated __init__ calls __post_init__), and the words of a
 # function that runs training, evaluation or generation (a step's phases are phases.toml's; these say only
 # that set-up was over). A function named just ``train`` says nothing: it is the usual name of a script's whole
-# job, its set-up and then its loop (ColossalAI's and many examples' ``def train(args)``).
+# job, its set-up and then its loop (ColossalAI's and many examples' ``def train(args)``); nor do the names Ray
+# Train's documentation gives the function each worker runs, which builds the trainer and then fits
+# (TorchTrainer(train_loop_per_worker=...), its examples' ``train_func`` and ``train_fn``).
 _CONSTRUCTORS = ("__init__", "__post_init__")
+_WHOLE_JOB = frozenset({"train_func", "train_fn", "train_loop_per_worker"})
 _RUNNING = re.compile(r"\w+train|train\w+|fit|step|epoch|loop|evaluat|predict|generat|rollout|forward|backward", re.I)
 
 
@@ -196,7 +199,7 @@ def _constructing(frames: Sequence[Frame]) -> Frame | None:
     frames runs training (``_RUNNING``): the failure came while the job built its objects (a config's
     check, a model's layers, a trainer, a Ray actor), which is its set-up. Not the standard library's nor
     PyTorch's own helper objects (torch.load's zip reader), which any step may build. None otherwise."""
-    if any(_RUNNING.search(f.func) for f in frames if f.func not in _CONSTRUCTORS):
+    if any(_RUNNING.search(f.func) for f in frames if f.func not in _CONSTRUCTORS and f.func not in _WHOLE_JOB):
         return None
     return next((f for f in reversed(frames) if f.func in _CONSTRUCTORS
                  and (o := owner_of(f.file)).kind != "stdlib" and o.name != "torch"), None)

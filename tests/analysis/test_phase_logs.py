@@ -253,3 +253,24 @@ def test_a_traceback_cut_after_its_innermost_call_takes_the_phase_of_the_call():
     whole = CUT_AT_THE_CALL.replace("{call}", "self.accelerator.backward(loss, **kwargs)").replace(
         '[rank1]:   File "/env/lib/python3.11/site-packa\n', "[rank1]: ValueError: bad loss\n")
     assert first_failure_of(whole)["phase"] == "forward"
+
+
+def test_ray_train_s_worker_function_builds_before_it_fits():
+    """Ray Train runs the function its users name train_func (train_loop_per_worker) on each worker: it builds the
+    Trainer and then fits, so a constructor under it is still set-up; under a fit it is not."""
+    text = "\n".join([
+        "Traceback (most recent call last):",
+        '  File "/w/job.py", line 44, in train_func',
+        "    trainer = pl.Trainer(strategy=RayDDPStrategy(), plugins=[RayLightningEnvironment()])",
+        '  File "/env/lib/python3.11/site-packages/lightning/pytorch/utilities/argparse.py", line 70, in insert_env_defaults',
+        "    return fn(self, **kwargs)",
+        '  File "/env/lib/python3.11/site-packages/lightning/pytorch/trainer/trainer.py", line 401, in __init__',
+        "    self._accelerator_connector = _AcceleratorConnector(",
+        '  File "/env/lib/python3.11/site-packages/lightning/pytorch/trainer/connectors/accelerator_connector.py", '
+        "line 140, in __init__",
+        "    self._check_config_and_set_final_flags(",
+        "ValueError: You selected an invalid strategy name: `strategy=<RayDDPStrategy object at 0x7f>`.",
+    ])
+    assert first_failure_of(text)["phase"] == "init"
+    fitting = text.replace("line 44, in train_func", "line 44, in fit_one_epoch")
+    assert first_failure_of(fitting)["phase"] != "init"
