@@ -109,6 +109,9 @@ CASES = {
     "megatron's load strategy in the same torch.py is no save": (stack(
         (f"{MLM}/megatron/training/checkpointing.py", "load_checkpoint"),
         (f"{MLM}/megatron/core/dist_checkpointing/strategies/torch.py", "load")), "checkpoint-load"),
+    "colossalai shardformer's replacement forward": (stack(
+        ("/w/train.py", "train"), ("colossalai/pipeline/schedule/one_f_one_b.py", "run_forward_backward"),
+        ("colossalai/shardformer/modeling/llama.py", "llama_model_forward")), "forward"),
     "megatron finalize_model_grads": (stack(
         (f"{MLM}/megatron/core/pipeline_parallel/schedules.py", "forward_backward_no_pipelining"),
         (f"{MLM}/megatron/core/distributed/finalize_model_grads.py", "finalize_model_grads"),
