@@ -89,8 +89,11 @@ LINES = [
      {"key": "lm_head.weight"}),
     ("ValueError: Default process group has not been initialized, please make sure to call init_process_group.",
      "c10d.default_pg_not_initialized", "root", "config", {}),
-    ("train.py: error: unrecognized arguments: --local-rank=1", "python.unrecognized_arguments", "root", "config",
-     {"args": "--local-rank=1"}),
+    ("train.py: error: unrecognized arguments: --lr=3e-4", "python.unrecognized_arguments", "root", "config",
+     {"args": "--lr=3e-4"}),
+    # PyTorch 2.0's launcher renamed the argument a 1.x script parses: a version interaction
+    ("train.py: error: unrecognized arguments: --local-rank=1", "torch.launch_local_rank_renamed", "root", "framework",
+     {"passed": "1"}),
     ("RuntimeError: world_size (24) is not divisible by tensor_model_parallel_size (8) x "
      "pipeline_model_parallel_size (2) x context_parallel_size (1)", "megatron.parallel_config", "root", "config",
      {"size": "24"}),
@@ -105,6 +108,8 @@ LINES = [
     ("Parameter indices which did not receive grad for rank 3: 12 13", "torch.ddp_unused_parameters", "root",
      "user-code", {"rank": "3"}),
     ("ValueError: Some specified arguments are not used by the HfArgumentParser: ['--local-rank=2']",
+     "torch.launch_local_rank_renamed", "root", "framework", {"passed": "2"}),
+    ("ValueError: Some specified arguments are not used by the HfArgumentParser: ['--lora_rank', '8']",
      "hf.argument_parser_unused", "root", "config", {}),
     ("RuntimeError: Expected to mark a variable ready only once. This error is caused by one of the following "
      "reasons: 1) Use of a module parameter outside the `forward` function.", "torch.ddp_marked_ready_twice", "root",
