@@ -29,6 +29,8 @@ the tool's own format (examples made up)::
                                       without a colon after it
     2026-02-18T10:48:25.681Z stdout F the CRI log format (kubelet's files)
     Feb 18 10:48:25 gpu-3 kernel:     journald / syslog (time, host, identifier[pid])
+    E       RuntimeError: x           pytest's marker of a failing test's exception lines ("E" and three spaces or
+                                      more: _pytest/_code/code.py FormattedExcinfo's fail marker and indent)
     > >>  `                           Markdown quoting and inline code left in a paste
     [80851]                           a log viewer's line number (3 to 7 digits; one or two digits may be a
                                       rank's tag, "[0] node0:13571:13571 [0] NCCL INFO ...", and stay); it
@@ -77,6 +79,7 @@ _PREFIX = re.compile(
     r"|(?P<pylog>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - [\w.-]+ - [A-Z]+ - (?=\[rank\d+\]:)"
     r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?):?[ \t]+(?:(?:stdout|stderr) [FP][ ])?"
     r"|(?P<syslog>(?:" + _MONTHS + r") [ \d]\d \d\d:\d\d:\d\d) (?P<sysnode>[\w.-]+) [\w./@-]+(?:\[\d+\])?:[ ]"
+    r"|E[ ]{3,}(?=\S)"
     r"|>+[ ]?"
     r"|\[(?P<lineno>\d{3,7})\][ ]"
     r"|(?P<tick>`+)"

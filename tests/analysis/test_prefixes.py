@@ -28,6 +28,7 @@ WATCHDOG = ("[rank7]:[E218 10:48:25.681000 4242 ProcessGroupNCCL.cpp:632] [Rank 
     ("(train, pid=4773) ", 7, None, None),  # SkyPilot on one node: the task's name
     ("\x1b[36m", 7, None, None),  # colour left on (removed by traceback.visible before peel)
     ("> ", 7, None, None),  # Markdown quote
+    ("E       ", 7, None, None),  # pytest's marker of a failing test's exception lines
     ("gpu-node-3: ", 7, "gpu-node-3", None),  # pdsh
     ("job.node-7 [stderr] ", 7, "node-7", None),
     ("train/1 [default3]:", 7, None, None),  # torchx's log viewer (role/replica), then torchrun --tee
@@ -92,6 +93,8 @@ def test_ray_repeat_suffix_and_bare_actor():
     "(see above) the config is wrong",
     "(head, rank=0) the node index alone, no pid",
     "step-100: loss 2.1",
+    "E1203 10:00:00.123456 4242 file.cc:12] a glog error line",  # glog's level letter, no spaces after it
+    "ERROR   the job failed",
 ])
 def test_ordinary_text_is_not_peeled(line):
     assert peel(line).text == line
