@@ -567,8 +567,8 @@ def test_paste_an_exception_line_alone_is_a_guess_of_whose_code():
     # whose words explain it (validation)
     assert _paste("[rank2]: RuntimeError: something went wrong here\n")["category"] == "user-code"
     assert _paste("[rank2]: KeyError: 'input_ids'\n")["category"] == "user-code"  # a key the code was given
-    assert _paste("[rank2]: AssertionError: micro batch size must be divisible by the world size\n")["category"] != \
-        "framework"
+    assert _paste("[rank2]: AssertionError: micro batch size must be divisible by the world size\n")["category"] == \
+        "config"
     bare = _paste("[rank2]: AssertionError\n")
     assert (bare["category"], bare["confidence"]) == ("framework", "low")
     # not an example: words that name a class of failure are no guess of whose code
