@@ -324,3 +324,24 @@ def test_the_watchdogs_work_timeout_lines_alone_are_a_hang_not_no_failure():
     ff = first_failure_of(WORK_TIMEOUTS_ONLY)
     assert ff is not None and ff["signature"] == "hang.stopped_first"
     assert ff["rank"] not in (1, 2, 3) and ff["confidence"] != "high"  # they waited: the one that did not is inferred
+
+
+# accelerate accelerator.py save_state logs each model's and optimizer's save under FSDP or DeepSpeed
+# ("Saving FSDP model", "Saving DeepSpeed Model and Optimizer") before the all-gather that writes it
+ACCELERATE_SAVE_HANG = """INFO:accelerate.accelerator:Saving current state to /out/step_400
+INFO:accelerate.accelerator:Saving FSDP model
+[E ProcessGroupNCCL.cpp:828] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=18364, \
+OpType=ALLGATHER, Timeout(ms)=4800000) ran for 4804648 milliseconds before timing out.
+"""
+
+
+def test_a_hang_after_accelerate_began_a_model_s_save_is_in_the_save():
+    assert first_failure_of(ACCELERATE_SAVE_HANG)["phase"] == "checkpoint-save"
+    alone = ACCELERATE_SAVE_HANG.replace("INFO:accelerate.accelerator:Saving current state to /out/step_400\n", "")
+    assert first_failure_of(alone)["phase"] == "checkpoint-save"
+    # not an example: the save's end, then training, before the ranks waited
+    ended = ACCELERATE_SAVE_HANG.replace(
+        "INFO:accelerate.accelerator:Saving FSDP model\n",
+        "INFO:accelerate.accelerator:Saving FSDP model\nINFO:accelerate.checkpointing:Random states saved in "
+        "/out/step_400/random_states_0.pkl\n")
+    assert first_failure_of(ended)["phase"] != "checkpoint-save"
