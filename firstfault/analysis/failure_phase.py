@@ -219,6 +219,7 @@ def _top_level_import(f: Finding) -> bool:
 
 # The call a source line makes: "loss.backward()", "self.accelerator.backward(loss)", "out = model.forward(x)".
 _CALL = re.compile(r"(?:[\w.\[\]]+(?:\s*,\s*[\w.]+)*\s*=\s*)?(?:return\s+|await\s+)?(?:[\w.]+\.)?(?P<callee>[A-Za-z_]\w*)\(")
+_MARKS = frozenset("^~ ")  # the caret lines Python 3.11+ prints under a frame's source line
 
 
 def _with_call(f: Finding) -> Sequence[Frame]:
@@ -235,9 +236,6 @@ def _with_call(f: Finding) -> Sequence[Frame]:
     source = next((s for ln in lines[last + 1:] if (s := ln.strip()) and not set(s) <= _MARKS), None)
     m = _CALL.match(source) if source is not None and not source.startswith("File ") else None
     return (*frames, Frame("", 0, m.group("callee"))) if m else frames
-
-
-_MARKS = frozenset("^~ ")  # the caret lines Python 3.11+ prints under a frame's source line
 
 
 def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: Iterable[Finding] = (),

@@ -138,7 +138,8 @@ REPORTING = frozenset({"RayTaskError", "RayActorError", "ActorDiedError", "Worke
 LOOKUPS = frozenset({"__getattr__", "__getattribute__", "__getitem__", "__missing__", "__delattr__"})
 
 # The category of (exception type, owner of the frame that raised it); the type without its module.
-# "user": raised in the user's own file; "framework": in a framework's own module (FRAMEWORKS).
+# "user": raised in the user's own file; "framework": in a framework's own module (FRAMEWORKS) or another
+# installed package's.
 # Types missing here (RuntimeError, Exception, a library's own types) are decided by owner only where a
 # framework's own code raised them (OTHER_TYPES): torch raises RuntimeError from C++ for OOM, CUDA and
 # NCCL errors wherever Python called it, and the catalog's signatures and words read those first.
@@ -345,9 +346,10 @@ def _tail(path: str) -> str:
 
 def category(exc_type: str | None, message: str, frames: Sequence[Frame]) -> Inference | None:
     """The category of an exception from its type and whose code raised it, or None when that
-    says nothing (no frames, a type not in EXCEPTIONS, a library's or an op's frame). A traceback
-    cut before its exception line (``exc_type`` None) is judged by its innermost frame alone, and
-    only when that frame is a framework's own (the failure happened under that framework's call;
+    says nothing (no frames, a type not in EXCEPTIONS, an op's input check, a framework's explained
+    assertion outside its validators). A traceback cut before its exception line (``exc_type`` None)
+    is judged by its innermost frame alone, and only when that frame is a framework's or another
+    installed package's own (the failure happened under that framework's call;
     a paste may stop above the frame that raised, so a user's frame there says nothing), or when
     it ends in module bodies (an import: config)."""
     inner = reprinted_frames(message)

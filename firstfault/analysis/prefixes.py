@@ -159,12 +159,8 @@ def peel(line: str, *, srun_labels: bool = False, labels: frozenset[str] | set[s
             elif g["runner"] is not None:
                 node = node or g["runner"].rsplit(".", 1)[-1]
                 who.append(g["runner"])
-            elif g["iso"] is not None:
-                stamp = stamp or g["iso"]
-            elif g["bstamp"] is not None:
-                stamp = stamp or g["bstamp"]
-            elif g["pylog"] is not None:
-                stamp = stamp or g["pylog"]
+            elif (written := g["iso"] or g["bstamp"] or g["pylog"]) is not None:
+                stamp = stamp or written
             elif g["heading"] is not None:
                 prose = True
             elif g["syslog"] is not None:
