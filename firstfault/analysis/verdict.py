@@ -264,11 +264,15 @@ ROOT_CAUSE = ("torchrun's Root Cause (first observed failure): of the ranks that
 
 def _with_exit_rank(f: Finding, exits: Mapping[int, dict], findings: list[Finding] = ()) -> Finding:
     """A failure no line tied to a rank is the rank's whose exit the launcher reported as the
-    only failure (not stopped by the launcher itself); confidence at most medium. Where several
-    ranks failed, the one torchrun's Root Cause block names (``root_cause_rank``), at low."""
+    only failure (not stopped by the launcher itself), or, where no exit code was reported, the one
+    rank a launcher's word that a worker failed names (Ray Train's "Worker N has failed.", mpirun's
+    first process to exit); confidence at most medium. Where several ranks failed, the one
+    torchrun's Root Cause block names (``root_cause_rank``), at low."""
     if f.ev.rank is not None or f.ev.source == "kernel":
         return f
     failed = [r for r, ex in exits.items() if ex.get("code") not in (0, None) and ex.get("signal") not in ("SIGTERM", "SIGINT")]
+    if not failed:  # no exit code said: a launcher's word that a worker failed, where it names the rank
+        failed = sorted({h.ev.rank for h in findings if h.has("child-failed") and h.ev.rank is not None})
     if len(failed) > 1 and (root := root_cause_rank(list(findings))) in failed:
         ev = replace(f.ev, rank=root, fields={**f.ev.fields, "rank_from": ROOT_CAUSE})
         return replace(f, ev=ev, cap="low", links=[*f.links, f"rank {root}: {ROOT_CAUSE}; rank(s) "

@@ -35,3 +35,16 @@ def test_ray_and_collector_prefixes_come_off_and_the_global_rank_stays(line, nod
 def test_a_bracketed_time_before_anything_else_stays(line):
     p = peel(line)
     assert p.text == line and p.stamp is None and p.rank is None
+
+
+@pytest.mark.parametrize("line, rank", [
+    ("(MegatronPolicyWorker[rank=3] pid=2680520, ip=172.17.0.2) " + WATCHDOG, 3),
+    ("[2026-05-10 00:18:21] (DTensorPolicyWorkerV2[rank=12] pid=99) " + WATCHDOG, 12),
+    ("(MegatronPolicyWorker pid=2680520, ip=172.17.0.2) " + WATCHDOG, None),  # before init_process_group: no rank
+    ("(WorkerDict pid=1230, ip=10.0.0.5) " + WATCHDOG, None),  # Ray's class name names no rank
+])
+def test_an_actor_repr_that_names_its_rank_gives_the_rank(line, rank):
+    """Ray prints an actor's lines behind its repr; NeMo-RL's policy workers' repr is
+    f"{class}[rank={torch.distributed.get_rank()}]" once the process group is up."""
+    p = peel(line)
+    assert p.text == WATCHDOG and p.rank == rank

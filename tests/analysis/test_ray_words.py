@@ -215,3 +215,59 @@ def test_a_carried_actor_death_alone_is_an_unexplained_death():
 def test_a_carried_actor_death_told_in_full_is_the_worker_death_it_tells():
     ff = first_failure_of(DRIVER_ACTOR_DIED.rsplit("\n  File", 1)[0] + "\n" + ACTOR_DIED)
     assert ff["signature"] == "ray.worker_died"
+
+
+# ---------------------------------------------------------------------------------------------
+# The failing actor's rank in the RayTaskError's header: its repr (NeMo-RL: "Class[rank=N]")
+# ---------------------------------------------------------------------------------------------
+
+RANKED_REPR = "repr=MegatronPolicyWorker[rank=3])"
+
+
+@pytest.mark.parametrize("text", [
+    DRIVER_CUT.replace("repr=<main_ppo.TaskRunner object at 0x7ef9>)", RANKED_REPR),
+    DRIVER_ACTOR_DIED.replace("repr=<main_ppo.TaskRunner object at 0x7ef9>)", RANKED_REPR),
+    DRIVER_CUT.replace("repr=<main_ppo.TaskRunner object at 0x7ef9>)", RANKED_REPR).split("\n", 1)[1],
+])
+def test_the_failing_actor_s_repr_names_its_rank(text):
+    assert first_failure_of(text)["rank"] == 3
+
+
+def test_a_repr_without_a_rank_names_none():
+    assert first_failure_of(DRIVER_CUT)["rank"] is None
+
+
+def test_a_plain_ray_task_error_carries_the_worker_s_failure():
+    """Ray raises the plain RayTaskError where it could not subclass the cause's class: the line says
+    which actor failed, not what failed."""
+    text = DRIVER_CUT.replace("RayTaskError(RuntimeError)", "RayTaskError").replace(
+        "repr=<main_ppo.TaskRunner object at 0x7ef9>)", RANKED_REPR)
+    ff = first_failure_of(text.split("\n  File \"/app/main_ppo.py\", line 149")[0] + "\n")
+    assert (ff["signature"], ff["category"], ff["rank"]) == ("ray.task_error_unwrapped", "unknown", 3)
+    assert ff["confidence"] != "high"
+
+
+# ---------------------------------------------------------------------------------------------
+# Ray Train's word on which worker died: "Worker N has failed." (train/_internal/utils.py)
+# ---------------------------------------------------------------------------------------------
+
+def test_ray_train_s_failed_worker_names_the_rank_of_an_unexplained_death():
+    ff = first_failure_of(RAYLET_DIED + "(TorchTrainer pid=89392) Worker 2 has failed.\n")
+    assert (ff["signature"], ff["rank"]) == ("ray.worker_died", 2)
+    assert ff["confidence"] != "high"
+
+
+def test_two_failed_workers_name_no_one_rank():
+    ff = first_failure_of(RAYLET_DIED + "(TorchTrainer pid=89392) Worker 2 has failed.\n"
+                                        "(TorchTrainer pid=89392) Worker 5 has failed.\n")
+    assert ff["signature"] == "ray.worker_died" and ff["rank"] is None
+
+
+def test_a_failure_with_its_own_rank_keeps_it():
+    text = ("(RayTrainWorker pid=5, ip=10.0.0.5) [rank1]: Traceback (most recent call last):\n"
+            "(RayTrainWorker pid=5, ip=10.0.0.5) [rank1]:   File \"/app/train.py\", line 40, in train_func\n"
+            "(RayTrainWorker pid=5, ip=10.0.0.5) [rank1]:     batch = next(it)\n"
+            "(RayTrainWorker pid=5, ip=10.0.0.5) [rank1]: KeyError: 'pixel_values'\n"
+            "(TorchTrainer pid=89392) Worker 4 has failed.\n")
+    ff = first_failure_of(text)
+    assert (ff["rank"], ff["category"]) == (1, "user-code")
