@@ -415,13 +415,18 @@ CALL_MISMATCH = re.compile(r"unexpected keyword argument|missing \d+ required (?
                            r"|got multiple values for argument")
 
 
+# Owners whose code is an installed package's (a named framework or any other library): a defect in it, or
+# two of them at versions that do not go together, is no fault of the user's script.
+PACKAGES = ("framework", "library")
+
+
 def _call_mismatch(frames: Sequence[Frame]) -> Inference | None:
-    """A call with arguments the callee does not take, made by a framework's own code: two packages
+    """A call with arguments the callee does not take, made by an installed package's own code: two packages
     at versions that do not go together (framework), as an import a framework's module makes of a
     name another package lacks. Made by the user's code, the words (config) stay."""
     f = responsible(frames, "TypeError")
     o = owner_of(f.file) if f is not None else None
-    if f is None or o is None or o.kind != "framework":
+    if f is None or o is None or o.kind not in PACKAGES:
         return None
     return Inference("framework", f, o, f"inferred from whose code made the call: {_where(f, o)} passes arguments the "
                      "callee does not take, most often two packages at versions that do not go together; confirm with "
@@ -430,7 +435,7 @@ def _call_mismatch(frames: Sequence[Frame]) -> Inference | None:
 
 def _import(short: str, message: str, frames: Sequence[Frame]) -> Inference:
     """An import that failed: a package missing (config: the environment), or a name or submodule
-    another installed package lacks. Imported by a framework's own module, that is a version
+    another installed package lacks. Imported by an installed package's own module, that is a version
     interaction between two packages (framework); imported by the user's code, the environment
     holds a version the script was not written for (config)."""
     f = responsible(frames, short)
@@ -438,7 +443,7 @@ def _import(short: str, message: str, frames: Sequence[Frame]) -> Inference:
     missing = _NO_MODULE.search(message)
     partial = _CANNOT_IMPORT.search(message) or (missing and "." in missing.group("module")
                                                  and missing.group("module").split(".")[0] in FRAMEWORKS)
-    if partial and o is not None and o.kind == "framework":
+    if partial and o is not None and o.kind in PACKAGES:
         return Inference("framework", f, o, f"{short} in {_where(f, o)}: an installed package lacks what {o.name} imports, "
                          "a version mismatch between the two; confirm with pip list against the versions it pins")
     return Inference("config", f, o, f"{short}: the environment lacks a package or the version the code imports; "

@@ -516,6 +516,21 @@ def test_paste_a_call_mismatch_without_frames_is_guessed_framework():
     assert _paste("ValueError: the tensor parallel size must be divisible by the head count\n")["category"] == "config"
 
 
+def test_a_call_or_an_import_an_installed_library_makes_is_judged_as_a_framework_s():
+    """Any installed package's own code, named framework or not: open_clip calling a torch function by a keyword an
+    older release lacks, diffusers importing a name huggingface_hub dropped, are two packages' versions."""
+    frames = [USER_MAIN, fr(f"{SP}/open_clip/transformer.py", 88, "forward")]
+    got = category("TypeError", "TypeError: scaled_dot_product_attention() got an unexpected keyword argument 'scale'", frames)
+    assert got.category == "framework" and got.owner.kind == "library"
+    imports = [USER_MAIN, fr(f"{SP}/diffusers/utils/dynamic_modules_utils.py", 28, "<module>")]
+    got = category("ImportError", "cannot import name 'cached_download' from 'huggingface_hub'", imports)
+    assert got.category == "framework" and got.owner.name == "diffusers"
+    # not examples: the standard library calling a callable the user gave it; a package absent
+    stdlib = [USER_MAIN, fr("/usr/lib/python3.11/threading.py", 975, "run")]
+    assert category("TypeError", "TypeError: worker() missing 1 required positional argument: 'q'", stdlib) is None
+    assert category("ModuleNotFoundError", "No module named 'triton'", imports).category == "config"
+
+
 def test_the_same_call_made_by_the_user_s_code_is_left_to_its_words():
     frames = [fr("/work/train.py", 30, "main")]
     msg = "TypeError: TrainingArguments.__init__() got an unexpected keyword argument 'evaluation_strategy'"
