@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from firstfault.analysis.bands import MARKED_PHASES
-from firstfault.analysis.events import Event, Frame
+from firstfault.analysis.events import KIND_TRACEBACK, Event, Frame
 from firstfault.analysis.findings import Finding
 from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.hang import Inference
@@ -44,6 +44,7 @@ from firstfault.analysis.phase import (
     ENCLOSING_PHASES,
     collective_op,
     phase_from_frames,
+    phase_from_task,
     phase_hint,
     progress_before,
 )
@@ -74,11 +75,28 @@ def failure_phase(dec: Decision, state: RankState, findings: list[Finding], savi
         got = phase_of(dec.exited, saving, [], (), before(dec.exited, findings), sharded)  # set-up lines before it
     else:
         return None
+    if got[0] == "unknown" and (told := _task_above(dec.first or dec.exited, findings)) is not None:
+        return told
     if got[0] == "unknown" and marked in MARKED_PHASES:
         return marked, f"DeepSpeed's phase marks (memory_breakdown) in {marks_from}"
     if got[0] == "unknown" and (said := phase_heading(findings)) is not None:
         return heading_phase(said), f"the text's title says so: {said.ev.text.strip()[:120]}"
     return got
+
+
+def _task_above(f: Finding, findings: Iterable[Finding]) -> Phase | None:
+    """The phase of the Ray task whose header stands above ``f``, a traceback: Ray prints a worker's remote
+    traceback under "ray::Actor.method() (pid=N, ...)" in place of Python's header (a catalog line that names
+    the rank of the next traceback), so the task it names is the one the frames below ran in."""
+    if f.ev.kind != KIND_TRACEBACK:
+        return None
+    above = [h for h in findings if h.ev.stream == f.ev.stream and h.ev.seq < f.ev.seq
+             and (h.ev.kind == KIND_TRACEBACK or h.match.signature.names_rank_of == "next-traceback")]
+    header = max(above, key=lambda h: h.ev.seq, default=None)
+    if header is None or header.ev.kind == KIND_TRACEBACK:
+        return None
+    p = phase_from_task(header.ev.text)
+    return (p, "the Ray task whose remote traceback it is") if p is not None else None
 
 
 HEADING_NAMED = "the failure the text's heading names (the traceback's outer frames are cut off)"

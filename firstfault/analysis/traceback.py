@@ -56,6 +56,10 @@ TAKEN, HELD, END = 0, 1, 2  # part of it; maybe part of it (blank after the mess
 _BODY, _MESSAGE, _BLANK = 0, 1, 2
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+# The same colour codes as a paste carries them once the escape byte is lost: shown as "^[" (cat -v, a terminal's
+# copy of a control character) or as U+FFFD (a byte that was not valid UTF-8 where the text was decoded). Only a
+# select-graphic-rendition or erase code ("[36m", "[0m", "[K") is taken: "^[[" opens other text too (a regex).
+_PASTED_ANSI = re.compile(r"(?:\^\[|\ufffd)\[[0-9;]*[mK]")
 FRAME = re.compile(r'\s*(?:\| )*\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 RICH_FRAME = re.compile(r"│ (?P<file>[^\s│]+?):(?P<line>\d+) in (?P<func>[^\s│]+)")
 _EXC = re.compile(
@@ -103,11 +107,14 @@ def split_prefix(line: str) -> tuple[str, str]:
 
 
 def visible(line: str) -> str:
-    """What a terminal shows of a line: the part after the last carriage return, no ANSI codes."""
+    """What a terminal shows of a line: the part after the last carriage return, no ANSI codes (nor the
+    colour codes a paste kept without their escape byte)."""
     if "\r" in line:
         line = line.rstrip("\r").rsplit("\r", 1)[-1]
     if "\x1b" in line:
         line = _ANSI.sub("", line)
+    if "^[[" in line or "\ufffd[" in line:
+        line = _PASTED_ANSI.sub("", line)
     return line
 
 

@@ -167,6 +167,14 @@ CASES = {
     "verl's state dict for the rollout engine": (stack(
         ("verl/workers/sharding_manager/fsdp_vllm.py", "__enter__"), ("torch/nn/modules/module.py", "state_dict"),
         ("torch/distributed/fsdp/_state_dict_utils.py", "_full_post_state_dict_hook")), "param-gather"),
+    # the rollout engine's start-up: vLLM profiles a forward to size its KV cache, once, when it is built
+    "vllm's memory profile at start-up": (stack(
+        ("vllm/worker/worker_base.py", "execute_method"), ("vllm/worker/worker.py", "determine_num_available_blocks"),
+        ("vllm/worker/model_runner.py", "profile_run"), ("vllm/worker/model_runner.py", "execute_model"),
+        ("torch/nn/modules/module.py", "_call_impl")), "init"),
+    "vllm v1 loads its weights": (stack(
+        ("vllm/v1/executor/multiproc_executor.py", "worker_main"), ("vllm/v1/worker/gpu_worker.py", "load_model"),
+        ("vllm/model_executor/model_loader/default_loader.py", "load_weights")), "init"),
 }
 
 
@@ -184,6 +192,8 @@ def test_framework_frames_name_the_phase(name):
     stack(("/w/train.py", "main"), ("/w/train.py", "evaluate")),
     # a user's own setup or load_model is not a framework's
     stack(("/w/train.py", "setup"), ("/w/train.py", "load_model")),
+    # vLLM's generation after start-up is no start-up
+    stack(("vllm/worker/worker_base.py", "execute_method"), ("vllm/worker/worker.py", "execute_model")),
 ])
 def test_not_examples_name_no_phase(frames):
     assert phase_from_frames(frames) is None

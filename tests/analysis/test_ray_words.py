@@ -271,3 +271,58 @@ def test_a_failure_with_its_own_rank_keeps_it():
             "(TorchTrainer pid=89392) Worker 4 has failed.\n")
     ff = first_failure_of(text)
     assert (ff["rank"], ff["category"]) == (1, "user-code")
+
+
+# ---------------------------------------------------------------------------------------------
+# A vLLM rollout worker's failed method (vllm/worker/worker_base.py execute_method)
+# ---------------------------------------------------------------------------------------------
+
+VLLM_HEAD = "(RayWorkerWrapper pid=22792, ip=10.0.0.5) ERROR 12-08 10:40:08 worker_base.py:467] "
+VLLM_FAILED = (VLLM_HEAD + "Error executing method determine_num_available_blocks. This might cause deadlock in "
+               "distributed execution.\n")
+VLLM_TRACE = "".join(VLLM_HEAD + ln + "\n" for ln in [
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3/site-packages/vllm/worker/worker_base.py", line 459, in execute_method',
+    "    return executor(*args, **kwargs)",
+    '  File "/usr/lib/python3/site-packages/vllm/worker/worker.py", line 173, in determine_num_available_blocks',
+    "    self.model_runner.profile_run()",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB "
+    "of which 1.02 GiB is free."])
+
+
+def test_a_vllm_worker_s_failed_method_with_its_traceback_is_that_traceback_s_exception():
+    ff = first_failure_of(VLLM_FAILED + VLLM_TRACE)
+    assert (ff["signature"], ff["category"], ff["phase"]) == ("cuda.oom", "gpu-memory", "init")
+
+
+def test_a_vllm_worker_s_failed_method_alone_is_a_failure_of_unknown_kind():
+    ff = first_failure_of(VLLM_FAILED)
+    assert (ff["signature"], ff["category"]) == ("vllm.worker_method_failed", "unknown")
+    assert ff["confidence"] == "low"
+
+
+# ---------------------------------------------------------------------------------------------
+# Ray's task header in place of a remote traceback's "Traceback (most recent call last):"
+# (python/ray/exceptions.py RayTaskError.__str__): the task and actor it names are the frames'
+# ---------------------------------------------------------------------------------------------
+
+REMOTE_CUT = """\
+  File "/app/nemo_rl/models/policy/workers/dtensor_policy_worker_v2.py", line 653, in get_logprobs
+    token_logprobs = self._forward(batch)
+  File "/app/nemo_rl/models/policy/workers/dtensor_policy_worker_v2.py", line 610, in _forward
+    logits = self.model(input_ids).logits
+"""
+
+
+@pytest.mark.parametrize("header, rank, phase", [
+    ("ray.exceptions.RayTaskError(OutOfMemoryError): ray::DTensorPolicyWorkerV2.get_logprobs() (pid=2671339, "
+     "ip=10.0.0.5, actor_id=d583, repr=DTensorPolicyWorkerV2[rank=2])", 2, "forward"),
+    ("(TaskRunner pid=281) Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): "
+     "ray::WorkerDict.actor_rollout_save_checkpoint() (pid=2826850, ip=10.0.0.7, actor_id=743d, "
+     "repr=<verl.single_controller.ray.base.WorkerDict object at 0x7f1c>)", None, "checkpoint-save"),
+])
+def test_the_task_header_above_a_remote_traceback_names_its_rank_and_phase(header, rank, phase):
+    body = REMOTE_CUT if header.startswith("ray.") else "".join("(TaskRunner pid=281) " + ln + "\n"
+                                                                 for ln in REMOTE_CUT.splitlines())
+    ff = first_failure_of(header + "\n" + body)
+    assert (ff["rank"], ff["phase"]) == (rank, phase)

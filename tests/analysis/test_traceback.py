@@ -174,3 +174,13 @@ def test_may_open_is_true_wherever_a_traceback_opens():
     assert len(opens) > 100
     assert [ln for ln in opens if not tb.may_open(ln.encode())] == []
     assert not tb.may_open(b"[rank0]: step 12 loss 0.5\n[rank1]: \"quoted\" but no frame")
+
+
+def test_colour_codes_a_paste_kept_without_their_escape_byte_are_not_shown():
+    """Ray colours its worker prefixes; a paste keeps the codes as "^[" (a terminal's copy of ESC) or as U+FFFD
+    (the byte lost to decoding). Other text that opens like them stays."""
+    for esc in ("\x1b", "^[", "\ufffd"):
+        line = f"{esc}[36m(TaskRunner pid=2810778){esc}[0m   File \"/app/main.py\", line 3, in run"
+        assert tb.visible(line) == "(TaskRunner pid=2810778)   File \"/app/main.py\", line 3, in run"
+    assert tb.visible("grep -E '^[[:space:]]*#' x") == "grep -E '^[[:space:]]*#' x"
+    assert tb.visible("a\ufffd[b] c") == "a\ufffd[b] c"
