@@ -18,7 +18,8 @@ the tool's own format (examples made up)::
                                       the ip is a host name where Ray was given one (--node-ip-address), an
                                       IPv6 address in brackets (ip=[fd00::5]); the name is the actor's repr,
                                       which names the global rank where the trainer says so
-                                      ((MegatronPolicyWorker[rank=3] pid=123): NeMo-RL's workers)
+                                      ((MegatronPolicyWorker[rank=3] pid=123): NeMo-RL's workers) and may
+                                      hold a role in parentheses ((ActorWorker(reference-0) pid=123): ROLL's)
     (head, rank=0, pid=4773)          SkyPilot's run prefix: the node's name and index (a node, not a training rank),
     (worker1, rank=1, pid=88, ip=10.0.0.2)  with the worker node's ip; one node: (task name, pid=4773)
     [2026-02-18 10:48:25]             a collector's bracketed time, peeled only before a Ray or rank prefix (a
@@ -72,12 +73,12 @@ _PREFIX = re.compile(
     r"|\[rank: (?P<lrank>\d+)\][ ]"
     r"|\[(?P<role>[A-Za-z_][\w.-]{0,62}?)(?P<local>\d+)\]:"
     r"|\[\d+,(?P<mpi>\d+)\]<(?:stdout|stderr)>:[ ]?"
-    r"|\((?P<ray>(?:[A-Za-z_][\w.<>:-]*(?:\[rank=(?P<rayrank>\d+)\])?)?(?: ?pid=\d+)?)(?:, ip=(?:\[(?P<rayip6>[0-9A-Fa-f.:]+)\]|(?P<rayip>[0-9A-Fa-f.:]+|[A-Za-z0-9][\w.-]*)))?(?:, repr=[^)]*)?\)[ ]"
+    r"|\((?P<ray>(?:[A-Za-z_][\w.<>:-]*(?:\[rank=(?P<rayrank>\d+)\]|\([\w.:-]*\))?)?(?: ?pid=\d+)?)(?:, ip=(?:\[(?P<rayip6>[0-9A-Fa-f.:]+)\]|(?P<rayip>[0-9A-Fa-f.:]+|[A-Za-z0-9][\w.-]*)))?(?:, repr=[^)]*)?\)[ ]"
     r"|\((?P<sky>[A-Za-z][\w-]*), (?:rank=(?P<skynode>\d+), )?pid=\d+(?:, ip=(?P<skyip>[0-9A-Fa-f.:]+))?\)[ ]"
     r"|(?P<service>[A-Za-z0-9][\w.-]*[-_]\d+)[ ]+\|[ ]"
     r"|(?P<runner>[A-Za-z][\w-]*\.[\w.-]+) \[(?:stdout|stderr)\][ ]"
     r"|(?P<torchx>[A-Za-z_][\w-]*/\d+)[ ](?=\[(?:rank\d+|[A-Za-z_][\w.-]*?\d+)\]:)"
-    r"|\[(?P<bstamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\][ ](?=\((?:[A-Za-z_][\w.<>:-]*(?:\[rank=\d+\])?)?(?: ?pid=\d+)|\[rank\d+\]:)"
+    r"|\[(?P<bstamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\][ ](?=\((?:[A-Za-z_][\w.<>:-]*(?:\[rank=\d+\]|\([\w.:-]*\))?)?(?: ?pid=\d+)|\[rank\d+\]:)"
     r"|(?P<pylog>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - [\w.-]+ - [A-Z]+ - (?=\[rank\d+\]:)"
     r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?):?[ \t]+(?:(?:stdout|stderr) [FP][ ])?"
     r"|(?P<syslog>(?:" + _MONTHS + r") [ \d]\d \d\d:\d\d:\d\d) (?P<sysnode>[\w.-]+) [\w./@-]+(?:\[\d+\])?:[ ]"

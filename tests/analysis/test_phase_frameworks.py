@@ -172,6 +172,10 @@ CASES = {
         ("vllm/worker/worker_base.py", "execute_method"), ("vllm/worker/worker.py", "determine_num_available_blocks"),
         ("vllm/worker/model_runner.py", "profile_run"), ("vllm/worker/model_runner.py", "execute_model"),
         ("torch/nn/modules/module.py", "_call_impl")), "init"),
+    "deepspeed-chat's rollout through the hybrid engine": (stack(
+        ("/w/DeepSpeed-Chat/training/step3_rlhf_finetuning/main.py", "main"),
+        ("/w/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py", "generate_experience"),
+        ("deepspeed/runtime/hybrid_engine.py", "generate"), ("torch/nn/modules/module.py", "_call_impl")), "forward"),
     "vllm v1 loads its weights": (stack(
         ("vllm/v1/executor/multiproc_executor.py", "worker_main"), ("vllm/v1/worker/gpu_worker.py", "load_model"),
         ("vllm/model_executor/model_loader/default_loader.py", "load_weights")), "init"),

@@ -48,3 +48,11 @@ def test_an_actor_repr_that_names_its_rank_gives_the_rank(line, rank):
     f"{class}[rank={torch.distributed.get_rank()}]" once the process group is up."""
     p = peel(line)
     assert p.text == WATCHDOG and p.rank == rank
+
+
+def test_an_actor_repr_with_a_role_in_parentheses_is_a_ray_prefix():
+    """ROLL's workers' repr is Class(role-index): Ray's prefix holds it as it is."""
+    p = peel("(ActorWorker(reference-0) pid=7034, ip=10.0.0.5)   File \"/app/roll/worker.py\", line 3, in step")
+    assert p.text == '  File "/app/roll/worker.py", line 3, in step' and p.node == "10.0.0.5"
+    words = "(see the note (below) pid=7) the run stopped"
+    assert peel(words).text == words
