@@ -284,3 +284,24 @@ def test_more_ranks_than_gpus_is_config_at_init():
 def test_fsdp_mixed_dtypes_is_config_at_init():
     ff = _ff("fsdp")
     assert (ff["rank"], ff["signature"], ff["category"], ff["phase"]) == (1, "fsdp.mixed_dtype_flatten", "config", "init")
+
+
+FABRIC_NOT_UP = """\
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/w/train.py", line 40, in <module>
+[rank0]:     dist.barrier()
+[rank0]:   File "/env/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py", line 4635, in barrier
+[rank0]:     work = group.barrier(opts=opts)
+[rank0]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.25.1
+[rank0]: ncclUnhandledCudaError: Call to CUDA function failed.
+[rank0]: Last error:
+[rank0]: Cuda failure 802 'system not yet initialized'
+"""
+
+
+def test_cuda_802_is_the_node_s_fabric_not_up_at_start():
+    """NCCL's first CUDA call on a node whose NVSwitch fabric is not up: the node owner's, not the job's."""
+    ff = analyze_case(Case("paste", ["-"], {}, stdin=FABRIC_NOT_UP.encode()))["first_failure"]
+    assert (ff["signature"], ff["category"], ff["phase"], ff["rank"]) == ("cuda.system_not_ready", "hardware", "init", 0)
+    other = FABRIC_NOT_UP.replace("802 'system not yet initialized'", "999 'unknown error'")
+    assert analyze_case(Case("paste", ["-"], {}, stdin=other.encode()))["first_failure"]["category"] != "hardware"
