@@ -305,3 +305,15 @@ def test_cuda_802_is_the_node_s_fabric_not_up_at_start():
     assert (ff["signature"], ff["category"], ff["phase"], ff["rank"]) == ("cuda.system_not_ready", "hardware", "init", 0)
     other = FABRIC_NOT_UP.replace("802 'system not yet initialized'", "999 'unknown error'")
     assert analyze_case(Case("paste", ["-"], {}, stdin=other.encode()))["first_failure"]["category"] != "hardware"
+
+
+def test_an_fsdp_wrap_class_the_model_lacks_is_config_even_raised_in_a_library():
+    """peft's and accelerate's FSDP wrap policies raise it: the class name came from the user's settings."""
+    text = ("[rank2]: Traceback (most recent call last):\n"
+            "[rank2]:   File \"/w/training.py\", line 682, in <module>\n"
+            "[rank2]:     fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(trainer.model)\n"
+            "[rank2]:   File \"/env/lib/python3.10/site-packages/peft/utils/other.py\", line 428, in fsdp_auto_wrap_policy\n"
+            "[rank2]:     raise Exception(\"Could not find the transformer layer class to wrap in the model.\")\n"
+            "[rank2]: Exception: Could not find the transformer layer class to wrap in the model.\n")
+    ff = analyze_case(Case("paste", ["-"], {}, stdin=text.encode()))["first_failure"]
+    assert (ff["signature"], ff["category"], ff["phase"], ff["rank"]) == ("fsdp.wrap_class_missing", "config", "init", 2)
