@@ -261,13 +261,19 @@ def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
     SYSTEM_ERROR worker death, whose list of possible causes is no finding) says nothing of what
     failed: where the text names a class of failure in words (an issue title, a note, a message, a
     known failure in a heading), the first such mention gives the category, said in the links
-    (confidence low)."""
+    (confidence low). A cut traceback under a title that quotes a survivor's error (a collective's
+    timeout, a peer gone) is that error's traceback: cascade, low."""
     unexplained = f.has("unexplained") and f.category == "unknown"
     if not (f.has("cut-traceback") or unexplained
             or (f.category == "unknown" and f.cap == "low" and exit_of(f) is not None)):
         return f
     said = _said(findings)
     if said is None:
+        titled = next((h for h in findings if h.ev.fields.get("prose") and h.role == "cascade"), None)
+        if f.has("cut-traceback") and titled is not None:  # the title quotes a survivor's error: this one's, cut off
+            return replace(f, match=replace(f.match, category="cascade"), cap="low",
+                           links=[*f.links, "category from the text's title, a survivor's error (the traceback "
+                                            f"is cut before its own): {titled.ev.text.strip()[:160]}"])
         return f
     category = said.category
     if unexplained and category == "gpu-memory" and not _GPU_WORDS.search(said.ev.text):

@@ -345,3 +345,29 @@ def test_a_hang_after_accelerate_began_a_model_s_save_is_in_the_save():
         "INFO:accelerate.accelerator:Saving FSDP model\nINFO:accelerate.checkpointing:Random states saved in "
         "/out/step_400/random_states_0.pkl\n")
     assert first_failure_of(ended)["phase"] != "checkpoint-save"
+
+
+# A title quoting c10d's blocking-wait timeout (ProcessGroupNCCL.cpp WorkNCCL::checkTimeout: "Work WorkNCCL(...)
+# timed out in blocking wait.", 2.1-2.9) over a survivor's traceback pasted without its exception line.
+CUT_UNDER_A_TIMEOUT_TITLE = """\
+# Work WorkNCCL(SeqNum=2521, OpType=ALLREDUCE, NumelIn=1606720, NumelOut=1606720, Timeout(ms)=600000) timed out in blocking wait.
+[rank3]: Traceback (most recent call last):
+[rank3]:   File "/w/train.py", line 1750, in main
+[rank3]:     accelerator.backward(loss)
+[rank3]:   File "/env/lib/python3.10/site-packages/accelerate/accelerator.py", line 2726, in backward
+[rank3]:     self.deepspeed_engine_wrapped.backward(loss, sync_gradients=self.sync_gradients, **kwargs)
+[rank3]:   File "/env/lib/python3.10/site-packages/deepspeed/runtime/engine.py", line 2323, in backward
+[rank3]:     self._do_optimizer_backward(loss, retain_graph)
+"""
+
+
+def test_a_cut_traceback_under_a_title_quoting_a_timeout_is_the_timeout_s():
+    ff = first_failure_of(CUT_UNDER_A_TIMEOUT_TITLE)
+    assert (ff["category"], ff["confidence"]) == ("cascade", "low")
+    assert "title" in ff["evidence"][0]["linked_by"]
+
+
+def test_a_cut_traceback_under_a_title_naming_no_failure_keeps_its_owner_s_guess():
+    ff = first_failure_of(CUT_UNDER_A_TIMEOUT_TITLE.replace(
+        CUT_UNDER_A_TIMEOUT_TITLE.splitlines()[0], "# Training stops in the backward pass"))
+    assert ff["category"] == "framework"
