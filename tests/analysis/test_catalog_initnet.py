@@ -430,3 +430,16 @@ Bootstrap : no socket interface found
 def test_a_double_spaced_paste_keeps_the_cause_under_its_wrapper():
     ff = first_failure_of(NO_INTERFACE_DOUBLE_SPACED)
     assert (ff["signature"], ff["category"], ff["phase"]) == ("nccl.no_interface", "config", "init")
+
+
+def test_a_backend_the_torch_build_lacks_is_config_at_init():
+    """mp.spawn's child asks for NCCL on a build without it (distributed_c10d.py _new_process_group_helper)."""
+    text = ("torch.multiprocessing.spawn.ProcessRaisedException:\n\n-- Process 0 terminated with the following error:\n"
+            "Traceback (most recent call last):\n"
+            '  File "C:\\env\\lib\\site-packages\\torch\\multiprocessing\\spawn.py", line 69, in _wrap\n    fn(i, *args)\n'
+            '  File "E:\\w\\train.py", line 30, in run\n    dist.init_process_group("nccl", rank=rank, world_size=2)\n'
+            '  File "C:\\env\\lib\\site-packages\\torch\\distributed\\distributed_c10d.py", line 1013, in _new_process_group_helper\n'
+            '    raise RuntimeError("Distributed package doesn\'t have NCCL " "built in")\n'
+            "RuntimeError: Distributed package doesn't have NCCL built in\n")
+    ff = first_failure_of(text)
+    assert (ff["signature"], ff["category"], ff["phase"], ff["rank"]) == ("c10d.backend_not_built", "config", "init", 0)
