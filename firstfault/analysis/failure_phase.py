@@ -308,7 +308,8 @@ def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: 
         return hints[0], "signature"
     if saving_since is not None and f.ev.occurred_ns is not None and f.ev.occurred_ns >= saving_since:
         return "checkpoint-save", "checkpoint save under way"
-    waited = Counter(ph for g in peers if g.ev.rank != f.ev.rank and (ph := phase_from_frames(g.ev.frames)))
+    waited = Counter(ph for g in peers if g.ev.rank != f.ev.rank
+                     and (ph := phase_from_frames(g.ev.frames) or ("init" if _constructing(g.ev.frames) else None)))
     if waited:
         who = "the ranks waiting for it" if all(g.role == "cascade" for g in peers) else \
             "the other ranks' errors (ranks run the same step)"

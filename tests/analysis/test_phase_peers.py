@@ -78,3 +78,27 @@ def test_a_rank_without_frames_takes_the_phase_of_the_other_ranks_errors():
 def test_no_frames_anywhere_leave_the_phase_unknown():
     ff = _first("eof-alone", BARE_EXCEPTION_ALONE)
     assert (ff["rank"], ff["phase"]) == (2, "unknown")
+
+
+# TRL's create_reference_model refusing ZeRO-3 (trl/models/modeling_base.py) on rank 0, its traceback pasted from
+# its last frame; rank 7's traceback of the same moment, cut, runs through the trainer's constructor.
+REFUSED_IN_A_CONSTRUCTOR = """\
+[rank0]:     self.ref_model = create_reference_model(model)
+[rank0]:   File "/env/lib/python3.10/site-packages/trl/models/modeling_base.py", line 624, in create_reference_model
+[rank0]:     raise ValueError(
+[rank0]: ValueError: DeepSpeed ZeRO-3 is enabled and is not compatible with `create_reference_model()`.
+[rank7]: Traceback (most recent call last):
+[rank7]:   File "/w/rlhf.py", line 207, in main
+[rank7]:     trainer = trainer_cls(model, ref_model, args)
+[rank7]:   File "/w/trainers/dpo_trainer.py", line 26, in __init__
+[rank7]:     super().__init__(*args, **kwargs)
+"""
+
+
+def test_a_rank_whose_frames_say_nothing_takes_set_up_from_another_rank_s_constructor():
+    ff = _first("refused-in-constructor", REFUSED_IN_A_CONSTRUCTOR)
+    assert (ff["rank"], ff["phase"]) == (0, "init")
+    assert "other ranks' errors" in ff["phase_from"]
+    stepping = REFUSED_IN_A_CONSTRUCTOR.replace("trainer = trainer_cls(model, ref_model, args)", "trainer.train()") \
+        .replace('dpo_trainer.py", line 26, in __init__', 'dpo_trainer.py", line 26, in fit')
+    assert _first("refused-in-fit", stepping)["phase"] != "init"
