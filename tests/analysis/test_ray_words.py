@@ -326,3 +326,17 @@ def test_the_task_header_above_a_remote_traceback_names_its_rank_and_phase(heade
                                                                  for ln in REMOTE_CUT.splitlines())
     ff = first_failure_of(header + "\n" + body)
     assert (ff["rank"], ff["phase"]) == (rank, phase)
+
+
+def test_verl_s_batch_that_does_not_split_among_its_workers_is_config():
+    """verl/protocol.py DataProto.chunk asserts the batch divides among the worker group it dispatches to,
+    raised in verl's own code: the sizes are the user's settings, not verl's defect."""
+    text = ('Traceback (most recent call last):\n  File "/app/verl/trainer/main_ppo.py", line 64, in main\n'
+            "    run_ppo(config)\n"
+            '  File "/env/lib/python3.10/site-packages/verl/single_controller/ray/base.py", line 42, in func\n'
+            "    args, kwargs = dispatch_fn(self, *args, **kwargs)\n"
+            '  File "/env/lib/python3.10/site-packages/verl/protocol.py", line 520, in chunk\n'
+            "    assert len(self) % chunks == 0, (\n"
+            "AssertionError: only support equal chunk. Got size of DataProto 512 and chunk 6.\n")
+    ff = first_failure_of(text)
+    assert (ff["signature"], ff["category"]) == ("verl.unequal_chunk", "config")
