@@ -371,3 +371,24 @@ def test_a_cut_traceback_under_a_title_naming_no_failure_keeps_its_owner_s_guess
     ff = first_failure_of(CUT_UNDER_A_TIMEOUT_TITLE.replace(
         CUT_UNDER_A_TIMEOUT_TITLE.splitlines()[0], "# Training stops in the backward pass"))
     assert ff["category"] == "framework"
+
+
+CUT_IN_LIGHTNING = """\
+Traceback (most recent call last):
+  File "/w/train.py", line 66, in main
+    trainer.fit(model)
+  File "/env/lib/python3.10/site-packages/lightning/pytorch/trainer/trainer.py", line 538, in fit
+    call._call_and_handle_interrupt(
+"""
+
+
+def test_a_title_naming_a_failure_and_the_save_it_came_in_gives_both():
+    """Words naming a phase and a failure keep both: the category from the failure's words, the phase from the
+    save they name."""
+    for title, category in (("# Cannot allocate memory while multinode checkpointing", "host-memory"),
+                            ("# OOM when saving the model after training", "gpu-memory"),
+                            ("# No disk space left while saving checkpoints", "storage")):
+        ff = first_failure_of(title + "\n" + CUT_IN_LIGHTNING)
+        assert (ff["category"], ff["phase"]) == (category, "checkpoint-save"), title
+    ff = first_failure_of("# OOM with activation checkpointing enabled\n" + CUT_IN_LIGHTNING)
+    assert (ff["category"], ff["phase"]) == ("gpu-memory", "unknown")
