@@ -20,6 +20,8 @@ the tool's own format (examples made up)::
                                       which names the global rank where the trainer says so
                                       ((MegatronPolicyWorker[rank=3] pid=123): NeMo-RL's workers) and may
                                       hold a role in parentheses ((ActorWorker(reference-0) pid=123): ROLL's)
+    (VllmWorker rank=3 pid=44710)     vLLM's own worker processes ((VllmWorker TP0 pid=N), (EngineCore_DP0 pid=N)):
+                                      its rank is the engine's worker index, no training rank
     (head, rank=0, pid=4773)          SkyPilot's run prefix: the node's name and index (a node, not a training rank),
     (worker1, rank=1, pid=88, ip=10.0.0.2)  with the worker node's ip; one node: (task name, pid=4773)
     [2026-02-18 10:48:25]             a collector's bracketed time, peeled only before a Ray or rank prefix (a
@@ -73,7 +75,7 @@ _PREFIX = re.compile(
     r"|\[rank: (?P<lrank>\d+)\][ ]"
     r"|\[(?P<role>[A-Za-z_][\w.-]{0,62}?)(?P<local>\d+)\]:"
     r"|\[\d+,(?P<mpi>\d+)\]<(?:stdout|stderr)>:[ ]?"
-    r"|\((?P<ray>(?:[A-Za-z_][\w.<>:-]*(?:\[rank=(?P<rayrank>\d+)\]|\([\w.:-]*\))?)?(?: ?pid=\d+)?)(?:, ip=(?:\[(?P<rayip6>[0-9A-Fa-f.:]+)\]|(?P<rayip>[0-9A-Fa-f.:]+|[A-Za-z0-9][\w.-]*)))?(?:, repr=[^)]*)?\)[ ]"
+    r"|\((?P<ray>(?:[A-Za-z_][\w.<>:-]*(?:\[rank=(?P<rayrank>\d+)\]|\([\w.:-]*\)| rank=\d+| [TDP]P\d+)?)?(?: ?pid=\d+)?)(?:, ip=(?:\[(?P<rayip6>[0-9A-Fa-f.:]+)\]|(?P<rayip>[0-9A-Fa-f.:]+|[A-Za-z0-9][\w.-]*)))?(?:, repr=[^)]*)?\)[ ]"
     r"|\((?P<sky>[A-Za-z][\w-]*), (?:rank=(?P<skynode>\d+), )?pid=\d+(?:, ip=(?P<skyip>[0-9A-Fa-f.:]+))?\)[ ]"
     r"|(?P<service>[A-Za-z0-9][\w.-]*[-_]\d+)[ ]+\|[ ]"
     r"|(?P<runner>[A-Za-z][\w-]*\.[\w.-]+) \[(?:stdout|stderr)\][ ]"

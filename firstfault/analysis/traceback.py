@@ -91,7 +91,7 @@ def _cut_frame(text: str) -> str | None:
     return text if _CUT_FILE.match(text) and FRAME.match(text) is None else None
 
 
-_GLUED = re.compile(r"(?:\[[A-Za-z_][\w.-]*?\d+\]:[ ]?)*Traceback \(most recent call last\):$")
+_GLUED = re.compile(r"(?:\[[A-Za-z_][\w.-]*?\d+\]:[ ]?)*Traceback \(most recent call last\):[ \t]*$")
 # Bytes in a chunk that say a traceback may open in it (the agent's cheap pre-check): the
 # header, a frame line's ``File "``, rich's frame border ``│`` and its top corner ``╭`` (its
 # header may be cut by colour escapes).

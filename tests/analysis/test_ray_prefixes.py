@@ -56,3 +56,13 @@ def test_an_actor_repr_with_a_role_in_parentheses_is_a_ray_prefix():
     assert p.text == '  File "/app/roll/worker.py", line 3, in step' and p.node == "10.0.0.5"
     words = "(see the note (below) pid=7) the run stopped"
     assert peel(words).text == words
+
+
+@pytest.mark.parametrize("prefix", ["(VllmWorker rank=3 pid=44710) ", "(VllmWorker TP1 pid=44710) ",
+                                    "(EngineCore_DP2 pid=598582) "])
+def test_vllm_s_worker_prefixes_come_off_and_name_no_training_rank(prefix):
+    """vLLM's multiprocess executor prefixes its workers' lines with their index in the engine (TP, DP):
+    the rollout engine's own numbering, not the trainer's rank."""
+    line = "ERROR 08-20 09:48:31 [pynccl_wrapper.py:229] Failed to load NCCL library from libnccl.so.2."
+    p = peel(prefix + line)
+    assert p.text == line and p.rank is None

@@ -184,3 +184,10 @@ def test_colour_codes_a_paste_kept_without_their_escape_byte_are_not_shown():
         assert tb.visible(line) == "(TaskRunner pid=2810778)   File \"/app/main.py\", line 3, in run"
     assert tb.visible("grep -E '^[[:space:]]*#' x") == "grep -E '^[[:space:]]*#' x"
     assert tb.visible("a\ufffd[b] c") == "a\ufffd[b] c"
+
+
+def test_a_header_glued_after_a_log_header_may_end_in_blanks():
+    """vLLM's logger repeats its header on every line of a traceback; a paste may keep a blank at each line's end."""
+    line = "ERROR 08-29 10:18:10 [core.py:459] Traceback (most recent call last): "
+    assert tb.opening(line) == len("ERROR 08-29 10:18:10 [core.py:459] ")
+    assert tb.opening("ERROR 08-29 10:18:10 [core.py:459] Traceback (most recent call last): and more") is None
