@@ -340,3 +340,16 @@ def test_verl_s_batch_that_does_not_split_among_its_workers_is_config():
             "AssertionError: only support equal chunk. Got size of DataProto 512 and chunk 6.\n")
     ff = first_failure_of(text)
     assert (ff["signature"], ff["category"]) == ("verl.unequal_chunk", "config")
+
+
+def test_an_oom_kill_after_verl_s_ranks_began_writing_their_shards_is_in_the_save():
+    """verl's checkpoint manager prints "[rank-N]: Saving model to ..." per rank before writing its shard, and no
+    line at its end: Ray's OOM kill right after them came during the save."""
+    saving = ("(WorkerDict pid=15039) [rank-6]: Saving model to /ckpt/global_step_50/actor/model_world_size_8_rank_6.pt\n"
+              "(WorkerDict pid=15039) [rank-6]: Saving checkpoint to /ckpt/global_step_50/actor/model_world_size_8_rank_6.pt\n")
+    killed = ("(raylet) [2025-03-01 16:18:15,116 E 2687 2687] (raylet) node_manager.cc:3069: 2 Workers (tasks / actors) "
+              "killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: c157, "
+              "IP: 10.0.0.5) over the last time period.\n")
+    ff = first_failure_of(saving + killed)
+    assert (ff["category"], ff["phase"]) == ("host-memory", "checkpoint-save")
+    assert first_failure_of(killed)["phase"] == "unknown"
