@@ -35,7 +35,7 @@ from firstfault.analysis.memory import MemoryWatcher
 from firstfault.analysis.phase import ENCLOSING_PHASES
 from firstfault.analysis.rankstate import RankActivity, RankState, rank_state
 from firstfault.analysis.timeline import NodeClock, placed
-from firstfault.analysis.timeout_cause import SAVE_OUTLASTED_ACTION, Cause
+from firstfault.analysis.timeout_cause import Cause, save_wait
 from firstfault.analysis.verdict import BLAME, HANG_ID, MAX_EVIDENCE, Decision, confidence, decide
 
 SCHEMA = "firstfault.report/1"
@@ -133,7 +133,8 @@ def report(inp: Inputs, read: Read, findings: list[Finding], rank_nodes: Mapping
             first["failing_frame_note"] = no_frame_reason((exit_of(dec.first) or {}).get("signal"),
                                                           dec.first.has("oom-kill"))
     elif dec.inference is not None:
-        first = _inferred(dec.inference, dec.cascades, activity, phase, rank_nodes, dec.outside, dec.cause)
+        timeouts = [f for f in findings if f.has("collective-timeout")]
+        first = _inferred(dec.inference, dec.cascades, activity, phase, rank_nodes, dec.outside, dec.cause, timeouts)
         if dec.fr_decided:
             first["confidence"] = "medium"
         first["failing_frame"] = None  # none for an inferred hang
@@ -261,20 +262,16 @@ def _first(f: Finding, ranks: list[int], tied: list[Finding], phase: tuple[str, 
     }
 
 
-def _save_outlasted(summary: str) -> tuple[str, str, str]:
-    """(category, summary, first action) of a hang while the job was saving a checkpoint. The ranks
-    that timed out were waiting for the save: the usual cause is a save that took longer than the
-    collective timeout (one rank gathering and writing the whole state, slow or full shared storage),
-    so storage, inferred; a save that only some ranks enter (a collective under ``if rank == 0``) hangs
-    the same way, hence what would settle it."""
-    return ("storage",
-            summary + " The job was saving a checkpoint: most likely the save outlasted the collective timeout "
-                      "(inferred, not seen).",
-            SAVE_OUTLASTED_ACTION)
+def _save_outlasted(summary: str, timeouts: list[Finding]) -> tuple[str, str, str]:
+    """(category, summary, first action) of a hang while the job was saving a checkpoint, by the collective the
+    ranks timed out in (``timeouts``: timeout_cause.save_wait): waiting for the save to be written (storage) or
+    inside its own gather, which a rank did not enter (user-code); inferred, with what would settle it."""
+    category, what, action = save_wait(timeouts)
+    return category, f"{summary} The job was saving a checkpoint: {what}", action
 
 
 def _inferred(inf: Inference, casc: list[Finding], activity: RankActivity, phase: tuple[str, str], rank_nodes,
-              outside: list[Finding], cause: Cause | None = None) -> dict:
+              outside: list[Finding], cause: Cause | None = None, timeouts: list[Finding] = ()) -> dict:
     rank = inf.rank
     last = activity.progress.get(rank) if rank is not None else None
     where = "" if last is None else f" after step {activity.steps.get(rank)}" if activity.steps.get(rank) is not None else ""
@@ -307,7 +304,7 @@ def _inferred(inf: Inference, casc: list[Finding], activity: RankActivity, phase
         conf, reference = cause.confidence, cause.evidence.match.signature.reference
         evidence = [_evidence(cause.evidence), *evidence[:MAX_EVIDENCE - 1]]
     elif phase[0] == "checkpoint-save" and not outside:
-        category, summary, action = _save_outlasted(summary)
+        category, summary, action = _save_outlasted(summary, list(timeouts))
     return {
         "rank": rank,
         "node": rank_nodes.get(rank) if rank is not None else None,

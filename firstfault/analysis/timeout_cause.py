@@ -48,11 +48,13 @@ says little (a watchdog line pasted above the bar it interrupted), so untimed li
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from firstfault.analysis.findings import Finding
 from firstfault.analysis.parse import elapsed_s
+from firstfault.analysis.phase import collective_op
 
 DEFAULT_TIMEOUT_MS = 30 * 60 * 1000  # torch.distributed init_process_group's default timeout (NCCL and gloo)
 WORK_SHARE = 0.8  # a bar at this share of the timeout or more was running when the watchdog fired
@@ -65,11 +67,19 @@ SAVE_OUTLASTED_ACTION = ("Time the save on the saving rank(s) (its write through
                          "only under rank 0); then save sharded or asynchronously, or raise the timeout around the save.")
 
 
+# The collectives of a save's own gather of sharded state (FSDP's full state dict, ZeRO-3's consolidation):
+# ProcessGroupNCCL's OpType names of an all-gather. A rank waiting in one is inside the save, not waiting for a writer.
+_GATHERS = re.compile(r"_?ALLGATHER(?:_BASE|_COALESCED|_INTO_TENSOR_COALESCED)?", re.IGNORECASE)
+SAVE_GATHER_ACTION = ("Call the save on every rank (an FSDP or ZeRO-3 state_dict, save_model, save_checkpoint gathers "
+                      "from all ranks; a save under `if rank == 0` leaves rank 0 waiting in the gather), and check from "
+                      "each rank's last lines that all of them reached it.")
+
+
 @dataclass(frozen=True, slots=True)
 class Cause:
     """What the rank the others waited for was doing, and what that makes of the hang."""
 
-    kind: str  # timeout-too-short | work-outlasted | save-outlasted | after-training
+    kind: str  # timeout-too-short | work-outlasted | save-outlasted | save-gather | after-training
     category: str
     phase: str | None  # the phase of the work, None when the line names none
     confidence: str  # low | medium
@@ -81,7 +91,8 @@ class Cause:
     def phase_from(self) -> str:
         """Where ``phase`` comes from, for the report's phase_from."""
         return {"work-outlasted": "the work one rank did alone while the others waited (progress bar)",
-                "save-outlasted": "a checkpoint save began as the others started waiting, and no progress followed"
+                "save-outlasted": "a checkpoint save began as the others started waiting, and no progress followed",
+                "save-gather": "a checkpoint save began as the ranks started waiting in its gather"
                 }.get(self.kind, self.kind)
 
 
@@ -177,10 +188,29 @@ def save_outlasted(findings: list[Finding], timeouts: list[Finding]) -> Cause | 
         return None  # training went on after the save
     lead = round((began - at) / 1e9)
     when = (f"{lead} s before" if lead > 0 else f"{-lead} s after" if lead < 0 else "as") + " the collective began"
-    summary = (f"A checkpoint save began {when} ({save.ev.text.strip()[:100]}), and nothing showed training go on: "
-               "the ranks waited for the save, which most likely outlasted the collective timeout of "
-               f"{timeout_ms / 60000:g} min (inferred, not seen).")
-    return Cause("save-outlasted", "storage", "checkpoint-save", "low", save, summary, SAVE_OUTLASTED_ACTION)
+    category, what, action = save_wait(timeouts)
+    summary = f"A checkpoint save began {when} ({save.ev.text.strip()[:100]}), and nothing showed training go on: {what}"
+    kind = "save-gather" if category == "user-code" else "save-outlasted"
+    return Cause(kind, category, "checkpoint-save", "low", save, summary, action)
+
+
+def save_wait(timeouts: Iterable[Finding]) -> tuple[str, str, str]:
+    """(category, what most likely happened, first action) of ranks that timed out while a checkpoint save was
+    under way. Waiting in a barrier or an all-reduce, they waited for the rank(s) writing the save, which most
+    often outlasted the timeout (one rank writing the whole state, slow or full storage): storage. Waiting in an
+    all-gather, they were inside the save's own gather of the sharded state (an FSDP full state dict, ZeRO-3's
+    consolidation), which every rank must enter: a rank did not (the save called under ``if rank == 0``, a rank
+    still elsewhere): user-code. Both inferred, not seen."""
+    ops = sorted({op for t in timeouts if (op := collective_op(t.ev.text))})
+    if ops and all(_GATHERS.fullmatch(op) for op in ops):
+        return ("user-code", f"the ranks that reported timed out inside the save's own gather of the sharded state "
+                             f"({', '.join(ops)}), which every rank must enter, and a rank did not (the save called on "
+                             "some ranks only, as under `if rank == 0`, or a rank still elsewhere) (inferred, not seen).",
+                SAVE_GATHER_ACTION)
+    named = _shortest_named(timeouts)
+    limit = f" of {named[0] / 60000:g} min" if named else ""
+    return ("storage", f"the ranks waited for the save, which most likely outlasted the collective timeout{limit} "
+                       "(inferred, not seen).", SAVE_OUTLASTED_ACTION)
 
 
 def _printed_after(f: Finding, t: Finding) -> bool:

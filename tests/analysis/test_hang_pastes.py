@@ -392,3 +392,19 @@ def test_a_title_naming_a_failure_and_the_save_it_came_in_gives_both():
         assert (ff["category"], ff["phase"]) == (category, "checkpoint-save"), title
     ff = first_failure_of("# OOM with activation checkpointing enabled\n" + CUT_IN_LIGHTNING)
     assert (ff["category"], ff["phase"]) == ("gpu-memory", "unknown")
+
+
+# accelerate's save_state start (accelerator.py: "Saving current state to {output_dir}"), then a survivor's watchdog
+SAVING = "[rank1]:INFO:accelerate.accelerator:Saving current state to /out/step_400\n"
+WAITED = ("[rank1]:[E ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL("
+          "SeqNum=6075, OpType={op}, NumelIn=1366, NumelOut=4098, Timeout(ms)=1800000) ran for 1800084 milliseconds "
+          "before timing out.\n")
+
+
+def test_a_hang_in_a_save_by_the_collective_the_ranks_waited_in():
+    """Untimed: the save under way is told by its start line. Waiting in an all-reduce or a barrier, the ranks waited
+    for the writer (storage); in an all-gather they were inside the save's own gather, which a rank never entered."""
+    got = first_failure_of(SAVING + WAITED.format(op="_ALLGATHER_BASE"))
+    assert (got["category"], got["phase"], got["confidence"]) == ("user-code", "checkpoint-save", "low")
+    got = first_failure_of(SAVING + WAITED.format(op="ALLREDUCE"))
+    assert (got["category"], got["phase"], got["confidence"]) == ("storage", "checkpoint-save", "low")

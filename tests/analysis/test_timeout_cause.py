@@ -169,3 +169,15 @@ def test_the_shortest_timeout_decides_before_the_work_a_rank_did():
     """A bar of work far longer than a 1 s timeout is no cause: any wait would have outlasted it."""
     got = first_failure_of(TOKENIZING + WATCHDOG.format(ms=1000, ran=1004))
     assert got["category"] == "config" and "Timeout(ms)=1000)" in got["evidence"][0]["text"]
+
+
+@pytest.mark.parametrize("op", ["_ALLGATHER_BASE", "ALLGATHER", "ALLGATHER_COALESCED"])
+def test_ranks_that_timed_out_inside_the_save_s_own_gather_had_a_rank_missing_from_it(op):
+    """An all-gather while a save was under way is the save's own gather of the sharded state (an FSDP full state
+    dict): the ranks were inside the save, not waiting for a writer; a rank that never entered it is the cause."""
+    gathered = TIMED_OUT_20.replace("OpType=BROADCAST", f"OpType={op}")
+    assert gathered != TIMED_OUT_20
+    got = first_failure_of(SAVE_SAID + gathered)
+    assert (got["category"], got["phase"], got["confidence"], got["inferred"]) == (
+        "user-code", "checkpoint-save", "low", True)
+    assert "every rank" in got["first_action"] and op in got["summary"]
