@@ -61,3 +61,12 @@ ncclSystemError: System call (socket, malloc, munmap, etc) failed.
 def test_a_line_of_an_exception_message_keeps_its_traceback_s_phase():
     got = first_failure_of(DDP_INIT_SYSTEM_ERROR)
     assert (got["signature"], got["phase"]) == ("nccl.system_error", "init")
+
+
+def test_an_address_no_interface_filled_in_is_the_interface_setting():
+    """NCCL's "Last error:" under an internal error names a socket address never filled in (no interface
+    matched NCCL_SOCKET_IFNAME): its family is garbage (socket.cc ncclSocketInit, 2.19+)."""
+    text = WRAPPER_ONLY + "[rank0]: ncclInternalError: Internal check failed.\n[rank0]: Last error:\n" \
+        "[rank0]: ncclSocketInit: connecting to address  with family 59936 is neither AF_INET(2) nor AF_INET6(10)\n"
+    ff = first_failure_of(text)
+    assert (ff["signature"], ff["category"], ff["phase"]) == ("nccl.no_interface", "config", "init")
