@@ -81,6 +81,8 @@ TRAITS = {
     "cut-traceback": "a traceback whose exception line is missing",
     "mention": "words in prose that name a class of failure",
     "unexplained": "a death whose reporter does not know its cause: the text's words may name its class (judge.py)",
+    "memory-unresolved": "an out-of-memory whose memory (GPU or host) the line does not say: the text's words about "
+                         "memory may (judge.py)",
     "quoted-exception": "an exception quoted inside a line (a sentence, quotes): the failure only when nothing else is (judge.py)",
     "carried-exception": "a line that carries another process's exception (Ray's RayTaskError(<cause>)): the failure only when nothing else is (judge.py)",
     "nccl-result": "names only an ncclResult code; a 'Last error:' line below it names the cause (lasterror.py)",

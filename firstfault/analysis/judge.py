@@ -262,12 +262,21 @@ def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
     failed: where the text names a class of failure in words (an issue title, a note, a message, a
     known failure in a heading), the first such mention gives the category, said in the links
     (confidence low). A cut traceback under a title that quotes a survivor's error (a collective's
-    timeout, a peer gone) is that error's traceback: cascade, low."""
+    timeout, a peer gone) is that error's traceback: cascade, low. An out-of-memory whose memory the line
+    does not say (trait ``memory-unresolved``: Ray's RayTaskError(OutOfMemoryError), which torch's and
+    Ray's own share) takes it from words about memory only: GPU where they name one, else the host's."""
     unexplained = f.has("unexplained") and f.category == "unknown"
-    if not (f.has("cut-traceback") or unexplained
+    memory = f.has("memory-unresolved") and f.category == "unknown"
+    if not (f.has("cut-traceback") or unexplained or memory
             or (f.category == "unknown" and f.cap == "low" and exit_of(f) is not None)):
         return f
     said = _said(findings)
+    if memory:  # which memory is all the words may add: GPU where they say so, else the host's
+        if said is None or said.category not in ("gpu-memory", "host-memory"):
+            return f
+        category = "gpu-memory" if _GPU_WORDS.search(said.ev.text) else "host-memory"
+        return replace(f, match=replace(f.match, category=category), cap="low",
+                       links=[*f.links, f"which memory, from the text's words: {said.ev.text.strip()[:160]}"])
     if said is None:
         titled = next((h for h in findings if h.ev.fields.get("prose") and h.role == "cascade"), None)
         if f.has("cut-traceback") and titled is not None:  # the title quotes a survivor's error: this one's, cut off
@@ -303,8 +312,9 @@ def heading_phase(f: Finding) -> str | None:
 def phase_heading(findings: Iterable[Finding]) -> Finding | None:
     """The first heading (prose) that says the job failed in a phase (``heading_phase``): 99-fallback's
     phase mentions ("timeout on save checkpoint", "init_process_group hangs"), a failure named with
-    the Ray task or worker method it happened in."""
-    return next((f for f in findings if f.ev.fields.get("prose") and f.has("mention")
+    the Ray task or worker method it happened in (a mention's words, or a known failure's line quoted in
+    the title with the call it came from: "compute_log_probs(...) torch.OutOfMemoryError: ...")."""
+    return next((f for f in findings if f.ev.fields.get("prose") and (f.has("mention") or f.role == "root")
                  and heading_phase(f) is not None), None)
 
 

@@ -353,3 +353,21 @@ def test_an_oom_kill_after_verl_s_ranks_began_writing_their_shards_is_in_the_sav
     ff = first_failure_of(saving + killed)
     assert (ff["category"], ff["phase"]) == ("host-memory", "checkpoint-save")
     assert first_failure_of(killed)["phase"] == "unknown"
+
+
+@pytest.mark.parametrize("title, category", [
+    ("# compute_log_probs(logits, tokens) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 58.15 GiB.",
+     "gpu-memory"),
+    ("# OOM after 20 steps of PPO", "host-memory"),  # no GPU in the words: Ray's own OutOfMemoryError (its monitor)
+    ("# NCCL timeout after 20 steps", "unknown"),  # words of no memory say nothing of which memory
+])
+def test_which_memory_a_cut_ray_oom_was_comes_from_words_about_memory(title, category):
+    """RayTaskError(OutOfMemoryError) wraps torch's (GPU) and Ray's own (host) alike: the words may say which."""
+    ff = first_failure_of(title + "\n" + DRIVER_OOM_CUT)
+    assert (ff["signature"], ff["category"], ff["confidence"]) == ("ray.task_oom_unresolved", category, "low")
+
+
+def test_a_title_quoting_the_failure_with_its_call_gives_the_phase():
+    ff = first_failure_of("# compute_log_probs(logits, tokens) torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                          "allocate 58.15 GiB.\n" + DRIVER_OOM_CUT)
+    assert ff["phase"] == "forward" and "title" in ff["phase_from"]
