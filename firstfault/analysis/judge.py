@@ -69,7 +69,7 @@ def told_above(findings: list[Finding]) -> list[Finding]:
                                                            "before its exception line"])
             dropped.add(id(f))
         if (f.role == "root" or f.has("collective-timeout") or f.has("peer-socket")) and not f.has("generic") \
-                and not f.ev.frames:
+                and not f.ev.frames and not f.ev.fields.get("prose"):  # a person's heading is no program's error line
             last[f.ev.stream] = f
         else:  # any other finding between: the traceback is no longer right under the error
             last.pop(f.ev.stream, None)

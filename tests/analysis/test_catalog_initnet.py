@@ -443,3 +443,16 @@ def test_a_backend_the_torch_build_lacks_is_config_at_init():
             "RuntimeError: Distributed package doesn't have NCCL built in\n")
     ff = first_failure_of(text)
     assert (ff["signature"], ff["category"], ff["phase"], ff["rank"]) == ("c10d.backend_not_built", "config", "init", 0)
+
+
+def test_ddp_given_a_model_spread_over_devices_is_config_at_init():
+    """torch/nn/parallel/distributed.py refuses device_ids for a module on several devices (device_map='auto')."""
+    text = ("[rank1]: Traceback (most recent call last):\n"
+            '[rank1]:   File "/w/train.py", line 88, in main\n    model = DDP(model, device_ids=[local_rank])\n'
+            '[rank1]:   File "/env/lib/python3.10/site-packages/torch/nn/parallel/distributed.py", line 625, in __init__\n'
+            "[rank1]:     self._log_and_throw(\n"
+            "[rank1]: ValueError: DistributedDataParallel device_ids and output_device arguments only work with "
+            "single-device/multiple-device GPU modules or CPU modules, but got device_ids [1], output_device 1, and module "
+            "parameters {device(type='cuda', index=0), device(type='cuda', index=1)}.\n")
+    ff = first_failure_of(text)
+    assert (ff["signature"], ff["category"], ff["phase"], ff["rank"]) == ("torch.ddp_device_ids_mismatch", "config", "init", 1)

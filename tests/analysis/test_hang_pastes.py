@@ -408,3 +408,9 @@ def test_a_hang_in_a_save_by_the_collective_the_ranks_waited_in():
     assert (got["category"], got["phase"], got["confidence"]) == ("user-code", "checkpoint-save", "low")
     got = first_failure_of(SAVING + WAITED.format(op="ALLREDUCE"))
     assert (got["category"], got["phase"], got["confidence"]) == ("storage", "checkpoint-save", "low")
+
+
+def test_a_title_quoting_a_known_failure_names_a_cut_traceback_s_class():
+    """transformers' get_chat_template refusal quoted in the title; the traceback below stops in the data's formatting."""
+    ff = first_failure_of("# tokenizer.chat_template is not set and no template argument was passed\n" + CUT_IN_LIGHTNING)
+    assert (ff["category"], ff["confidence"]) == ("config", "low")
