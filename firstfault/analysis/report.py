@@ -14,7 +14,7 @@ reads; none changes what it was given.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -262,7 +262,7 @@ def _first(f: Finding, ranks: list[int], tied: list[Finding], phase: tuple[str, 
     }
 
 
-def _save_outlasted(summary: str, timeouts: list[Finding]) -> tuple[str, str, str]:
+def _save_outlasted(summary: str, timeouts: Sequence[Finding]) -> tuple[str, str, str]:
     """(category, summary, first action) of a hang while the job was saving a checkpoint, by the collective the
     ranks timed out in (``timeouts``: timeout_cause.save_wait): waiting for the save to be written (storage) or
     inside its own gather, which a rank did not enter (user-code); inferred, with what would settle it."""
@@ -271,7 +271,7 @@ def _save_outlasted(summary: str, timeouts: list[Finding]) -> tuple[str, str, st
 
 
 def _inferred(inf: Inference, casc: list[Finding], activity: RankActivity, phase: tuple[str, str], rank_nodes,
-              outside: list[Finding], cause: Cause | None = None, timeouts: list[Finding] = ()) -> dict:
+              outside: list[Finding], cause: Cause | None = None, timeouts: Sequence[Finding] = ()) -> dict:
     rank = inf.rank
     last = activity.progress.get(rank) if rank is not None else None
     where = "" if last is None else f" after step {activity.steps.get(rank)}" if activity.steps.get(rank) is not None else ""
@@ -304,7 +304,7 @@ def _inferred(inf: Inference, casc: list[Finding], activity: RankActivity, phase
         conf, reference = cause.confidence, cause.evidence.match.signature.reference
         evidence = [_evidence(cause.evidence), *evidence[:MAX_EVIDENCE - 1]]
     elif phase[0] == "checkpoint-save" and not outside:
-        category, summary, action = _save_outlasted(summary, list(timeouts))
+        category, summary, action = _save_outlasted(summary, timeouts)
     return {
         "rank": rank,
         "node": rank_nodes.get(rank) if rank is not None else None,

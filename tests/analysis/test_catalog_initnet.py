@@ -432,27 +432,30 @@ def test_a_double_spaced_paste_keeps_the_cause_under_its_wrapper():
     assert (ff["signature"], ff["category"], ff["phase"]) == ("nccl.no_interface", "config", "init")
 
 
-def test_a_backend_the_torch_build_lacks_is_config_at_init():
-    """mp.spawn's child asks for NCCL on a build without it (distributed_c10d.py _new_process_group_helper)."""
-    text = ("torch.multiprocessing.spawn.ProcessRaisedException:\n\n-- Process 0 terminated with the following error:\n"
-            "Traceback (most recent call last):\n"
-            '  File "C:\\env\\lib\\site-packages\\torch\\multiprocessing\\spawn.py", line 69, in _wrap\n    fn(i, *args)\n'
-            '  File "E:\\w\\train.py", line 30, in run\n    dist.init_process_group("nccl", rank=rank, world_size=2)\n'
-            '  File "C:\\env\\lib\\site-packages\\torch\\distributed\\distributed_c10d.py", line 1013, in _new_process_group_helper\n'
-            '    raise RuntimeError("Distributed package doesn\'t have NCCL " "built in")\n'
-            "RuntimeError: Distributed package doesn't have NCCL built in\n")
-    ff = first_failure_of(text)
-    assert (ff["signature"], ff["category"], ff["phase"], ff["rank"]) == ("c10d.backend_not_built", "config", "init", 0)
+# distributed_c10d.py _new_process_group_helper: mp.spawn's child asks for NCCL on a build without it
+BACKEND_NOT_BUILT = (
+    "torch.multiprocessing.spawn.ProcessRaisedException:\n\n-- Process 0 terminated with the following error:\n"
+    "Traceback (most recent call last):\n"
+    '  File "C:\\env\\lib\\site-packages\\torch\\multiprocessing\\spawn.py", line 69, in _wrap\n    fn(i, *args)\n'
+    '  File "E:\\w\\train.py", line 30, in run\n    dist.init_process_group("nccl", rank=rank, world_size=2)\n'
+    '  File "C:\\env\\lib\\site-packages\\torch\\distributed\\distributed_c10d.py", line 1013, in _new_process_group_helper\n'
+    '    raise RuntimeError("Distributed package doesn\'t have NCCL " "built in")\n'
+    "RuntimeError: Distributed package doesn't have NCCL built in\n")
+# torch/nn/parallel/distributed.py refuses device_ids for a module on several devices (device_map='auto')
+DDP_SPREAD = (
+    "[rank1]: Traceback (most recent call last):\n"
+    '[rank1]:   File "/w/train.py", line 88, in main\n[rank1]:     model = DDP(model, device_ids=[local_rank])\n'
+    '[rank1]:   File "/env/lib/python3.10/site-packages/torch/nn/parallel/distributed.py", line 625, in __init__\n'
+    "[rank1]:     self._log_and_throw(\n"
+    "[rank1]: ValueError: DistributedDataParallel device_ids and output_device arguments only work with "
+    "single-device/multiple-device GPU modules or CPU modules, but got device_ids [1], output_device 1, and module "
+    "parameters {device(type='cuda', index=0), device(type='cuda', index=1)}.\n")
 
 
-def test_ddp_given_a_model_spread_over_devices_is_config_at_init():
-    """torch/nn/parallel/distributed.py refuses device_ids for a module on several devices (device_map='auto')."""
-    text = ("[rank1]: Traceback (most recent call last):\n"
-            '[rank1]:   File "/w/train.py", line 88, in main\n    model = DDP(model, device_ids=[local_rank])\n'
-            '[rank1]:   File "/env/lib/python3.10/site-packages/torch/nn/parallel/distributed.py", line 625, in __init__\n'
-            "[rank1]:     self._log_and_throw(\n"
-            "[rank1]: ValueError: DistributedDataParallel device_ids and output_device arguments only work with "
-            "single-device/multiple-device GPU modules or CPU modules, but got device_ids [1], output_device 1, and module "
-            "parameters {device(type='cuda', index=0), device(type='cuda', index=1)}.\n")
+@pytest.mark.parametrize("text, signature, rank", [
+    (BACKEND_NOT_BUILT, "c10d.backend_not_built", 0),
+    (DDP_SPREAD, "torch.ddp_device_ids_mismatch", 1),
+], ids=["backend-not-built", "ddp-model-spread"])
+def test_a_torch_set_up_refusal_of_the_job_s_settings_is_config_at_init(text, signature, rank):
     ff = first_failure_of(text)
-    assert (ff["signature"], ff["category"], ff["phase"], ff["rank"]) == ("torch.ddp_device_ids_mismatch", "config", "init", 1)
+    assert (ff["signature"], ff["category"], ff["phase"], ff["rank"]) == (signature, "config", "init", rank)
