@@ -414,3 +414,11 @@ def test_a_title_quoting_a_known_failure_names_a_cut_traceback_s_class():
     """transformers' get_chat_template refusal quoted in the title; the traceback below stops in the data's formatting."""
     ff = first_failure_of("# tokenizer.chat_template is not set and no template argument was passed\n" + CUT_IN_LIGHTNING)
     assert (ff["category"], ff["confidence"]) == ("config", "low")
+
+
+def test_a_title_naming_the_model_it_was_loading_says_set_up():
+    oom = ("RuntimeError: CUDA out of memory. Tried to allocate 162.00 MiB (GPU 2; 79.35 GiB total capacity; 77.00 GiB "
+           "already allocated; 146.19 MiB free; 77.01 GiB reserved in total by PyTorch)\n")
+    ff = first_failure_of("# cuda OOM on loading opt-66B\n" + oom)
+    assert (ff["category"], ff["phase"]) == ("gpu-memory", "init") and "title" in ff["phase_from"]
+    assert first_failure_of("# cuda OOM after loading data for 2 hours\n" + oom)["phase"] == "unknown"

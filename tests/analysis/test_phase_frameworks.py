@@ -176,6 +176,10 @@ CASES = {
         ("/w/DeepSpeed-Chat/training/step3_rlhf_finetuning/main.py", "main"),
         ("/w/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py", "generate_experience"),
         ("deepspeed/runtime/hybrid_engine.py", "generate"), ("torch/nn/modules/module.py", "_call_impl")), "forward"),
+    "deepspeed's pipeline engine reduces the gradients after the last backward": (stack(
+        ("/w/gpt-neox/megatron/training.py", "train_step_pipe"), ("deepspeed/runtime/pipe/engine.py", "train_batch"),
+        ("deepspeed/runtime/pipe/engine.py", "_exec_schedule"), ("deepspeed/runtime/pipe/engine.py", "_exec_reduce_grads")),
+        "backward"),
     "vllm v1 loads its weights": (stack(
         ("vllm/v1/executor/multiproc_executor.py", "worker_main"), ("vllm/v1/worker/gpu_worker.py", "load_model"),
         ("vllm/model_executor/model_loader/default_loader.py", "load_weights")), "init"),
