@@ -128,10 +128,11 @@ REPORTERS = ("torch/distributed/run.py", "torch/distributed/launch.py", "torch/d
 # Exceptions that report another process's end, raised where it was seen, not where it happened:
 # Ray's driver-side wrappers (python/ray/exceptions.py RayTaskError(<cause>), RayActorError,
 # ActorDiedError, WorkerCrashedError, 1.x-2.x), torchelastic's ChildFailedError, torch.multiprocessing's
-# ProcessRaisedException/ProcessExitedException, subprocess's CalledProcessError (a launcher's child).
+# ProcessRaisedException/ProcessExitedException, subprocess's CalledProcessError (a launcher's child), and
+# BrokenPipeError (EPIPE: the process at the other end of a pipe or socket closed it, as a store's peer that ended).
 # The last resort's default (the user's code) never holds for them: the cause is in that process's log.
 REPORTING = frozenset({"RayTaskError", "RayActorError", "ActorDiedError", "WorkerCrashedError", "ChildFailedError",
-                       "ProcessRaisedException", "ProcessExitedException", "CalledProcessError"})
+                       "ProcessRaisedException", "ProcessExitedException", "CalledProcessError", "BrokenPipeError"})
 
 # Lookup methods: the AttributeError/KeyError they raise names what the caller asked for
 # (torch/nn/modules/module.py Module.__getattr__: "'{type}' object has no attribute '{name}'").
@@ -461,9 +462,17 @@ UNOWNED = ("no frame of its traceback is in the text, so whose code raised it is
 # engine.step() and the rest runs in its code), and in public threads' tracebacks that show their frames these types
 # were raised in a framework's or library's own code more often than in the user's file: framework is the guess.
 _CODING = frozenset(_BUGS) - {"KeyError", "ZeroDivisionError", "StopIteration"}
+# RuntimeError is what torch's C++ checks (TORCH_CHECK: a shape, a size, a split that does not fit) and the
+# frameworks' own checks raise; a user's script rarely raises it itself. Shown without frames and with words that
+# name no class, the frameless ones of the fresh threads (shape mismatches in an optimizer step, a sequence split,
+# a rollout engine's refit) were labelled framework in every case read: the same guess as a coding error's, at low.
+_LIBRARY_RAISED = frozenset({"RuntimeError"})
 UNOWNED_BUG = ("no frame of its traceback is in the text, so whose code raised it is not known (a guess: low); this type "
                "is a coding error, and in a training job most of the code that runs is the frameworks': its "
                "traceback's innermost frames settle it, the user's file or a framework's")
+UNOWNED_RUNTIME = ("no frame of its traceback is in the text, so whose code raised it is not known (a guess: low); "
+                   "RuntimeError is what torch's checks and the frameworks' own raise, seldom a script itself: its "
+                   "traceback's innermost frames settle it, the user's file, a framework's, or an op's input check")
 # A call whose arguments the callee does not take (CALL_MISMATCH), with no frame to say who made it: with frames,
 # a framework's call is two packages at versions that do not go together (framework) and the user's is the script
 # written for another version (config). Without them the guess is the first, at low: a private function's name
@@ -525,6 +534,9 @@ def owned(f: F) -> F:
         unowned = replace(f.match, signature=replace(sig, first_action=UNOWNED_ACTION))
         if short in _CODING or (short == "AssertionError" and not _explains(_said(message, exc))):
             return replace(f, match=replace(unowned, category="framework"), cap="low", links=[*f.links, UNOWNED_BUG])
+        if short in _LIBRARY_RAISED:
+            return replace(f, match=replace(unowned, category="framework"), cap="low",
+                           links=[*f.links, UNOWNED_RUNTIME])
         return replace(f, match=unowned, cap="low", links=[*f.links, UNOWNED])
     got = category(exc, message, f.ev.frames)
     if got is None or got.category == f.match.category:

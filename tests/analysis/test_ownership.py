@@ -469,6 +469,8 @@ REPORTED = [
   File "{SP}/ray/_private/worker.py", line 2822, in get
     values, debugger_breakpoint = worker.get_objects(object_refs, timeout=timeout)
 ray.exceptions.RayActorError: The actor died because of an error raised in its creation task""",
+    # EPIPE: the process at the pipe's or socket's other end closed it (a c10d store's peer that ended)
+    "[rank1]: BrokenPipeError: [Errno 32] Broken pipe",
 ]
 
 
@@ -578,9 +580,13 @@ def test_paste_an_exception_line_alone_is_a_guess_of_whose_code():
     assert (framed["category"], framed["confidence"]) == ("user-code", "medium")
     # a coding error's type alone: framework, as a guess (low), with the frames named as what settles it
     assert alone["category"] == "framework" and "most of the code that runs" in alone["evidence"][0]["linked_by"]
+    # RuntimeError, what torch's checks and the frameworks' raise (a script seldom does): framework, as a guess
+    runtime = _paste("[rank2]: RuntimeError: Split sizes doesn't match total dim 0 size\n")
+    assert (runtime["category"], runtime["confidence"]) == ("framework", "low")
+    assert "seldom a script itself" in runtime["evidence"][0]["linked_by"]
     # not examples: a type that is no coding error keeps the fallback's own guess, and so does an assert
     # whose words explain it (validation)
-    assert _paste("[rank2]: RuntimeError: something went wrong here\n")["category"] == "user-code"
+    assert _paste("[rank2]: ValueError: something went wrong here\n")["category"] == "user-code"
     assert _paste("[rank2]: KeyError: 'input_ids'\n")["category"] == "user-code"  # a key the code was given
     assert _paste("[rank2]: AssertionError: micro batch size must be divisible by the world size\n")["category"] == \
         "config"
