@@ -111,6 +111,10 @@ OP_LAYER = ("torch/nn/functional.py", "torch/functional.py", "torch/_tensor.py",
             # fromnumeric/shape_base wrappers of its C functions, pandas' indexing and reshaping)
             "/numpy/", "/pandas/")
 
+# torch's call of a module (Module._call_impl/_wrapped_call_impl and its hooks' inner): a traceback cut there
+# stops above the forward that raised, and a training job's modules are mostly a library's.
+MODULE_CALL = ("torch/nn/modules/module.py",)
+
 # Frames that report another process's (or thread's) failure rather than fail themselves: torchrun's
 # agent and launcher (torch/distributed/run.py main, launcher/api.py launch_agent raising
 # ChildFailedError, elastic/multiprocessing), mp.spawn's join (torch/multiprocessing/spawn.py:
@@ -377,6 +381,10 @@ def category(exc_type: str | None, message: str, frames: Sequence[Frame]) -> Inf
     if _reports(f) and o.kind == "framework":
         return Inference("unknown", f, o, f"raised where {o.name} reports another process's failure ({_tail(f.file)}, "
                          "in " f"{f.func}): the cause is in that process's own log")
+    if exc_type is None and _in(f.file, MODULE_CALL):  # cut inside a module's call: a library's forward ran below
+        return Inference("framework", f, o, f"inferred from where the paste stops: inside torch's call of a module's "
+                         f"forward ({_where(f, o)}), whose frames and exception line are missing; in a training job "
+                         "most modules are a library's (transformers, the framework's layers): find that line to confirm")
     if o.kind != "user" and _in(f.file, OP_LAYER):
         return None
     if exc_type is None:  # a cut traceback: whose code was running is all there is

@@ -274,6 +274,20 @@ def test_a_cut_traceback_is_judged_by_a_framework_frame_only():
     assert category(None, "", []) is None
 
 
+def test_a_traceback_cut_inside_torch_s_call_of_a_module_stops_above_a_library_s_forward():
+    """torch's op layer blames nobody where its own check raised; a paste cut in Module._call_impl stops above the
+    forward that raised, which a training job's modules mostly are a library's: framework, as a guess. A cut in a
+    collective's call (distributed_c10d) still says nothing: its error is a timeout's or NCCL's."""
+    calling = [USER_MAIN, USER_TRAIN, fr(f"{SP}/torch/nn/modules/module.py", 1553, "_wrapped_call_impl"),
+               fr(f"{SP}/torch/nn/modules/module.py", 1562, "_call_impl")]
+    got = category(None, "", calling)
+    assert got.category == "framework" and "module's forward" in got.why
+    waiting = [USER_MAIN, USER_TRAIN, fr(f"{SP}/torch/distributed/distributed_c10d.py", 2501, "all_reduce")]
+    assert category(None, "", waiting) is None
+    # with its exception line, the op layer's own check blames nobody, as before
+    assert category("RuntimeError", "mat1 and mat2 shapes cannot be multiplied", calling) is None
+
+
 # ---------------------------------------------------------------------------------------------
 # Whole pasted logs, through `firstfault analyze -`.
 
