@@ -180,6 +180,15 @@ CASES = {
         ("/w/gpt-neox/megatron/training.py", "train_step_pipe"), ("deepspeed/runtime/pipe/engine.py", "train_batch"),
         ("deepspeed/runtime/pipe/engine.py", "_exec_schedule"), ("deepspeed/runtime/pipe/engine.py", "_exec_reduce_grads")),
         "backward"),
+    "sglang's scheduler runs a generation batch": (stack(
+        ("sglang/srt/managers/scheduler.py", "event_loop_overlap"), ("sglang/srt/managers/scheduler.py", "get_next_batch_to_run"),
+        ("sglang/srt/managers/scheduler.py", "update_running_batch")), "forward"),
+    "context parallel attention's forward": (stack(
+        ("/w/train.py", "train_step"), ("torch/nn/modules/module.py", "_call_impl"),
+        ("torch/distributed/tensor/experimental/_context_parallel/_attention.py", "_sdpa_handler")), "forward"),
+    "an fsdp2 model built from rank 0's full weights": (stack(
+        ("/app/skyrl_train/workers/fsdp_worker.py", "_prepare_ref_model"), ("/app/skyrl_train/distributed/fsdp_utils.py",
+                                                                     "fsdp2_load_full_state_dict")), "init"),
     "vllm v1 loads its weights": (stack(
         ("vllm/v1/executor/multiproc_executor.py", "worker_main"), ("vllm/v1/worker/gpu_worker.py", "load_model"),
         ("vllm/model_executor/model_loader/default_loader.py", "load_weights")), "init"),
