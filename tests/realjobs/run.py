@@ -71,6 +71,7 @@ class Scenario:
     oom_limit_bytes: int = 1 << 30
     ds_config: dict | None = None  # written to ds_config.json and passed as --ds-config (no --zero-stage then)
     cancel_after_step: int | None = None  # SIGTERM the whole job once rank 0 printed this step (a time limit)
+    step_pause_s: float = 0.0  # each step lasts at least this long: a cancel at a step lands before the next ones
     memory_breakdown: bool = False  # DeepSpeed's "memory_breakdown": see_memory_usage around each step's parts
     expected: dict = dataclasses.field(default_factory=dict)
     truth: str = ""
@@ -269,7 +270,7 @@ RETRY_SCENARIOS = {
                dict(failed=None, checkpoint_verdict=None, checkpoint_resume_from=None),
                "One setting changed (ZeRO stage 3 -> 2), but the job was cancelled as a time limit does: "
                "SIGTERM to all its processes once rank 0 printed step 3, before step 5 where the first run "
-               "failed.", cancel_after_step=3),
+               "failed.", cancel_after_step=3, step_pause_s=2.0),
     ]
 }
 # case -> (BEFORE, AFTER, the verdict `firstfault compare` must give)
@@ -333,6 +334,8 @@ def train_args(sc, cgroup=None):
         args += ["--ds-config", "ds_config.json"]
     if sc.memory_breakdown:
         args += ["--memory-breakdown"]
+    if sc.step_pause_s:
+        args += ["--step-pause", str(sc.step_pause_s)]
     return args + list(sc.train_extra)
 
 

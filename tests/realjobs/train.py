@@ -119,6 +119,8 @@ def parse_args(argv=None):
                    help="faulthandler dumps every thread's stack to stderr on SIGTERM (then the rank dies)")
     p.add_argument("--abort-on-collective-error", action="store_true",
                    help="os.abort() when the loss all_reduce raises (exit -6, as an NCCL watchdog abort)")
+    p.add_argument("--step-pause", type=float, default=0.0,
+                   help="seconds each step lasts at least (a real model's step takes seconds, this one's milliseconds)")
     return p.parse_args(argv)
 
 
@@ -314,6 +316,7 @@ def main(argv=None):
             injector.step = step
             loss = train_step(engine, next(batches), injector, args.abort_on_collective_error)
             print(f"rank {rank} step {step} loss {loss:.6f}", flush=True)
+            time.sleep(args.step_pause)
             if args.save_dir and step % args.save_every == 0:
                 engine.save_checkpoint(args.save_dir, tag=f"global_step{step}")
     except RuntimeError:
