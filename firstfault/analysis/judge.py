@@ -278,8 +278,9 @@ def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
         return replace(f, match=replace(f.match, category=category), cap="low",
                        links=[*f.links, f"which memory, from the text's words: {said.ev.text.strip()[:160]}"])
     if said is None:
-        titled = next((h for h in findings if h.ev.fields.get("prose") and h.role == "cascade"), None)
-        if f.has("cut-traceback") and titled is not None:  # the title quotes a survivor's error: this one's, cut off
+        titled = f.has("cut-traceback") and next((h for h in findings if h.ev.fields.get("prose")
+                                                  and h.role == "cascade"), None)
+        if titled:  # the title quotes a survivor's error: the cut traceback's own, cut off
             return replace(f, match=replace(f.match, category="cascade"), cap="low",
                            links=[*f.links, "category from the text's title, a survivor's error (the traceback "
                                             f"is cut before its own): {titled.ev.text.strip()[:160]}"])

@@ -388,6 +388,12 @@ def phase_from_collective(text: str, sharded: bool | None = None, phase_rules: P
     return None
 
 
+def gather_ops(phase_rules: PhaseRules | None = None) -> frozenset[str]:
+    """ProcessGroupNCCL's OpType names of an all-gather: the collectives phases.toml's param-gather rule names
+    (the gathers of sharded parameters or state)."""
+    return frozenset().union(*(r.ops for r in (phase_rules or rules()).collectives if r.phase == "param-gather"))
+
+
 PROGRESS = "progress"  # what phase_from_marker says of a line that shows training under way
 COLLECTIVE_HINT = "the collective it timed out in"  # phase_hint's word for a phase from phase_from_collective
 

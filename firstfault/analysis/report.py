@@ -266,7 +266,7 @@ def _save_outlasted(summary: str, timeouts: Sequence[Finding]) -> tuple[str, str
     """(category, summary, first action) of a hang while the job was saving a checkpoint, by the collective the
     ranks timed out in (``timeouts``: timeout_cause.save_wait): waiting for the save to be written (storage) or
     inside its own gather, which a rank did not enter (user-code); inferred, with what would settle it."""
-    category, what, action = save_wait(timeouts)
+    _, category, what, action = save_wait(timeouts)
     return category, f"{summary} The job was saving a checkpoint: {what}", action
 
 

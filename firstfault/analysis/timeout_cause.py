@@ -48,13 +48,12 @@ says little (a watchdog line pasted above the bar it interrupted), so untimed li
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from firstfault.analysis.findings import Finding
 from firstfault.analysis.parse import elapsed_s
-from firstfault.analysis.phase import collective_op
+from firstfault.analysis.phase import collective_op, gather_ops
 
 DEFAULT_TIMEOUT_MS = 30 * 60 * 1000  # torch.distributed init_process_group's default timeout (NCCL and gloo)
 WORK_SHARE = 0.8  # a bar at this share of the timeout or more was running when the watchdog fired
@@ -67,9 +66,6 @@ SAVE_OUTLASTED_ACTION = ("Time the save on the saving rank(s) (its write through
                          "only under rank 0); then save sharded or asynchronously, or raise the timeout around the save.")
 
 
-# The collectives of a save's own gather of sharded state (FSDP's full state dict, ZeRO-3's consolidation):
-# ProcessGroupNCCL's OpType names of an all-gather. A rank waiting in one is inside the save, not waiting for a writer.
-_GATHERS = re.compile(r"_?ALLGATHER(?:_BASE|_COALESCED|_INTO_TENSOR_COALESCED)?", re.IGNORECASE)
 SAVE_GATHER_ACTION = ("Call the save on every rank (an FSDP or ZeRO-3 state_dict, save_model, save_checkpoint gathers "
                       "from all ranks; a save under `if rank == 0` leaves rank 0 waiting in the gather), and check from "
                       "each rank's last lines that all of them reached it.")
@@ -188,28 +184,27 @@ def save_outlasted(findings: list[Finding], timeouts: list[Finding]) -> Cause | 
         return None  # training went on after the save
     lead = round((began - at) / 1e9)
     when = (f"{lead} s before" if lead > 0 else f"{-lead} s after" if lead < 0 else "as") + " the collective began"
-    category, what, action = save_wait(timeouts)
+    kind, category, what, action = save_wait(timeouts)
     summary = f"A checkpoint save began {when} ({save.ev.text.strip()[:100]}), and nothing showed training go on: {what}"
-    kind = "save-gather" if category == "user-code" else "save-outlasted"
     return Cause(kind, category, "checkpoint-save", "low", save, summary, action)
 
 
-def save_wait(timeouts: Iterable[Finding]) -> tuple[str, str, str]:
-    """(category, what most likely happened, first action) of ranks that timed out while a checkpoint save was
-    under way. Waiting in a barrier or an all-reduce, they waited for the rank(s) writing the save, which most
+def save_wait(timeouts: Iterable[Finding]) -> tuple[str, str, str, str]:
+    """(Cause kind, category, what most likely happened, first action) of ranks that timed out while a checkpoint
+    save was under way. Waiting in a barrier or an all-reduce, they waited for the rank(s) writing the save, which most
     often outlasted the timeout (one rank writing the whole state, slow or full storage): storage. Waiting in an
     all-gather, they were inside the save's own gather of the sharded state (an FSDP full state dict, ZeRO-3's
     consolidation), which every rank must enter: a rank did not (the save called under ``if rank == 0``, a rank
     still elsewhere): user-code. Both inferred, not seen."""
     ops = sorted({op for t in timeouts if (op := collective_op(t.ev.text))})
-    if ops and all(_GATHERS.fullmatch(op) for op in ops):
-        return ("user-code", f"the ranks that reported timed out inside the save's own gather of the sharded state "
+    if ops and set(ops) <= gather_ops():  # inside the save's own gather of sharded state
+        return ("save-gather", "user-code", f"the ranks that reported timed out inside the save's own gather of the sharded state "
                              f"({', '.join(ops)}), which every rank must enter, and a rank did not (the save called on "
                              "some ranks only, as under `if rank == 0`, or a rank still elsewhere) (inferred, not seen).",
                 SAVE_GATHER_ACTION)
     named = _shortest_named(timeouts)
     limit = f" of {named[0] / 60000:g} min" if named else ""
-    return ("storage", f"the ranks waited for the save, which most likely outlasted the collective timeout{limit} "
+    return ("save-outlasted", "storage", f"the ranks waited for the save, which most likely outlasted the collective timeout{limit} "
                        "(inferred, not seen).", SAVE_OUTLASTED_ACTION)
 
 
