@@ -68,6 +68,9 @@ from dataclasses import dataclass, replace
 MAX_PEELS = 8
 
 _MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
+# A Ray worker's name in its prefix: a task or actor class, with what its repr adds (NeMo-RL's
+# "[rank=3]", ROLL's "(reference-0)", vLLM's " rank=3", " TP0"); the actor's rank where it names one.
+_RAY_ACTOR = r"[A-Za-z_][\w.<>:-]*(?:\[rank=(?P<rayrank>\d+)\]|\([\w.:-]*\)| rank=\d+| [TDP]P\d+)?"
 # each alternative is one prefix; named groups say what it carries
 _PREFIX = re.compile(
     r"[ \t]*(?:"
@@ -75,12 +78,12 @@ _PREFIX = re.compile(
     r"|\[rank: (?P<lrank>\d+)\][ ]"
     r"|\[(?P<role>[A-Za-z_][\w.-]{0,62}?)(?P<local>\d+)\]:"
     r"|\[\d+,(?P<mpi>\d+)\]<(?:stdout|stderr)>:[ ]?"
-    r"|\((?P<ray>(?:[A-Za-z_][\w.<>:-]*(?:\[rank=(?P<rayrank>\d+)\]|\([\w.:-]*\)| rank=\d+| [TDP]P\d+)?)?(?: ?pid=\d+)?)(?:, ip=(?:\[(?P<rayip6>[0-9A-Fa-f.:]+)\]|(?P<rayip>[0-9A-Fa-f.:]+|[A-Za-z0-9][\w.-]*)))?(?:, repr=[^)]*)?\)[ ]"
+    r"|\((?P<ray>(?:" + _RAY_ACTOR + r")?(?: ?pid=\d+)?)(?:, ip=(?:\[(?P<rayip6>[0-9A-Fa-f.:]+)\]|(?P<rayip>[0-9A-Fa-f.:]+|[A-Za-z0-9][\w.-]*)))?(?:, repr=[^)]*)?\)[ ]"
     r"|\((?P<sky>[A-Za-z][\w-]*), (?:rank=(?P<skynode>\d+), )?pid=\d+(?:, ip=(?P<skyip>[0-9A-Fa-f.:]+))?\)[ ]"
     r"|(?P<service>[A-Za-z0-9][\w.-]*[-_]\d+)[ ]+\|[ ]"
     r"|(?P<runner>[A-Za-z][\w-]*\.[\w.-]+) \[(?:stdout|stderr)\][ ]"
     r"|(?P<torchx>[A-Za-z_][\w-]*/\d+)[ ](?=\[(?:rank\d+|[A-Za-z_][\w.-]*?\d+)\]:)"
-    r"|\[(?P<bstamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\][ ](?=\((?:[A-Za-z_][\w.<>:-]*(?:\[rank=\d+\]|\([\w.:-]*\))?)?(?: ?pid=\d+)|\[rank\d+\]:)"
+    r"|\[(?P<bstamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\][ ](?=\((?:" + _RAY_ACTOR.replace("(?P<rayrank>", "(?:") + r")?(?: ?pid=\d+)|\[rank\d+\]:)"
     r"|(?P<pylog>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - [\w.-]+ - [A-Z]+ - (?=\[rank\d+\]:)"
     r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?):?[ \t]+(?:(?:stdout|stderr) [FP][ ])?"
     r"|(?P<syslog>(?:" + _MONTHS + r") [ \d]\d \d\d:\d\d:\d\d) (?P<sysnode>[\w.-]+) [\w./@-]+(?:\[\d+\])?:[ ]"

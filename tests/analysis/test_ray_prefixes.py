@@ -59,7 +59,9 @@ def test_an_actor_repr_with_a_role_in_parentheses_is_a_ray_prefix():
 
 
 @pytest.mark.parametrize("prefix", ["(VllmWorker rank=3 pid=44710) ", "(VllmWorker TP1 pid=44710) ",
-                                    "(EngineCore_DP2 pid=598582) "])
+                                    "(EngineCore_DP2 pid=598582) ",
+                                    "[2026-08-20 09:48:31] (VllmWorker rank=3 pid=44710) ",  # a collector's time first
+                                    "[2026-08-20 09:48:31] (ActorWorker(reference-0) pid=7034) "])
 def test_vllm_s_worker_prefixes_come_off_and_name_no_training_rank(prefix):
     """vLLM's multiprocess executor prefixes its workers' lines with their index in the engine (TP, DP):
     the rollout engine's own numbering, not the trainer's rank."""
