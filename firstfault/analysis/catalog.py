@@ -92,6 +92,7 @@ TRAITS = {
                   "buffers), raised at the collective that made the communicator: failure_phase.nccl_setup",
     "nccl-trace": "NCCL's error back trace (file:line -> code): an earlier line of the same process says more (lasterror.py)",
     "native-trace": "a native stack trace (c10's frames, glibc backtrace_symbols): the failure printed just above it says more (lasterror.py)",
+    "memory-user": "a row of an OOM killer's list of the node's biggest processes, with the task it ran: failure_phase.py",
     "work-bar": "a progress bar of work other than training (data preparation, evaluation), with its elapsed time: timeout_cause.py",
     "training-ended": "a trainer's own line that training ended (max epochs or steps reached): timeout_cause.py",
     "save-begins": "a line that says a checkpoint save began, a framework's or the job's own words: timeout_cause.py",

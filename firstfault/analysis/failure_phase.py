@@ -45,6 +45,7 @@ from firstfault.analysis.phase import (
     collective_op,
     phase_from_frames,
     phase_from_task,
+    phase_from_task_words,
     phase_hint,
     progress_before,
 )
@@ -77,6 +78,8 @@ def failure_phase(dec: Decision, state: RankState, findings: list[Finding], savi
         return None
     if got[0] == "unknown" and (told := _task_above(dec.first or dec.exited, findings)) is not None:
         return told
+    if got[0] == "unknown" and (told := oom_task(dec.first or dec.exited, findings)) is not None:
+        return told
     if got[0] == "unknown" and marked in MARKED_PHASES:
         return marked, f"DeepSpeed's phase marks (memory_breakdown) in {marks_from}"
     if got[0] == "unknown" and (said := phase_heading(findings)) is not None:
@@ -97,6 +100,32 @@ def _task_above(f: Finding, findings: Iterable[Finding]) -> Phase | None:
         return None
     p = phase_from_task(header.ev.text)
     return (p, "the Ray task whose remote traceback it is") if p is not None else None
+
+
+OOM_REPORT_LINES = 16  # Ray's OOM kill report: its lines, "PID\tMEM(GB)\tCOMMAND" and the ten rows
+
+
+def oom_task(f: Finding, findings: Iterable[Finding]) -> Phase | None:
+    """The phase of the task a Ray OOM kill report names: the killed task's own name
+    (``name=WorkerDict.actor_rollout_compute_log_prob``), else the task of the biggest process in
+    the node's top memory users printed under the report (trait ``memory-user``). Ray kills the
+    task scheduled last, often not the one that filled the memory (a driver's ``main_task`` beside
+    workers that gather a checkpoint's state): the biggest process shows what the job was doing."""
+    if not f.has("oom-kill"):
+        return None
+    near = [h for h in findings if h.ev.stream == f.ev.stream and 0 <= h.ev.seq - f.ev.seq <= OOM_REPORT_LINES]
+    for h in near:
+        if h.has("oom-kill") and (task := h.match.groups.get("ray_task")) \
+                and (p := phase_from_task_words(task)) is not None:
+            return p, f"the task Ray's memory monitor killed ({task})"
+    rows = [h for h in near if h.has("memory-user") and not h.match.groups["ray_task"].startswith("IDLE")]
+    if not rows:
+        return None
+    top = max(rows, key=lambda h: float(h.match.groups["mem_gb"]))
+    task = top.match.groups["ray_task"]
+    p = phase_from_task_words(task)
+    return (p, f"the task of the node's biggest process when Ray killed a worker ({task}, "
+               f"{top.match.groups['mem_gb']} GB)") if p is not None else None
 
 
 HEADING_NAMED = "the failure the text's heading names (the traceback's outer frames are cut off)"
