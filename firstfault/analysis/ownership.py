@@ -135,6 +135,7 @@ REPORTERS = ("torch/distributed/run.py", "torch/distributed/launch.py", "torch/d
 # ProcessRaisedException/ProcessExitedException, subprocess's CalledProcessError (a launcher's child), and
 # BrokenPipeError (EPIPE: the process at the other end of a pipe or socket closed it, as a store's peer that ended).
 # The last resort's default (the user's code) never holds for them: the cause is in that process's log.
+REPORTS = "reports another process's failure"  # the words of every inference that says so (``reports_another``)
 REPORTING = frozenset({"RayTaskError", "RayActorError", "ActorDiedError", "WorkerCrashedError", "ChildFailedError",
                        "ProcessRaisedException", "ProcessExitedException", "CalledProcessError", "BrokenPipeError"})
 
@@ -379,7 +380,7 @@ def category(exc_type: str | None, message: str, frames: Sequence[Frame]) -> Inf
         return None
     o = owner_of(f.file)
     if _reports(f) and o.kind == "framework":
-        return Inference("unknown", f, o, f"raised where {o.name} reports another process's failure ({_tail(f.file)}, "
+        return Inference("unknown", f, o, f"raised where {o.name} {REPORTS} ({_tail(f.file)}, "
                          "in " f"{f.func}): the cause is in that process's own log")
     if exc_type is None and _in(f.file, MODULE_CALL):  # cut inside a module's call: a library's forward ran below
         return Inference("framework", f, o, f"inferred from where the paste stops: inside torch's call of a module's "
@@ -506,6 +507,12 @@ class _Finding(Protocol):
 F = TypeVar("F", bound=_Finding)
 
 
+def reports_another(f: F) -> bool:
+    """Whether ``owned`` found ``f`` to be a process's report of another's failure (a launcher's, Ray's,
+    mp.spawn's exception), not a failure of its own."""
+    return f.category == "unknown" and any(REPORTS in link for link in f.links)
+
+
 def owned(f: F) -> F:
     """``f`` with the category whose code raised it says, where the catalog's last resort matched
     (a signature with the trait ``generic``: a Python exception no signature knows, a traceback cut
@@ -531,7 +538,7 @@ def owned(f: F) -> F:
     if said and not refined:
         return f  # the words say more
     if short in REPORTING:
-        why = f"{short} reports another process's failure where it was seen: the cause is in that process's own log"
+        why = f"{short} {REPORTS} where it was seen: the cause is in that process's own log"
         return replace(f, match=replace(f.match, category="unknown"), links=[*f.links, why])
     if not f.ev.frames:  # only the exception line: no owner to refine the words, nor to replace the guess
         if mismatch:

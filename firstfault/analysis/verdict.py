@@ -53,6 +53,7 @@ from firstfault.analysis.judge import (
     quoted_exception,
     with_mentioned_category,
 )
+from firstfault.analysis.ownership import reports_another
 from firstfault.analysis.rankstate import RankState, nccl_work
 from firstfault.analysis.timeout_cause import Cause, timeout_cause
 
@@ -90,9 +91,11 @@ def distinct_failures(findings: list[Finding], firsts: Mapping[int, Finding], co
     # what a person wrote about the log (a heading) comes after every line of the log itself; of lines
     # with no time (a paste: their order says little), the last resorts (a traceback cut before its
     # exception line, an exception no signature knows) come after a failure a signature names (the
-    # same failure, most often, told whole on another rank)
+    # same failure, most often, told whole on another rank); of those, a process's report of another's
+    # failure (mp.spawn's parent, a launcher) after the failure it reports, which its launcher prints below it
     cands.sort(key=lambda f: (bool(f.ev.fields.get("prose")), f.ev.occurred_ns is None, f.ev.occurred_ns or 0,
-                              f.ev.occurred_ns is None and f.has("generic"), f.ev.stream, f.ev.seq))
+                              f.ev.occurred_ns is None and f.has("generic"),
+                              f.ev.occurred_ns is None and reports_another(f), f.ev.stream, f.ev.seq))
     for f in cands:
         key = fingerprint(f)
         g = groups.get(key)

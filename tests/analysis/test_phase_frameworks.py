@@ -127,6 +127,11 @@ CASES = {
         ("megatron/core/pipeline_parallel/schedules.py", "forward_backward_no_pipelining"),
         ("megatron/core/pipeline_parallel/schedules.py", "forward_step"),
         ("nemo/lightning/megatron_parallel.py", "wrapped_forward_step")), "forward"),
+    "lightning before 1.0 makes the checkpoint callback's folder at set-up": (stack(
+        ("torch/multiprocessing/spawn.py", "_wrap"), ("pytorch_lightning/trainer/ddp_mixin.py", "ddp_train"),
+        ("pytorch_lightning/trainer/trainer.py", "run_pretrain_routine"),
+        ("pytorch_lightning/trainer/callback_config.py", "configure_checkpoint_callback"),
+        ("/usr/lib/python3.7/os.py", "makedirs")), "init"),
     "torchtitan optimizer": (stack(
         ("torchtitan/train.py", "train_step"), ("torchtitan/components/optimizer.py", "step")), "optimizer-step"),
     "colossalai pipeline send_forward": (stack(
@@ -209,6 +214,9 @@ def test_framework_frames_name_the_phase(name):
     stack(("/w/train.py", "main"), ("/w/train.py", "evaluate")),
     # a user's own setup or load_model is not a framework's
     stack(("/w/train.py", "setup"), ("/w/train.py", "load_model")),
+    # Lightning before 1.0 trains inside run_pretrain_routine: cut there, the traceback says no phase
+    stack(("pytorch_lightning/trainer/distrib_data_parallel.py", "ddp_train"),
+          ("pytorch_lightning/trainer/trainer.py", "run_pretrain_routine")),
     # vLLM's generation after start-up is no start-up
     stack(("vllm/worker/worker_base.py", "execute_method"), ("vllm/worker/worker.py", "execute_model")),
 ])

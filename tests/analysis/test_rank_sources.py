@@ -30,6 +30,37 @@ def test_mp_spawn_names_the_rank_of_the_traceback_below_it():
     assert "KeyError" in ff["evidence"][0]["text"]
 
 
+# torch before 1.4: spawn.py's join raised a plain Exception; here the paste stops inside the child's traceback
+SPAWN_CUT = """Traceback (most recent call last):
+  File "train.py", line 62, in main
+    trainer.fit(model)
+  File "/env/lib/python3.7/site-packages/torch/multiprocessing/spawn.py", line 118, in join
+    raise Exception(msg)
+Exception:
+-- Process 1 terminated with the following error:
+Traceback (most recent call last):
+  File "/env/lib/python3.7/site-packages/torch/multiprocessing/spawn.py", line 19, in _wrap
+    fn(i, *args)
+  File "/env/lib/python3.7/site-packages/pytorch_lightning/trainer/ddp_mixin.py", line 181, in ddp_train
+    self.run_pretrain_routine(model)
+  File "/env/lib/python3.7/site-packages/pytorch_lightning/trainer/trainer.py", line 415, in run_pretrain_routine
+    self.configure_checkpoint_callback()
+"""
+
+
+def test_the_parents_report_yields_to_the_childs_own_traceback_even_cut():
+    """mp.spawn's parent raises where it reports a child's failure; the child's traceback below is the
+    failure, of the rank the banner names, though the paste lost its exception line."""
+    ff = first_failure_of(SPAWN_CUT)
+    assert (ff["rank"], ff["signature"], ff["confidence"]) == (1, "python.traceback", "low")
+    assert ff["category"] == "framework"  # cut inside Lightning's own code
+
+
+def test_the_parents_report_alone_is_still_the_failure():
+    ff = first_failure_of(SPAWN_CUT.split("-- Process")[0])
+    assert (ff["rank"], ff["signature"], ff["category"]) == (None, "python.exception", "unknown")
+
+
 def test_a_launcher_line_names_only_the_next_traceback():
     text = SPAWN + "\nTraceback (most recent call last):\n  File \"/work/other.py\", line 3, in f\n    g()\nValueError: later\n"
     rep = analyze(Case("t", ["-"], {}, stdin=text.encode()))
