@@ -84,8 +84,10 @@ def _rank_event(r: Record, tz: tzinfo) -> Event:
     if nccl and pid is None:
         pid = nccl.pid
     kind, frames, exc_type, fields = KIND_LINE, (), None, {}
-    res = tb.assemble([tb.split_prefix(ln)[1] for ln in r.message.split("\n")]) if (
-        r.kind == KIND_RANK_TRACEBACK or tb.is_start(pre.text)) else None
+    escaped = tb.ESCAPED_HEADER in r.message  # a traceback held in one JSON string of the line
+    lines = tb.escaped_lines(r.message) if escaped else r.message.split("\n")
+    res = tb.assemble([tb.split_prefix(ln)[1] for ln in lines]) if (
+        r.kind == KIND_RANK_TRACEBACK or escaped or tb.is_start(pre.text)) else None
     if res is not None:  # a traceback as the agent grouped it (its first line may be glued to other output)
         kind, text, frames, exc_type, fields = KIND_TRACEBACK, res.text, res.frames, res.exc_type, {"message": res.message}
     return Event(

@@ -322,9 +322,19 @@ class _Scanner:
         self.ready.append(d)
 
     def _line(self, raw: bytes, lineno: int, hit: bool) -> None:
-        """Handle one line: a needle hit, or any line while a traceback is open."""
+        """Handle one line: a needle hit, or any line while a traceback is open; a traceback escaped into
+        one string of the line (traceback.escaped_lines) line by line, each behind the line's own prefixes."""
         if len(raw) > MAX_LINE_BYTES:
             raw = raw[:MAX_LINE_BYTES] + b" [line cut by firstfault]"
+        if tb.ESCAPED_HEADER_B in raw:
+            first, *rest = tb.escaped_lines(raw.decode("utf-8", "replace"))
+            lead = self._one_line(first.encode(), lineno, hit).peeled
+            for piece in rest:
+                self._one_line((lead + piece).encode(), lineno, True)
+            return
+        self._one_line(raw, lineno, hit)
+
+    def _one_line(self, raw: bytes, lineno: int, hit: bool) -> Peeled:
         line = tb.visible(raw.decode("utf-8", "replace"))  # what a reader sees: no \r redraws, no colours
         pre = strip_prefixes(line, srun_labels=self.info.srun_labels, labels=self.labels)
         self.labels.update(pre.labels)
@@ -337,16 +347,17 @@ class _Scanner:
                 group.data = self._event(pre, pre.text[group.at:], lineno, KIND_TRACEBACK)
             else:
                 group.data = self._event(pre, pre.text, lineno, KIND_STACK, group.grouping.pid)
-            return
+            return pre
         if group is not None:
-            return
+            return pre
         if hit or self.needles.positions(raw) or self.needles.holds_progress(raw):
             self.ready.append(self._event(pre, pre.text, lineno))
-            return
+            return pre
         st = self._peeled_stamp(pre)
         if st:
             self._close_pending(st)
             self.last_stamp = st
+        return pre
 
     def _superseded(self, body: bytes, lo: int, end: int) -> bool:
         """Whether the last progress line in body[lo:end] says nothing the line at ``end`` does not:

@@ -106,6 +106,21 @@ def split_prefix(line: str) -> tuple[str, str]:
     return p.key, p.text
 
 
+# A traceback escaped into one string of a line: a JSON value (torchelastic's error file as torchx or a
+# launcher prints it, "py_callstack": "Traceback ...\\n  File \\"...\\" ..."; a JSON logger's exc_info) or
+# a Python repr. Its lines are the string's escaped newlines.
+ESCAPED_HEADER = HEADER + ":\\n"
+ESCAPED_HEADER_B = ESCAPED_HEADER.encode()
+_ESCAPES = re.compile(r'\\(["\\\'tn])')
+_UNESCAPED = {'"': '"', "\\": "\\", "'": "'", "t": "\t", "n": "\n"}
+
+
+def escaped_lines(line: str) -> list[str]:
+    """``line``, which holds an escaped traceback (ESCAPED_HEADER), as the lines its escaped newlines end,
+    the quotes, backslashes and tabs in them unescaped; the first keeps what came before the string."""
+    return _ESCAPES.sub(lambda m: _UNESCAPED[m.group(1)], line).split("\n")
+
+
 def visible(line: str) -> str:
     """What a terminal shows of a line: the part after the last carriage return, no ANSI codes (nor the
     colour codes a paste kept without their escape byte)."""
