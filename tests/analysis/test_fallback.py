@@ -17,6 +17,9 @@ CATALOG = load_catalog()
     ("torch.OutOfMemoryError: something went wrong", "gpu-memory"),
     ("MemoryError: cannot grow the buffer", "host-memory"),
     ("RuntimeError: DataLoader worker (pid 77) is killed by signal: Killed.", "host-memory"),
+    ("RuntimeError: host OOM while pinning the optimizer state", "host-memory"),
+    ("RuntimeError: worker was killed due to memory pressure (OOM)", "host-memory"),  # Ray's memory monitor's words
+    ("RuntimeError: OOM while allocating the activations", "gpu-memory"),  # an OOM said of nothing: a GPU's
     ("ValueError: loss is nan at step 40", "numerics"),
     ("AssertionError: grad norm is not finite", "numerics"),
     ("OSError: [Errno 28] No space left on device", "storage"),
