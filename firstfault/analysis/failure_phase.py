@@ -265,14 +265,21 @@ def _top_level_import(f: Finding) -> bool:
 
 
 # The call a source line makes: "loss.backward()", "self.accelerator.backward(loss)", "out = model.forward(x)".
-_CALL = re.compile(r"(?:[\w.\[\]]+(?:\s*,\s*[\w.]+)*\s*=\s*)?(?:return\s+|await\s+)?(?:[\w.]+\.)?(?P<callee>[A-Za-z_]\w*)\(")
+_CALL = re.compile(r"(?:[\w.\[\]]+(?:\s*,\s*[\w.]+)*\s*=\s*)?(?:return\s+|await\s+)?(?:[\w.]+\.)?(?P<callee>[A-Za-z_]\w*)"
+                   r"(?P<index>\[[^\]\n]*\])?\(")
+# A callee that names a module object ("model(x)", "self.policy(batch)", "model_parts[0](inputs)"): calling it runs
+# torch's Module.__call__, a forward. Not a function that gets, builds or loads one ("get_model(cfg)").
+_MODULE = re.compile(r"^(?!(?:get|build|load|create|init|make|setup|save|prepare|wrap|unwrap|compile|convert)_)"
+                     r"(?:[a-z]+_)?(?:model|module|net|network|encoder|decoder|backbone|policy|actor|critic)s?"
+                     r"(?:_parts?|_chunks?)?$")
 _MARKS = frozenset("^~ ")  # the caret lines Python 3.11+ prints under a frame's source line
 
 
 def _with_call(f: Finding) -> Sequence[Frame]:
     """A traceback's frames and, where it was cut right after its innermost frame's source line, the function that
-    line calls: the frame the cut took away ("self.accelerator.backward(loss)" under training_step was the backward).
-    Only its name is known, so only phases.toml's ``funcs`` can read it."""
+    line calls: the frame the cut took away ("self.accelerator.backward(loss)" under training_step was the backward;
+    "pred = model_parts[0](inputs)", a module's call, was a forward). Only its name is known, so only phases.toml's
+    ``funcs`` can read it."""
     frames = f.ev.frames
     if not frames or not f.has("cut-traceback"):
         return frames
@@ -282,7 +289,11 @@ def _with_call(f: Finding) -> Sequence[Frame]:
         return frames
     source = next((s for ln in lines[last + 1:] if (s := ln.strip()) and not set(s) <= _MARKS), None)
     m = _CALL.match(source) if source is not None and not source.startswith("File ") else None
-    return (*frames, Frame("", 0, m.group("callee"))) if m else frames
+    if m is None:
+        return frames
+    if _MODULE.match(m.group("callee")):
+        return (*frames, Frame("", 0, "_call_impl"))  # the module's call: a forward
+    return frames if m.group("index") else (*frames, Frame("", 0, m.group("callee")))
 
 
 def phase_of(f: Finding, saving_since: int | None, peers: list[Finding], parts: Iterable[Finding] = (),

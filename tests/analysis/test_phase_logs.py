@@ -255,6 +255,28 @@ def test_a_traceback_cut_after_its_innermost_call_takes_the_phase_of_the_call():
     assert first_failure_of(whole)["phase"] == "forward"
 
 
+CUT_IN_A_STEP = """Traceback (most recent call last):
+  File "/w/titan/train.py", line 568, in train_step
+    loss = self.forward_backward_step(input_dict, labels)
+  File "/w/titan/train.py", line 543, in forward_backward_step
+    {call}
+  File "/usr/local/lib/python3.
+"""
+
+
+@pytest.mark.parametrize("call, phase", [
+    ("pred = model_parts[0](inputs, **extra_inputs)", "forward"),  # a module's call: its forward
+    ("logits = self.policy(batch)", "forward"),
+    ("loss.backward()", "backward"),
+    ("model = get_model(cfg)", "unknown"),  # a function that gets a module is no call of one
+    ("h = self.layers[3](h)", "unknown"),  # an indexed callee that names no module: nothing said
+])
+def test_a_step_cut_at_its_call_of_a_module_was_in_the_forward(call, phase):
+    """A step that runs forward and backward (torchtitan's forward_backward_step) says neither by its name; a
+    traceback cut right under its call of the model was in that call: torch's Module.__call__, a forward."""
+    assert first_failure_of(CUT_IN_A_STEP.replace("{call}", call))["phase"] == phase
+
+
 def test_ray_train_s_worker_function_builds_before_it_fits():
     """Ray Train runs the function its users name train_func (train_loop_per_worker) on each worker: it builds the
     Trainer and then fits, so a constructor under it is still set-up; under a fit it is not."""
