@@ -312,6 +312,13 @@ REMOTE_CUT = """\
   File "/app/nemo_rl/models/policy/workers/dtensor_policy_worker_v2.py", line 610, in _forward
     logits = self.model(input_ids).logits
 """
+# frames that name no phase of their own: the task's header says it
+REMOTE_SAVE_CUT = """\
+  File "/app/verl/single_controller/base/decorator.py", line 540, in inner
+    return func(*args, **kwargs)
+  File "/app/verl/utils/fs.py", line 88, in copy_to_local
+    shutil.copytree(src, dst)
+"""
 
 
 @pytest.mark.parametrize("header, rank, phase", [
@@ -323,7 +330,7 @@ REMOTE_CUT = """\
 ])
 def test_the_task_header_above_a_remote_traceback_names_its_rank_and_phase(header, rank, phase):
     body = REMOTE_CUT if header.startswith("ray.") else "".join("(TaskRunner pid=281) " + ln + "\n"
-                                                                 for ln in REMOTE_CUT.splitlines())
+                                                                 for ln in REMOTE_SAVE_CUT.splitlines())
     ff = first_failure_of(header + "\n" + body)
     assert (ff["rank"], ff["phase"]) == (rank, phase)
 
