@@ -12,8 +12,9 @@ Invariants:
   one regex) is an exact skip test: text it does not hit matches nothing.
 - ``load_catalog`` checks every entry and raises one ``CatalogError`` listing
   every problem found.
-- ``Match.summary`` never raises: a placeholder without a value reads
-  ``<name>``; a malformed template comes back as written.
+- ``Match.summary`` never raises: a parenthesis holding a placeholder without a
+  value is left out, elsewhere such a placeholder reads ``<name>``; a malformed
+  template comes back as written.
 - A match whose groups hold ``xid`` takes category and role from the Xid table
   when it knows the code.
 
@@ -219,18 +220,31 @@ class Match:
         return render(self.signature.first_action, self.groups)
 
 
+_UNSAID = "\x00"  # stands for a placeholder without a value while the text is put together
+
+
 def render(template: str, values: dict[str, str]) -> str:
-    """Fill ``{name}`` placeholders; a missing one reads ``<name>``. Never raises."""
+    """Fill ``{name}`` placeholders. A parenthesis that holds one without a value is left out (the line did
+    not say it: "A worker (pid {pid}) died" reads "A worker died"); elsewhere a missing one reads ``<name>``.
+    Never raises."""
     try:
         parts = list(string.Formatter().parse(template))
     except ValueError:
         return template
     out = []
     for literal, name, _spec, _conv in parts:
-        out.append(literal)
+        out.append(literal.replace(_UNSAID, ""))
         if name is not None:
-            out.append(str(values[name]) if values.get(name) is not None else f"<{name}>")
-    return "".join(out)
+            out.append(str(values[name]).replace(_UNSAID, "") if values.get(name) is not None else _UNSAID + name + _UNSAID)
+    text = "".join(out)
+    if _UNSAID not in text:
+        return text
+    text = _UNSAID_ASIDE.sub("", text)
+    return _UNSAID_NAME.sub(lambda m: f"<{m.group(1)}>", text)
+
+
+_UNSAID_ASIDE = re.compile(r" ?\([^()\x00]*(?:\x00[^\x00]*\x00[^()\x00]*)+\)")
+_UNSAID_NAME = re.compile(r"\x00([^\x00]*)\x00")
 
 
 def needle_regex(needles: Iterable[str]) -> re.Pattern[str]:
