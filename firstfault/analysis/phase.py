@@ -416,18 +416,34 @@ def phase_before_failure(lines: Iterable[str], phase_rules: PhaseRules | None = 
     when no progress line follows it, else None. Markers marked ``only_before_progress``
     (NCCL communicator set-up) count only while no progress has been seen at all.
     ``ended_only``: of the checkpoint markers only those whose end the framework prints
-    (``ends_in_log``): for a silence, where a start without its end line means something."""
+    (``ends_in_log``): for a silence, where a start without its end line means something. A bar that counts
+    fewer steps done than the save's own step (its folder's: global_step60) was drawn before the save began,
+    though printed after it (a driver's bar beside its workers' save lines): no progress past the save."""
     r = phase_rules or rules()
-    current, seen_progress = None, False
+    current, seen_progress, saving_step = None, False, None
     for line in lines:
         named = next((m.phase for m in r.markers if m.phase is not None
                       and not (ended_only and m.phase.startswith("checkpoint") and not m.ends_in_log)
                       and not (m.only_before_progress and seen_progress) and m.matches(line)), None)
         if named is not None:
             current = named
+            saving_step = _step_of(_SAVED_STEP, line) if named == "checkpoint-save" else None
         elif any(m.phase is None and m.matches(line) for m in r.markers):
+            if saving_step is not None and (done := _step_of(_BAR_DONE, line)) is not None and done < saving_step:
+                continue  # a bar of the steps before the save's (another process's, printed late): not past it
             current, seen_progress = None, True
     return current
+
+
+# The step a save is of, from the folder it writes (DeepSpeed's and verl's global_step60, HF's checkpoint-60,
+# Megatron's iter_0000060), and the steps a tqdm bar counts done ("59/60 [").
+_SAVED_STEP = re.compile(r"(?:global_step_?|checkpoint-|iter_)(\d+)\b")
+_BAR_DONE = re.compile(r"\|\s*(\d+)/\d+ \[")
+
+
+def _step_of(rx: re.Pattern[str], line: str) -> int | None:
+    m = rx.search(line)
+    return int(m.group(1)) if m else None
 
 
 def progress_before(lines: Iterable[str], phase_rules: PhaseRules | None = None) -> bool:

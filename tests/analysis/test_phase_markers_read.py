@@ -49,3 +49,28 @@ def test_a_progress_bar_after_set_up_means_training_had_started():
 def test_the_latest_set_up_line_counts_a_second_load_after_training_is_init_again():
     got = first_failure_of(EVAL_THEN_RELOAD_THEN_KILL)
     assert got["phase"] == "init"
+
+
+# verl's checkpoint manager, each rank's shard lines (fsdp_checkpoint_manager.py save_checkpoint), behind Ray's
+# prefix; the driver's bar of the steps done before that save, printed after them; a worker's death
+VERL_SAVE_THEN_DEATH = """\
+(WorkerDict pid=1435285) [rank-1]: Saving model to /ckpt/global_step_60/actor/model_world_size_4_rank_1.pt
+(WorkerDict pid=1435285) [rank-1]: Saving optim to /ckpt/global_step_60/actor/optim_world_size_4_rank_1.pt
+Training Progress:  98%|#########8| {done}/60 [10:03:47<10:14, 614.03s/it]
+(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot the \
+problem, check the logs for the dead worker. RayTask ID: ffd0 Worker ID: 21a1 Node ID: 90bf Worker IP address: \
+10.0.0.5 Worker port: 10003 Worker PID: 24215 Worker exit type: SYSTEM_ERROR Worker exit detail: Worker \
+unexpectedly exits with a connection error code 2. End of file.
+"""
+
+
+def test_verl_s_shard_save_lines_are_read_and_a_bar_before_the_save_is_no_progress_past_it():
+    """Each rank's "Saving model to" line begins its part of the save (read by checkpoint.save_said); the
+    driver's bar counting 59 of 60 steps done was drawn before the save of step 60 began."""
+    ff = first_failure_of(VERL_SAVE_THEN_DEATH.replace("{done}", "59"))
+    assert (ff["signature"], ff["phase"]) == ("ray.worker_died", "checkpoint-save")
+
+
+def test_a_bar_past_the_save_s_step_ends_it():
+    ff = first_failure_of(VERL_SAVE_THEN_DEATH.replace("{done}", "61").replace("/60 [", "/80 ["))
+    assert (ff["signature"], ff["phase"]) == ("ray.worker_died", "unknown")
