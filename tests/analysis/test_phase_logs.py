@@ -291,7 +291,7 @@ def test_ray_train_s_worker_function_builds_before_it_fits():
         '  File "/env/lib/python3.11/site-packages/lightning/pytorch/trainer/connectors/accelerator_connector.py", '
         "line 140, in __init__",
         "    self._check_config_and_set_final_flags(",
-        "ValueError: You selected an invalid strategy name: `strategy=<RayDDPStrategy object at 0x7f>`.",
+        "ValueError: You selected an invalid strategy name: `strategy='ray_ddp'`.",
     ])
     assert first_failure_of(text)["phase"] == "init"
     fitting = text.replace("line 44, in train_func", "line 44, in fit_one_epoch")
