@@ -347,11 +347,26 @@ def phase_from_frames(frames: Sequence[Frame], phase_rules: PhaseRules | None = 
     """The phase the frames show (outermost first, as in a traceback), or None."""
     r = phase_rules or rules()
     found = _scan(frames, r.enclosing, {}) or _scan(frames, r.step, r.holds) or _scan(frames, r.fallback, {})
-    if found is None and r.imports is not None:
-        own = [fr.func for fr in frames if not fr.file.startswith("<frozen")]
-        if len(own) >= 2 and own[-1] == own[-2] == "<module>":
-            return r.imports
+    if found is None and r.imports is not None and importing(frames):
+        return r.imports
     return found
+
+
+def importing(frames: Sequence[Frame]) -> bool:
+    """Whether the frames show an import under way: the two innermost frames of code are module bodies
+    (an import statement and the module it runs), or the innermost is one with importlib's loader frames
+    inside it (the module it was importing cut off). A paste cut inside the last frame line may keep
+    only the start of its name ("<modul")."""
+    own = [i for i, fr in enumerate(frames) if not fr.file.startswith("<frozen")]
+    if not own or not _module_body(frames[own[-1]].func):
+        return False
+    if len(own) >= 2 and _module_body(frames[own[-2]].func):
+        return True
+    return any(fr.file.startswith("<frozen importlib") for fr in frames[own[-1] + 1:])
+
+
+def _module_body(func: str) -> bool:
+    return func == "<module>" or (len(func) >= 4 and "<module>".startswith(func))
 
 
 # ----------------------------------------------------------------------------- hints

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from firstfault.analysis.events import Frame
-from firstfault.analysis.phase import phase_from_frames
+from firstfault.analysis.phase import importing, phase_from_frames
 
 SP = "/env/lib/python3.11/site-packages"
 MLM = "/workspace/Megatron-LM"
@@ -240,3 +240,22 @@ def test_an_import_at_the_top_of_a_script_failed_while_it_loaded_its_code():
               '    from mylosses import focal\n'
               "ModuleNotFoundError: No module named 'mylosses'\n")
     assert first_failure_of(inside)["phase"] == "forward"
+
+
+FROZEN = "<frozen importlib._bootstrap>"
+
+
+@pytest.mark.parametrize("frames, want", [
+    # a package's __init__ importing torch, pasted from the middle: importlib's loader inside its body
+    (stack(("vllm/__init__.py", "<module>"), (FROZEN, "_find_and_load"), (FROZEN, "_load_unlocked")), True),
+    # module bodies importing each other, the last frame line cut inside its name
+    (stack(("torchtitan/__init__.py", "<module>"), ("torchtitan/models/__init__.py", "<modul")), True),
+    (stack(("/w/train.py", "<module>"), ("/w/model.py", "<module>")), True),
+    # not examples: a script's own top-level code running, a function called from it, a cut name of nothing
+    (stack(("/w/train.py", "<module>")), False),
+    (stack(("/w/train.py", "<module>"), ("/w/train.py", "main")), False),
+    (stack(("/w/train.py", "<module>"), ("/w/model.py", "<mo")), False),
+    (stack(("/w/train.py", "main"), (FROZEN, "_find_and_load")), False),
+])
+def test_an_import_under_way(frames, want):
+    assert importing([Frame(FROZEN, 1, fr.func) if fr.file.endswith(FROZEN) else fr for fr in frames]) is want
