@@ -200,6 +200,23 @@ def test_rename_rotation_drains_old_then_reads_new_from_zero(log, state):
         assert [e.kind for e in t.take_events()] == [ROTATED]
 
 
+def test_poll_path_is_poll_batches_take_events_and_more_in_one_call(log, state):
+    write(log, b"old 1\n")
+    with Tailer(state) as t:
+        t.add(str(log))
+        batches, events, more = t.poll_path(str(log))
+        assert [b.data for b in batches] == [[b"old 1"]] and events == [] and more is False
+        write(log, b"old 2\n")
+        os.rename(log, str(log) + ".1")
+        write(log, b"new 1\nnew 2\n")
+        batches, events, more = t.poll_path(str(log), max_bytes=8)  # the old file's rest, then stop
+        assert [d for b in batches for d in b.data] == [b"old 2"] and more is True
+        assert [e.kind for e in events] == [ROTATED] and t.take_events() == []
+        batches, events, more = t.poll_path(str(log))
+        assert [d for b in batches for d in b.data] == [b"new 1", b"new 2"]
+        assert events == [] and more is False == t.more(str(log))
+
+
 def test_truncate_starts_again_from_zero_and_says_so(log, state):
     write(log, b"a\nb\npart")
     with Tailer(state) as t:
