@@ -257,17 +257,20 @@ class RankLines:
         COMMIT_BYTES); the next time to call again. The FollowLoop calls it once a wake,
         after that wake's polls."""
         now = self.clock()
-        rows = ColumnsBuilder()
-        commit: dict[str, tuple[Position, int]] = {}
-        for path, p in list(self._pending.items()):
-            quiet = [g for g in p.groups.open.values() if now - g.data[0] >= self.traceback_flush_s]
-            for g in quiet:
-                _release(p.groups.close(g.key))
-            if quiet:
-                self._drain(path, p, self.identity(path), rows, commit)
-        self._ship(rows, commit)
+        if self._pending:  # (most wakes hold no line back: nothing to build)
+            rows = ColumnsBuilder()
+            commit: dict[str, tuple[Position, int]] = {}
+            for path, p in list(self._pending.items()):
+                quiet = [g for g in p.groups.open.values() if now - g.data[0] >= self.traceback_flush_s]
+                for g in quiet:
+                    _release(p.groups.close(g.key))
+                if quiet:
+                    self._drain(path, p, self.identity(path), rows, commit)
+            self._ship(rows, commit)
         if now >= self._commit_at or self._emitted_bytes >= COMMIT_BYTES:
             self.commit()
+        if not self._pending:
+            return self._commit_at if self._emitted else None
         return self.next_tick()
 
     # -- grouping ----------------------------------------------------------------
