@@ -126,7 +126,8 @@ class PathPoller:
             cur = files[-1]
         if cur is None:
             return changed
-        used, eof = self.reader.read(ps, cur, budget, now_ns, out)
+        size = st.st_size if (st.st_ino, st.st_dev) == (cur.key.ino, cur.key.dev) else None
+        used, eof = self.reader.read(ps, cur, budget, now_ns, out, size)
         if not eof:
             ps.more = True
         elif (cur.pending or cur.cut_head) and self.clock() - cur.last_growth >= self.partial_flush_s:
