@@ -1,4 +1,4 @@
-"""ranklog: faulthandler dumps become one rank.stacks record; the watch hook sees every chunk."""
+"""ranklog: faulthandler dumps become one rank.stacks record; the watch hook sees every line, once a wake per job."""
 
 from pathlib import Path
 

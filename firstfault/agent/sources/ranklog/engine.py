@@ -129,7 +129,7 @@ class RankLines:
                  pod_owner: Callable[[str], object | None] | None = None,
                  hold: Callable[[float], bool] | None = None,
                  spooled: dict[str, tuple] | None = None) -> None:
-        """``watch``: told of every chunk of lines (the stacks source's trigger); ``hold(seconds)``
+        """``watch``: told of every line, once a wake per job (the stacks source's trigger); ``hold(seconds)``
         (a stop event's wait): when the spool's disk is full, wait and offer the rows again
         (True: stopping, give up) instead of losing them; ``spooled`` (path -> advance()'s
         position) is kept up to date with every emit."""
