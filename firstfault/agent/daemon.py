@@ -70,7 +70,7 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
     ``pids`` (cgroup) or ``ranks`` (stacks, flightrec) follows the procs source's rank
     processes; kmsg's ``tag`` and ranklog's ``pod_owner`` are the pods source's (OOM kills
     and container logs named by pod); ranklog's ``watch`` tells the stacks source (its trigger) and the
-    checkpoints source (the save dirs DeepSpeed's lines name) of every chunk of lines. ConfigError for
+    checkpoints source (the save dirs DeepSpeed's lines name) of every line (once a wake per job). ConfigError for
     options a source rejects, or an explicitly wanted source that cannot run."""
     paths = paths or HostPaths()
     built: dict[str, sources.Source] = {}
@@ -102,7 +102,7 @@ def build_sources(cfg: AgentConfig, paths: HostPaths | None = None, *, create_di
         if "tag" in accepts and "pods" in built:  # kmsg: an OOM kill in a pod's cgroup names its rank
             kw["tag"] = built["pods"].tag
         watchers = [built[n].watch for n in ("stacks", "checkpoints") if n in built]
-        if "watch" in accepts and watchers:  # ranklog tells stacks and checkpoints of every chunk of lines
+        if "watch" in accepts and watchers:  # ranklog tells stacks and checkpoints of every line, once a wake per job
             kw["watch"] = watchers[0] if len(watchers) == 1 else _fan_out(watchers)
         if "agent_state_dir" in accepts:  # the marks source: <state_dir>/marks, shared with `firstfault mark`
             kw["agent_state_dir"] = str(cfg.state_dir)

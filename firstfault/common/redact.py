@@ -220,7 +220,10 @@ class Redactor:
         self._begin = literals.index("-----BEGIN ") if "-----BEGIN " in owners else None
         self._key_open = False  # a private key's block is open across lines (messages())
         self._ac = ahocorasick_rs.AhoCorasick(literals) if owners else None
-        self._bytes_ac = ahocorasick_rs.BytesAhoCorasick([w.encode() for w in owners]) if owners else None
+        # a DFA: ~20 % less time a byte than the default automaton on ranklog's chunks (a
+        # search a wake over every line read); the defaults' ~100 literals make a small one
+        self._bytes_ac = ahocorasick_rs.BytesAhoCorasick(
+            [w.encode() for w in owners], implementation=ahocorasick_rs.Implementation.DFA) if owners else None
         self._clean: set[str] = set()  # fields strings that held no secret (fields())
 
     @classmethod

@@ -158,7 +158,8 @@ class CheckpointsSource(PollingSource):
         self._lock = threading.Lock()
 
     def watch(self, ident: tuple, raw: bytes, observed_ns: int) -> None:
-        """A chunk of a rank's lines was read (the ranklog source's hook): note the save dirs named."""
+        """Lines of the job's ranks were read (the ranklog source's hook, once a wake per job): note
+        the save dirs named."""
         found = dirs_from_save_lines(raw)
         if found and ident[0] is not None:
             with self._lock:

@@ -4,7 +4,7 @@ After a launcher kills a hung job, nothing says where each rank was. This source
 takes ``py-spy dump --pid PID`` of every rank of the job on this node when:
 
 - ``timeout``: a rank log line says a collective timed out (ranklog's ``watch`` hook
-  hands every chunk of lines over; TRIGGERS below, from torch's and gloo's sources:
+  hands every line over, once a wake per job; TRIGGERS below, from torch's and gloo's sources:
   NCCL's watchdog ``Watchdog caught collective operation timeout``, gloo's ``Timed out
   waiting <N>ms for recv operation to complete``, ``monitoredBarrier`` timeouts,
   ``Some NCCL operations have failed or timed out``). The waiting ranks print this as
@@ -129,7 +129,7 @@ class StacksSource(Source):
     # --- the hook ranklog calls, in its thread: cheap, never blocks on a capture --------
 
     def watch(self, ident: tuple, raw: bytes, observed_ns: int) -> None:
-        """A chunk of a rank's lines (``raw``: joined by newlines) was read."""
+        """Lines of the job's ranks were read (``raw``: a wake's lines, joined by newlines)."""
         job = ident[0]
         now = time.monotonic()
         # a find per trigger (~0.02 µs a line each) before the regex (~0.6 µs a line)

@@ -162,7 +162,7 @@ import struct
 import zlib
 from collections.abc import Sequence
 from itertools import compress, islice
-from operator import is_not
+from operator import is_not, itemgetter
 
 import msgpack
 
@@ -227,9 +227,11 @@ def pack_column(col: Sequence | Runs) -> tuple[bytes, Sequence]:
     first value when every value packs alike.
     """
     if type(col) is Runs:
-        n = sum(k for _, k in col)
-        return (wire.array_header(n) + b"".join([_pack(v) * k for v, k in col]),
-                tuple(v for v, _ in col))
+        if len(col) == 1:  # one value for every record (source, kind, job, ...)
+            v, k = col[0]
+            return wire.array_header(k) + _pack(v) * k, (v,)
+        return (wire.array_header(sum(map(_count, col))) + b"".join([_pack(v) * k for v, k in col]),
+                tuple(map(_value, col)))
     n, first = len(col), col[0]
     if type(first) is bytes or (n > 1 and type(col[-1]) is bytes):
         return _pack_text(col), col
@@ -244,6 +246,7 @@ def pack_column(col: Sequence | Runs) -> tuple[bytes, Sequence]:
 
 
 _pack = msgpack.Packer().pack
+_value, _count = itemgetter(0), itemgetter(1)  # of a run
 _pack_text = msgpack.Packer(use_bin_type=False).pack  # bytes as str (raw), not bin
 
 

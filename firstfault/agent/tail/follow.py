@@ -292,8 +292,8 @@ class FollowLoop:
                         del self._watches[d]
                 continue
             d = self._dirs.get(ev.wd)
-            if d is not None and ev.name:
-                self._queue[os.path.join(d, ev.name)] = None
+            if d is not None and ev.name:  # os.path.join's result: a name holds no "/"
+                self._queue[(d if d.endswith("/") else d + "/") + ev.name] = None
 
     def _sync_watches(self) -> None:
         """Watch the directories the globs need, again until no new one is added: a
@@ -370,8 +370,7 @@ class FollowLoop:
         if path not in self._followed and not self._follow(path):
             return
         self._polls += 1
-        batches = self.tailer.poll_batches(path)
-        events = self.tailer.take_events()
+        batches, events, more = self.tailer.poll_path(path)
         if events and self._on_events is not None:
             self._deliver()  # the lines read before these events go first
             self._on_events(events)
@@ -380,7 +379,7 @@ class FollowLoop:
             self._pending_lines += sum(map(len, batches))
         if self._pending_lines >= self.DELIVER_LINES:
             self._deliver()  # a backlog: memory stays bounded
-        if self.tailer.more(path):
+        if more:
             self._queue[path] = None
 
     def _deliver(self) -> None:

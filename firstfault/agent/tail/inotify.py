@@ -39,6 +39,7 @@ IN_CLOEXEC = os.O_CLOEXEC
 
 _HEADER = struct.Struct("iIII")
 _READ_BYTES = 64 * 1024  # a read returns whole events only (~2,000 here)
+_RECORDS: dict[int, object] = {}  # an event's size -> iter_unpack cutting a buffer into them
 
 
 class InotifyEvent(NamedTuple):
@@ -54,14 +55,16 @@ def parse_events(buf: bytes) -> list[InotifyEvent]:
     consecutive ones: 8 files written in turn queue IN_MODIFY 8-periodically)."""
     out, seen = [], set()
     pos, size, unpack, hsize = 0, len(buf), _HEADER.unpack_from, _HEADER.size
-    if size >= hsize:  # events of one size (a folder's files written in turn): sliced in C
+    if size >= hsize:  # events of one size (a folder's files written in turn): cut in C
         step = hsize + unpack(buf, 0)[3]
         if size % step == 0:
-            distinct = dict.fromkeys(map(buf.__getitem__, map(slice, range(0, size, step),
-                                                              range(step, size + step, step))))
-            if all(unpack(raw)[3] == step - hsize for raw in distinct):
+            cut = _RECORDS.get(step)
+            if cut is None:
+                cut = _RECORDS[step] = struct.Struct(f"{step}s").iter_unpack
+            distinct = dict.fromkeys(cut(buf))  # (record,) tuples: ~1/3 of slicing's cost
+            if all(unpack(raw)[3] == step - hsize for raw, in distinct):
                 return [InotifyEvent(*unpack(raw)[:3], os.fsdecode(raw[hsize:].rstrip(b"\0")))
-                        for raw in distinct]
+                        for raw, in distinct]
     while pos + hsize <= size:
         n = unpack(buf, pos)[3]
         end = pos + hsize + n

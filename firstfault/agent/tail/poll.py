@@ -71,29 +71,30 @@ class PathPoller:
                         f"a new file (inode {st.st_ino}) is at the path; draining the old one")
             cur = None
         ps.more = False
-        i = -1
-        while (i := i + 1) < len(files):  # drain rotated files first, in stream order
-            f = files[i]
-            if f.at_path or f.fd is None:
-                continue
-            f, truncated = self._rotation.recheck(ps, i, now_ns, out)
-            if f is None:
-                files[i].close()
-                continue
-            changed |= truncated
-            i += files[i] is not f  # truncated: the new content comes right after the old one
-            used, eof = self.reader.read(ps, f, budget, now_ns, out)
-            budget -= used
-            if not eof:
-                ps.more = True
-                return changed
-            self.reader.flush(ps, f, now_ns, out)
-            f.close()
-        done = [f for f in files if f.fd is None and not f.restored and not f.at_path
-                and f.committed >= f.line_start]
-        for f in done:
-            files.remove(f)
-            changed = True
+        if cur is None or len(files) > 1:  # (only the file at the path: nothing to drain or drop)
+            i = -1
+            while (i := i + 1) < len(files):  # drain rotated files first, in stream order
+                f = files[i]
+                if f.at_path or f.fd is None:
+                    continue
+                f, truncated = self._rotation.recheck(ps, i, now_ns, out)
+                if f is None:
+                    files[i].close()
+                    continue
+                changed |= truncated
+                i += files[i] is not f  # truncated: the new content comes right after the old one
+                used, eof = self.reader.read(ps, f, budget, now_ns, out)
+                budget -= used
+                if not eof:
+                    ps.more = True
+                    return changed
+                self.reader.flush(ps, f, now_ns, out)
+                f.close()
+            done = [f for f in files if f.fd is None and not f.restored and not f.at_path
+                    and f.committed >= f.line_start]
+            for f in done:
+                files.remove(f)
+                changed = True
         if cur is None and st is not None:
             if not _stat.S_ISREG(st.st_mode):
                 self.error(ps, None, "open", OSError(0, "not a regular file"))
@@ -125,7 +126,8 @@ class PathPoller:
             cur = files[-1]
         if cur is None:
             return changed
-        used, eof = self.reader.read(ps, cur, budget, now_ns, out)
+        size = st.st_size if (st.st_ino, st.st_dev) == (cur.key.ino, cur.key.dev) else None
+        used, eof = self.reader.read(ps, cur, budget, now_ns, out, size)
         if not eof:
             ps.more = True
         elif (cur.pending or cur.cut_head) and self.clock() - cur.last_growth >= self.partial_flush_s:

@@ -16,7 +16,8 @@ API
     the same data in columns (one list of bytes per read chunk), for consumers
     that build columnar wire batches (no object per line: ~4x cheaper, see
     bench/tail.py). ``take_events() -> list[FileChange]`` returns what happened to the
-    files. ``positions()``, ``commit(positions)``, ``commit_through(*lines)``
+    files; ``poll_path(path)`` is ``(poll_batches(path), take_events(), more(path))`` in
+    one call. ``positions()``, ``commit(positions)``, ``commit_through(*lines)``
     confirm lines (below). ``next_deadline()`` / ``due_paths()`` tell when a poll
     would flush a quiet partial line. ``close()`` closes every file descriptor.
     ``fingerprint(path, file)`` and ``advance(path, dev, ino, offset, fp_len, fp)``
@@ -284,18 +285,33 @@ class Tailer:
     def poll_batches(self, path: str, max_bytes: int | None = None) -> list[LineBatch]:
         """Read at most ``max_bytes`` (default ``read_chunk``) of ``path``'s stream."""
         with self._lock:
-            if self._closed:
-                raise TailError("poll of a closed Tailer")
-            ps = self._paths.get(path)
-            if ps is None:
-                raise TailError(f"path={path!r} is not followed: add() it first")
-            out: list[LineBatch] = []
-            if self._poller.poll(ps, max_bytes or self.read_chunk, time.time_ns(), out):
-                try:  # only the set of files changed: the lines read must still be returned
-                    self._save()
-                except StateError as exc:
-                    self._poller.event(ps, ERROR, None, 0, f"{exc}; retried at the next change")
-            return out
+            return self._poll(path, max_bytes)[0]
+
+    def poll_path(self, path: str, max_bytes: int | None = None) -> tuple[list[LineBatch], list[FileChange], bool]:
+        """``poll_batches(path)``, then ``take_events()`` and ``more(path)``, under one lock
+        (a FollowLoop's poll: one call instead of three)."""
+        with self._lock:
+            out, ps = self._poll(path, max_bytes)
+            events = self._events
+            if events:
+                taken = list(events)
+                events.clear()
+                return out, taken, ps.more
+            return out, [], ps.more
+
+    def _poll(self, path: str, max_bytes: int | None) -> tuple[list[LineBatch], PathFiles]:
+        if self._closed:
+            raise TailError("poll of a closed Tailer")
+        ps = self._paths.get(path)
+        if ps is None:
+            raise TailError(f"path={path!r} is not followed: add() it first")
+        out: list[LineBatch] = []
+        if self._poller.poll(ps, max_bytes or self.read_chunk, time.time_ns(), out):
+            try:  # only the set of files changed: the lines read must still be returned
+                self._save()
+            except StateError as exc:
+                self._poller.event(ps, ERROR, None, 0, f"{exc}; retried at the next change")
+        return out, ps
 
     def take_events(self) -> list[FileChange]:
         with self._lock:

@@ -414,6 +414,16 @@ def test_a_column_of_shared_maps_packs_as_msgpack_and_checks_every_map_that_pack
     assert {msgpack.packb(m) for m in col} == {msgpack.packb(m) for m in checked}
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([None, 0, 7, "a", {"path": "/a"}]), st.integers(1, 40)),
+                min_size=1, max_size=6))
+def test_runs_pack_as_their_values_and_name_each_run_once(runs):
+    col = Runs([list(r) for r in runs])
+    packed, checked = pack_column(col)
+    assert packed == msgpack.packb(col.values())
+    assert checked == tuple(v for v, _ in runs)
+
+
 def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="fsync"):
         Spool(tmp_path, node="n", max_bytes=1 << 20, fsync="sometimes")

@@ -186,6 +186,28 @@ def test_follow_loop_safety_poll_catches_what_events_missed(tmp_path, monkeypatc
         th.join(10)
 
 
+def test_follow_loop_polls_only_the_files_inotify_names(tmp_path, monkeypatch):
+    """A wake polls the paths its events name (a poll costs a stat and preads): a quiet
+    file is not polled while another one is written, until the safety poll."""
+    for r in range(3):
+        write(tmp_path / f"r{r}.log", b"start\n")
+    polled: list[str] = []
+    poll_path = Tailer.poll_path
+    monkeypatch.setattr(Tailer, "poll_path", lambda self, path, *a: polled.append(path) or poll_path(self, path, *a))
+    loop, th, got, events, tailer = _run_loop(tmp_path, [str(tmp_path / "r{rank}.log")])
+    try:
+        assert _wait(lambda: len(got) == 3)
+        polled.clear()
+        for i in range(5):
+            write(tmp_path / "r1.log", b"more %d\n" % i)
+            time.sleep(0.03)
+        assert _wait(lambda: len(got) == 8)
+        assert set(polled) == {str(tmp_path / "r1.log")}
+    finally:
+        loop.stop()
+        th.join(10)
+
+
 def test_follow_loop_stops_cleanly_on_the_stop_event_alone(tmp_path):
     loop, th, got, events, tailer = _run_loop(tmp_path, [str(tmp_path / "*.log")])
     time.sleep(0.1)

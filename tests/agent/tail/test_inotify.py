@@ -81,6 +81,15 @@ def test_parse_events_keeps_the_first_of_identical_events_in_order():
         InotifyEvent(3, IN_CREATE, 0, "rank0.log")]
 
 
+def test_parse_events_of_mixed_sizes_that_look_like_records_of_one_size():
+    """The first event's size divides the buffer, but the records are not all that size:
+    the exact walk, not the cut into equal records."""
+    big, small = _event(3, IN_MODIFY, b"rank0.log"), struct.pack("iIII", 3, IN_IGNORED, 0, 0)
+    assert len(big) == 2 * len(small)
+    assert parse_events(big + small + small + big) == [
+        InotifyEvent(3, IN_MODIFY, 0, "rank0.log"), InotifyEvent(3, IN_IGNORED, 0, "")]
+
+
 def test_parse_events_rejects_a_cut_buffer():
     one = _event(3, IN_CREATE, b"rank0.log")
     assert parse_events(one * 2) == [InotifyEvent(3, IN_CREATE, 0, "rank0.log")]

@@ -200,6 +200,49 @@ def test_rename_rotation_drains_old_then_reads_new_from_zero(log, state):
         assert [e.kind for e in t.take_events()] == [ROTATED]
 
 
+def test_poll_path_is_poll_batches_take_events_and_more_in_one_call(log, state):
+    write(log, b"old 1\n")
+    with Tailer(state) as t:
+        t.add(str(log))
+        batches, events, more = t.poll_path(str(log))
+        assert [b.data for b in batches] == [[b"old 1"]] and events == [] and more is False
+        write(log, b"old 2\n")
+        os.rename(log, str(log) + ".1")
+        write(log, b"new 1\nnew 2\n")
+        batches, events, more = t.poll_path(str(log), max_bytes=8)  # the old file's rest, then stop
+        assert [d for b in batches for d in b.data] == [b"old 2"] and more is True
+        assert [e.kind for e in events] == [ROTATED] and t.take_events() == []
+        batches, events, more = t.poll_path(str(log))
+        assert [d for b in batches for d in b.data] == [b"new 1", b"new 2"]
+        assert events == [] and more is False == t.more(str(log))
+
+
+def test_a_poll_asks_for_what_the_stat_says_is_new_not_a_whole_chunk(log, state, monkeypatch):
+    """The read after the path's stat asks for the new bytes plus SIZE_SLACK: a 256 KiB
+    request costs ~20x a small one in the allocation alone. Bytes written after the stat
+    are still read (up to the slack), and a backlog is still read in whole chunks."""
+    asked = []
+    pread = os.pread
+
+    def spy(fd, n, off):
+        asked.append(n)
+        return pread(fd, n, off)
+
+    write(log, b"a\nb\n")
+    with Tailer(state, read_chunk=256 << 10) as t:
+        t.add(str(log))
+        t.poll_file(str(log))
+        monkeypatch.setattr(os, "pread", spy)
+        write(log, b"c\nd\n")
+        assert datas(t.poll_file(str(log))) == [b"c", b"d"]
+        slack = tail_file.FileReader.SIZE_SLACK
+        assert max(asked) == 4 + slack < 256 << 10
+        asked.clear()
+        write(log, b"x" * 99 + b"\n" + b"y" * (300 << 10) + b"\n")  # a backlog
+        lines = t.poll_file(str(log))
+        assert datas(lines)[0] == b"x" * 99 and asked[-1] == 256 << 10 and t.more(str(log))
+
+
 def test_truncate_starts_again_from_zero_and_says_so(log, state):
     write(log, b"a\nb\npart")
     with Tailer(state) as t:

@@ -46,8 +46,9 @@ COMMIT_BYTES = 1 << 20  # ...or once this many bytes of lines were read since th
 HOLD_RETRY_S = 0.5  # the spool's disk full: rows offered again this often
 _DUMP_MARK = DUMP_MARK.encode()
 LINE_KINDS = (KIND_RANK_LINE, KIND_RANK_TRACEBACK, KIND_RANK_STACKS)
-# ``watch(identity, lines, observed_ns)``: told of every chunk of lines (bytes joined by
-# newlines), in the ranklog thread (the stacks source's trigger: it must return at once)
+# ``watch(identity, lines, observed_ns)``: told of every line, once a wake per job (bytes
+# joined by newlines; the identity of the job's first file in the wake, observed_ns of the
+# wake's first chunk), in the ranklog thread (the stacks source's trigger: it must return at once)
 Watch = Callable[[tuple, bytes, int], None]
 POSITION = ("dev", "ino", "end_offset", "fp_len", "fp")  # Tailer.advance's arguments
 POSITION_TYPES = [int, int, int, int, str]
@@ -78,6 +79,22 @@ def decode_lines(data: list[bytes], raw: bytes | None = None) -> tuple[list[byte
         return data, marked
     except UnicodeDecodeError:
         return [fit_message(d.decode("utf-8", "backslashreplace")) for d in data], marked
+
+
+def _plain(batches: list[LineBatch]) -> tuple[bytes, bool]:
+    """(the chunks' lines joined by newlines, whether decode_lines would keep every chunk's
+    bytes and mark none): one check for a wake instead of one a chunk. Exact: the
+    needles hold no newline, and chunks of complete UTF-8 joined by newlines are UTF-8."""
+    whole = b"\n".join([b.text for b in batches])
+    if may_open(whole) or _DUMP_MARK in whole:
+        return whole, False
+    if whole.isascii():
+        return whole, True
+    try:
+        whole.decode()
+    except UnicodeDecodeError:
+        return whole, False
+    return whole, True
 
 
 class _Pending:
@@ -112,7 +129,7 @@ class RankLines:
                  pod_owner: Callable[[str], object | None] | None = None,
                  hold: Callable[[float], bool] | None = None,
                  spooled: dict[str, tuple] | None = None) -> None:
-        """``watch``: told of every chunk of lines (the stacks source's trigger); ``hold(seconds)``
+        """``watch``: told of every line, once a wake per job (the stacks source's trigger); ``hold(seconds)``
         (a stop event's wait): when the spool's disk is full, wait and offer the rows again
         (True: stopping, give up) instead of losing them; ``spooled`` (path -> advance()'s
         position) is kept up to date with every emit."""
@@ -128,6 +145,7 @@ class RankLines:
         self._pending: dict[str, _Pending] = {}
         self._joiners: dict[str, list] = {}  # CRI path -> [file, CriJoiner, stop of its last batch]
         self._emitted: dict[str, Position] = {}  # emitted, not yet committed
+        self._printed: dict[str, str] = {}  # path -> printable(path), the key of ``spooled``
         self._emitted_bytes, self._commit_at = 0, self.clock() + commit_s
 
     def identity(self, path: str) -> tuple:
@@ -139,11 +157,17 @@ class RankLines:
     def batches(self, batches: list[LineBatch]) -> None:
         rows = ColumnsBuilder()
         commit: dict[str, tuple[Position, int]] = {}
+        whole, plain = _plain(batches)
+        told: dict | None = {} if self.watch is not None else None  # job -> [first ident, texts]
         for b in batches:
             self._emitted_bytes += b.stop - b.start
             ident = self.identity(b.path)
-            if self.watch is not None:
-                self.watch(ident, b.text, b.observed_ns)
+            if told is not None:
+                t = told.get(ident[0])
+                if t is None:
+                    told[ident[0]] = [ident, [b.text]]
+                else:
+                    t[1].append(b.text)
             if b.path in self.paths.cri:
                 self._cri_batch(b, ident, rows, commit)
                 continue
@@ -152,6 +176,10 @@ class RankLines:
                 self._close_all(p)
                 self._drain(b.path, p, ident, rows, commit)
                 p = self._pending.get(b.path)
+            if plain and p is None:  # decode_lines of this chunk: its bytes, nothing marked
+                rows.lines(b.data, b.observed_ns, *ident, joined=b.text)
+                commit[b.path] = b.position, len(rows) - 1
+                continue
             texts, marked = decode_lines(b.data, b.text)
             if p is None and not marked:
                 rows.lines(texts, b.observed_ns, *ident, joined=b.text if texts is b.data else None)
@@ -162,6 +190,10 @@ class RankLines:
             self._group(p, [[s, e, t, b.observed_ns, None, None, None]
                             for s, e, t in zip(b.offsets, b.ends, as_text(texts))])
             self._drain(b.path, p, ident, rows, commit)
+        if told:  # once a wake per job (the watchers look for their needles in all of it)
+            at = batches[0].observed_ns
+            for ident, texts in told.values():
+                self.watch(ident, whole if len(texts) == len(batches) else b"\n".join(texts), at)
         self._ship(rows, commit)
 
     def _cri_batch(self, b: LineBatch, ident: tuple, rows: ColumnsBuilder,
@@ -225,17 +257,20 @@ class RankLines:
         COMMIT_BYTES); the next time to call again. The FollowLoop calls it once a wake,
         after that wake's polls."""
         now = self.clock()
-        rows = ColumnsBuilder()
-        commit: dict[str, tuple[Position, int]] = {}
-        for path, p in list(self._pending.items()):
-            quiet = [g for g in p.groups.open.values() if now - g.data[0] >= self.traceback_flush_s]
-            for g in quiet:
-                _release(p.groups.close(g.key))
-            if quiet:
-                self._drain(path, p, self.identity(path), rows, commit)
-        self._ship(rows, commit)
+        if self._pending:  # (most wakes hold no line back: nothing to build)
+            rows = ColumnsBuilder()
+            commit: dict[str, tuple[Position, int]] = {}
+            for path, p in list(self._pending.items()):
+                quiet = [g for g in p.groups.open.values() if now - g.data[0] >= self.traceback_flush_s]
+                for g in quiet:
+                    _release(p.groups.close(g.key))
+                if quiet:
+                    self._drain(path, p, self.identity(path), rows, commit)
+            self._ship(rows, commit)
         if now >= self._commit_at or self._emitted_bytes >= COMMIT_BYTES:
             self.commit()
+        if not self._pending:
+            return self._commit_at if self._emitted else None
         return self.next_tick()
 
     # -- grouping ----------------------------------------------------------------
@@ -271,7 +306,12 @@ class RankLines:
         for path, (pos, _) in commit.items():
             self._emitted[path] = pos
             if path in where:
-                self.spooled[printable(path)] = where[path]
+                name = self._printed.get(path)
+                if name is None:
+                    if len(self._printed) >= 4096:
+                        self._printed.clear()
+                    name = self._printed[path] = printable(path)
+                self.spooled[name] = where[path]
 
     def commit(self) -> None:
         """Commit the positions of everything emitted (one state file write)."""
