@@ -479,6 +479,9 @@ _LIBRARY_RAISED = frozenset({"RuntimeError"})
 UNOWNED_BUG = ("no frame of its traceback is in the text, so whose code raised it is not known (a guess: low); this type "
                "is a coding error, and in a training job most of the code that runs is the frameworks': its "
                "traceback's innermost frames settle it, the user's file or a framework's")
+UNOWNED_TYPE = ("no frame of its traceback is in the text, so whose code raised it is not known (a guess: low); its type, "
+                "{exc}, is {owner}'s own, which its own code raises (a script seldom raises a library's exception "
+                "class): its traceback's innermost frames settle it")
 UNOWNED_RUNTIME = ("no frame of its traceback is in the text, so whose code raised it is not known (a guess: low); "
                    "RuntimeError is what torch's checks and the frameworks' own raise, seldom a script itself: its "
                    "traceback's innermost frames settle it, the user's file, a framework's, or an op's input check")
@@ -552,6 +555,9 @@ def owned(f: F) -> F:
         if short in _LIBRARY_RAISED:
             return replace(f, match=replace(unowned, category="framework"), cap="low",
                            links=[*f.links, UNOWNED_RUNTIME])
+        if (defined := FRAMEWORKS.get((exc or "").split(".", 1)[0])) is not None and "." in (exc or ""):
+            return replace(f, match=replace(unowned, category="framework"), cap="low",
+                           links=[*f.links, UNOWNED_TYPE.format(exc=exc, owner=defined)])
         return replace(f, match=unowned, cap="low", links=[*f.links, UNOWNED])
     got = category(exc, message, f.ev.frames)
     if got is None or got.category == f.match.category:

@@ -610,6 +610,19 @@ def test_paste_an_exception_line_alone_is_a_guess_of_whose_code():
     assert _paste("[rank2]: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")["confidence"] != "low"
 
 
+def test_paste_a_library_s_own_exception_type_alone_is_guessed_its_own():
+    """A type qualified by a framework's package (triton's compiler, flash-attention's) is raised by that package's code:
+    framework, as a guess (low), with the frames named as what settles it. A type of the user's own module, or a
+    library type whose words name a class of failure, is not that guess."""
+    triton = _paste("[default0]:triton.compiler.errors.CompilationError: at 33:21:\n")
+    assert (triton["category"], triton["confidence"]) == ("framework", "low")
+    assert "triton's own" in triton["evidence"][0]["linked_by"]
+    flash = _paste("[rank3]: flash_attn.bert_padding.IndexFirstAxisError: bad index\n")
+    assert (flash["rank"], flash["category"], flash["confidence"]) == (3, "framework", "low")
+    assert _paste("mytrainer.errors.ShardError: shard 7 is empty\n")["category"] == "user-code"
+    assert _paste("transformers.utils.SomeError: No space left on device\n")["category"] == "storage"
+
+
 def test_deepspeeds_zero3_linear_is_an_ops_layer_its_caller_chose_the_inputs():
     """ZeRO-3 puts its own linear in place of F.linear: a shape error under it is the op's check of the weight
     the caller passed (here the user's code, touching a partitioned weight outside its module's forward)."""
