@@ -92,10 +92,14 @@ def distinct_failures(findings: list[Finding], firsts: Mapping[int, Finding], co
     # with no time (a paste: their order says little), the last resorts (a traceback cut before its
     # exception line, an exception no signature knows) come after a failure a signature names (the
     # same failure, most often, told whole on another rank); of those, a process's report of another's
-    # failure (mp.spawn's parent, a launcher) after the failure it reports, which its launcher prints below it
+    # failure (mp.spawn's parent, a launcher) after the failure it reports, which its launcher prints below it;
+    # and a failure whose signature is never more than a guess (max_confidence low: NCCL's proxy socket that
+    # may have lost a process that ended, a result code's back trace) after one a signature names surely
     cands.sort(key=lambda f: (bool(f.ev.fields.get("prose")), f.ev.occurred_ns is None, f.ev.occurred_ns or 0,
                               f.ev.occurred_ns is None and f.has("generic"),
-                              f.ev.occurred_ns is None and reports_another(f), f.ev.stream, f.ev.seq))
+                              f.ev.occurred_ns is None and reports_another(f),
+                              f.ev.occurred_ns is None and f.match.signature.max_confidence == "low",
+                              f.ev.stream, f.ev.seq))
     for f in cands:
         key = fingerprint(f)
         g = groups.get(key)

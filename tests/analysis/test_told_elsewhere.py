@@ -114,3 +114,23 @@ def test_a_proxys_failed_call_under_an_internal_error_is_the_network_not_nccls_d
     # not an example: a cause line another rank printed stands for nothing of rank 3's
     other = WRAPPED.format(cause="x").replace("[rank3]: x\n", "[rank5]: Net : Connection closed by remote peer 10.1.2.7<1>\n")
     assert first_failure_of(other)["signature"] == "nccl.internal_error"
+
+
+# NCCL's WARN lines of two processes on one node, as NCCL_DEBUG=WARN prints them (host:pid:tid [cuda device]):
+# the proxy of device 0's process loses its peer, device 3's process could not allocate its buffers
+PROXY_THEN_OOM = """\
+gpu-07:3063025:3066048 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer gpu-07<51159>
+gpu-07:3063025:3066048 [0] proxy.cc:1143 NCCL WARN Socket recv failed while polling for opId=0x55a51966cc80
+gpu-07:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'
+gpu-07:3063028:3066152 [3] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes
+"""
+
+
+def test_with_no_times_a_guess_comes_after_a_failure_named_surely():
+    """Printed first but capped at low (a proxy's socket may have lost a process that ended), the proxy's failure
+    is no earlier than the other process's out-of-memory, which a signature names surely."""
+    ff = first_failure_of(PROXY_THEN_OOM)
+    assert (ff["signature"], ff["category"]) == ("nccl.cuda_oom", "gpu-memory")
+    # not an example: alone, the proxy's failure is still the failure
+    alone = first_failure_of("".join(PROXY_THEN_OOM.splitlines(keepends=True)[:2]))
+    assert alone["signature"] == "nccl.proxy_socket_failed"
