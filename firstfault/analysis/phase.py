@@ -527,12 +527,18 @@ _MARKED = {"init": "set-up lines", "checkpoint-save": "lines of a save under way
            "checkpoint-load": "lines of a load under way"}
 
 
+# An AttributeError of a method the object lacks (Python's "'X' object has no attribute 'name'"): the call of that
+# method failed, so where the task rules know its name (verl's compute_log_prob, save_checkpoint) it is the phase
+_MISSING_METHOD = re.compile(r"AttributeError: '[\w.]+' object has no attribute '(?P<method>[A-Za-z_]\w*)'")
+
+
 def phase_hint(failure_text: str, before: Iterable[str] = (), sharded: bool | None = None,
                phase_rules: PhaseRules | None = None) -> tuple[str, str] | None:
     """The phase the hints that are not frames give, and where it came from (for ``phase_from``), or None.
 
     In order: the Ray task named in ``failure_text``; the worker group method verl's driver called in
-    it (``phase_from_worker_call``); the collective named in it (a watchdog
+    it (``phase_from_worker_call``), or one an AttributeError says its object lacks (the task rules'
+    names); the collective named in it (a watchdog
     or timeout line; ``sharded`` as for ``phase_from_collective``); the set-up markers in
     ``before`` (the text printed before the failure, oldest first) with no progress after them.
     """
@@ -541,6 +547,8 @@ def phase_hint(failure_text: str, before: Iterable[str] = (), sharded: bool | No
         return p, "the Ray task that failed"
     if (p := phase_from_worker_call(failure_text, r)) is not None:
         return p, "the worker group method the driver called"
+    if (m := _MISSING_METHOD.search(failure_text)) is not None and (p := _task_phase(m.group("method"), r)) is not None:
+        return p, f"the worker method the caller asked for and its object lacks ({m.group('method')})"
     if (p := phase_from_collective(failure_text, sharded, r)) is not None:
         return p, COLLECTIVE_HINT
     if (p := phase_before_failure(before, r)) is not None:

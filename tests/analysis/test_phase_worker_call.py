@@ -55,3 +55,17 @@ def test_a_pasted_actor_death_in_the_reference_forward():
     ff = first_failure_of(text)
     assert ff["phase"] == "forward"
     assert ff["phase_from"] == "the worker group method the driver called"
+
+
+@pytest.mark.parametrize("line, phase", [
+    # verl's trainer calling a method its worker group class no longer has (a refactor between releases)
+    ("AttributeError: 'NVMegatronRayWorkerGroup' object has no attribute 'compute_log_prob'", "forward"),
+    ("[rank0]: AttributeError: 'FSDPCheckpointManager' object has no attribute 'save_checkpoint'", "checkpoint-save"),
+    # not examples: a method the task rules do not know, a module's missing attribute, no AttributeError
+    ("AttributeError: 'RayWorkerGroup' object has no attribute 'update_actor'", None),
+    ("AttributeError: module 'verl' has no attribute 'compute_log_prob'", None),
+    ("KeyError: 'compute_log_prob'", None),
+])
+def test_the_method_an_attribute_error_says_its_object_lacks(line, phase):
+    hint = phase_hint(line)
+    assert (hint[0] if hint else None) == phase
