@@ -18,12 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any
 
 from firstfault.wire import COLUMNS, KIND_RANK_LINE, SOURCE_RANKLOG
 
 MESSAGE = COLUMNS.index("message")
 FIELDS = COLUMNS.index("fields")
+
+
+_COUNT = itemgetter(1)  # of a run
 
 
 class Runs(list):
@@ -39,6 +43,10 @@ class Runs(list):
 
     def values(self) -> list[Any]:
         return list(chain.from_iterable(repeat(v, k) for v, k in self))
+
+    def records(self) -> int:
+        """How many records the runs hold."""
+        return sum(map(_COUNT, self))
 
     def cut(self, lo: int, hi: int) -> Runs:
         """The runs of records lo..hi-1."""

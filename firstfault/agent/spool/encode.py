@@ -5,7 +5,7 @@ the writer (writer.py) writes what this returns."""
 
 from __future__ import annotations
 
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any, Iterable, NamedTuple
 
 import msgpack
@@ -24,7 +24,6 @@ from firstfault.wire import WireError
 
 GAP_RESERVE_BYTES = 2048  # room kept for the gap record an overflow writes
 _row = attrgetter(*COLUMNS)
-_count = itemgetter(1)  # of a run
 
 
 class EncodedEntry(NamedTuple):
@@ -82,7 +81,7 @@ class Encoder:
             packed, checked = zip(*map(pack_column, cols))
         except (TypeError, ValueError, OverflowError) as e:
             raise InvalidRecordError(f"spool append: cannot encode: {e}") from None
-        lengths = [sum(map(_count, col)) if type(col) is Runs else len(col) for col in cols]
+        lengths = [col.records() if type(col) is Runs else len(col) for col in cols]
         if lengths.count(n) != len(COLUMNS):
             raise InvalidRecordError(f"spool append: columns of {lengths} values for {n} records")
         if self.validate:

@@ -230,7 +230,7 @@ def pack_column(col: Sequence | Runs) -> tuple[bytes, Sequence]:
         if len(col) == 1:  # one value for every record (source, kind, job, ...)
             v, k = col[0]
             return wire.array_header(k) + _pack(v) * k, (v,)
-        return (wire.array_header(sum(map(_count, col))) + b"".join([_pack(v) * k for v, k in col]),
+        return (wire.array_header(col.records()) + b"".join([_pack(v) * k for v, k in col]),
                 tuple(map(_value, col)))
     n, first = len(col), col[0]
     if type(first) is bytes or (n > 1 and type(col[-1]) is bytes):
@@ -246,7 +246,7 @@ def pack_column(col: Sequence | Runs) -> tuple[bytes, Sequence]:
 
 
 _pack = msgpack.Packer().pack
-_value, _count = itemgetter(0), itemgetter(1)  # of a run
+_value = itemgetter(0)  # of a run
 _pack_text = msgpack.Packer(use_bin_type=False).pack  # bytes as str (raw), not bin
 
 
