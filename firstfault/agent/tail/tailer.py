@@ -292,12 +292,7 @@ class Tailer:
         (a FollowLoop's poll: one call instead of three)."""
         with self._lock:
             out, ps = self._poll(path, max_bytes)
-            events = self._events
-            if events:
-                taken = list(events)
-                events.clear()
-                return out, taken, ps.more
-            return out, [], ps.more
+            return out, self._take_events(), ps.more
 
     def _poll(self, path: str, max_bytes: int | None) -> tuple[list[LineBatch], PathFiles]:
         if self._closed:
@@ -315,9 +310,14 @@ class Tailer:
 
     def take_events(self) -> list[FileChange]:
         with self._lock:
-            events = list(self._events)
-            self._events.clear()
-            return events
+            return self._take_events()
+
+    def _take_events(self) -> list[FileChange]:
+        if not self._events:  # most polls: nothing happened to the files
+            return []
+        events = list(self._events)
+        self._events.clear()
+        return events
 
     def next_deadline(self) -> float | None:
         """The clock time at which a poll would flush a quiet partial line, if any."""
