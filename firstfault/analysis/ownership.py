@@ -114,6 +114,11 @@ OP_LAYER = ("torch/nn/functional.py", "torch/functional.py", "torch/_tensor.py",
 # torch's call of a module (Module._call_impl/_wrapped_call_impl and its hooks' inner): a traceback cut there
 # stops above the forward that raised, and a training job's modules are mostly a library's.
 MODULE_CALL = ("torch/nn/modules/module.py",)
+# Calls of the op layer whose errors are seldom a check of the inputs the caller passed: the collectives (a
+# timeout's or NCCL's: the network's or another rank's) and CUDA's set-up (the devices, the driver). A traceback
+# cut in one says nothing of whose code was wrong.
+NOT_INPUT_CHECKS = ("torch/distributed/distributed_c10d.py", "torch/distributed/c10d_logger.py",
+                    "torch/cuda/__init__.py")
 
 # Frames that report another process's (or thread's) failure rather than fail themselves: torchrun's
 # agent and launcher (torch/distributed/run.py main, launcher/api.py launch_agent raising
@@ -306,6 +311,18 @@ def _looked_up(frames: Sequence[Frame], owners: Sequence[Owner], i: int) -> bool
     return False
 
 
+def _op_caller(frames: Sequence[Frame]) -> tuple[Frame, Owner] | None:
+    """The frame that called into torch's op layer (OP_LAYER) where a traceback stops, when that frame is a
+    framework's or another installed package's own: the inputs the op refused were that package's. None where the
+    caller is the user's file (its inputs, or a paste cut above the frame that raised) or not in the text."""
+    for f in reversed(frames):
+        o = owner_of(f.file)
+        if o.kind == "stdlib" or _in(f.file, OP_LAYER):
+            continue
+        return (f, o) if o.kind in PACKAGES else None
+    return None
+
+
 def _env_lookup(frames: Sequence[Frame], short: str) -> bool:
     """os.environ[...] raised it: CPython Lib/os.py _Environ.__getitem__ ``raise KeyError(key) from None``."""
     return short == "KeyError" and bool(frames) and frames[-1].func == "__getitem__" \
@@ -387,7 +404,14 @@ def category(exc_type: str | None, message: str, frames: Sequence[Frame]) -> Inf
                          f"forward ({_where(f, o)}), whose frames and exception line are missing; in a training job "
                          "most modules are a library's (transformers, the framework's layers): find that line to confirm")
     if o.kind != "user" and _in(f.file, OP_LAYER):
-        return None
+        caller = _op_caller(frames) if exc_type is None and not _in(f.file, NOT_INPUT_CHECKS) else None
+        if caller is None:
+            return None
+        c, co = caller
+        return Inference("framework", c, co, f"inferred from whose code made the call: the traceback stops in torch's "
+                         f"{_tail(f.file)} ({f.func}), called from {_where(c, co)}, and its exception line is missing; "
+                         "an op's check of inputs a framework passed is most often that framework's defect or version: "
+                         "find that line to confirm")
     if exc_type is None:  # a cut traceback: whose code was running is all there is
         if o.kind == "user":  # the paste may stop above the frame that raised: a user frame says nothing
             return None

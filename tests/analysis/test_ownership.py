@@ -288,6 +288,27 @@ def test_a_traceback_cut_inside_torch_s_call_of_a_module_stops_above_a_library_s
     assert category("RuntimeError", "mat1 and mat2 shapes cannot be multiplied", calling) is None
 
 
+def test_a_traceback_cut_in_torch_s_op_layer_is_judged_by_who_called_it():
+    """Cut inside torch.load or a functional op, the traceback shows whose code passed the inputs: a framework's
+    (accelerate loading an FSDP state) makes it a framework's failure at a guess; the user's own call says nothing.
+    A collective's call or CUDA's set-up says nothing either: their errors are a timeout's, NCCL's, the devices'."""
+    loading = [USER_MAIN, USER_TRAIN, fr(f"{SP}/accelerate/accelerator.py", 3685, "load_state"),
+               fr(f"{SP}/accelerate/utils/fsdp_utils.py", 197, "load_fsdp_model"),
+               fr(f"{SP}/torch/serialization.py", 1484, "load")]
+    got = category(None, "", loading)
+    assert got.category == "framework" and got.frame.func == "load_fsdp_model" and "torch's" in got.why
+    assert category(None, "", [USER_MAIN, USER_TRAIN, fr(f"{SP}/torch/serialization.py", 1484, "load")]) is None
+    collective = [USER_MAIN, fr(f"{SP}/lightning/pytorch/strategies/ddp.py", 308, "reduce"),
+                  fr(f"{SP}/torch/distributed/c10d_logger.py", 83, "wrapper"),
+                  fr(f"{SP}/torch/distributed/distributed_c10d.py", 2501, "all_reduce")]
+    assert category(None, "", collective) is None
+    cuda = [USER_MAIN, fr(f"{SP}/accelerate/state.py", 201, "__init__"), fr(f"{SP}/torch/cuda/__init__.py", 399,
+                                                                              "set_device")]
+    assert category(None, "", cuda) is None
+    # with its exception line, the op's check blames nobody, whoever called it
+    assert category("RuntimeError", "PytorchStreamReader failed reading zip archive", loading) is None
+
+
 # ---------------------------------------------------------------------------------------------
 # Whole pasted logs, through `firstfault analyze -`.
 
