@@ -51,7 +51,7 @@ from firstfault.analysis.phase import (
 )
 from firstfault.analysis.rankstate import RankState
 from firstfault.analysis.save_phase import phase_while_waiting
-from firstfault.analysis.traceback import FRAME
+from firstfault.analysis.traceback import ends_frame
 from firstfault.analysis.verdict import Decision
 
 Phase = tuple[str, str]  # (phase, where it came from)
@@ -284,7 +284,7 @@ def _with_call(f: Finding) -> Sequence[Frame]:
     if not frames or not f.has("cut-traceback"):
         return frames
     lines = f.ev.text.split("\n")
-    last = max((i for i, ln in enumerate(lines) if FRAME.match(ln)), default=None)
+    last = max((i for i, ln in enumerate(lines) if ends_frame(lines[i - 1] if i else "", ln)), default=None)
     if last is None:
         return frames
     source = next((s for ln in lines[last + 1:] if (s := ln.strip()) and not set(s) <= _MARKS), None)

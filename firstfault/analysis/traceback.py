@@ -62,6 +62,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _PASTED_ANSI = re.compile(r"(?:\^\[|\ufffd)\[[0-9;]*[mK]")
 FRAME = re.compile(r'\s*(?:\| )*\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 RICH_FRAME = re.compile(r"│ (?P<file>[^\s│]+?):(?P<line>\d+) in (?P<func>[^\s│]+)")
+# rich wraps a frame line longer than its panel: the path and line alone, then "in <function>" on the next line
+RICH_PATH = re.compile(r"│ (?P<file>[^\s│]+?\.py):(?P<line>\d+) *│$")
+_RICH_FUNC = re.compile(r"│ in (?P<func>[^\s│]+) *│$")
 _EXC = re.compile(
     r"(?:\s*\|\s)?(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault|Group)"
     r"|[A-Za-z_]\w*\.[\w.]*[A-Za-z_]\w*|[A-Z]\w+)(?P<wrapped>\([A-Za-z_][\w.]*\))?(?::\s|:$|$)")
@@ -80,15 +83,22 @@ _CUT_FILE = re.compile(r'\s*(?:\| )*\s*File "')
 
 def _unwrapped(cut: str | None, text: str) -> re.Match[str] | None:
     """The frame a wrapped frame line makes with the line after it (None: ``text`` is no such rest).
-    A terminal's wrap keeps every character; a paste may add a space or trailing blanks at the cut."""
+    A terminal's wrap keeps every character; a paste may add a space or trailing blanks at the cut, or
+    drop the blank the cut fell on (``, in`` then ``main``)."""
     if cut is None or not text.strip():
         return None
-    return FRAME.match(cut + text) or FRAME.match(cut.rstrip() + text.lstrip())
+    return (FRAME.match(cut + text) or FRAME.match(cut.rstrip() + text.lstrip())
+            or FRAME.match(cut.rstrip() + " " + text.lstrip()))
 
 
 def _cut_frame(text: str) -> str | None:
     """``text`` when it opens a frame line but is not a whole one (a wrapped frame line's first part)."""
     return text if _CUT_FILE.match(text) and FRAME.match(text) is None else None
+
+
+def ends_frame(before: str, text: str) -> bool:
+    """Whether ``text`` ends a frame line: a whole one, or the rest of one a terminal wrapped after ``before``."""
+    return FRAME.match(text) is not None or _unwrapped(_cut_frame(before), text) is not None
 
 
 _GLUED = re.compile(r"(?:\[[A-Za-z_][\w.-]*?\d+\]:[ ]?)*Traceback \(most recent call last\):[ \t]*$")
@@ -151,7 +161,8 @@ def is_start(text: str) -> bool:
 
 def is_frame(text: str) -> bool:
     """True when a line (prefix removed) is a frame line: ``File "x.py", line 3, in f`` or rich's."""
-    return FRAME.match(text) is not None or (text.startswith("│") and RICH_FRAME.match(text) is not None)
+    return FRAME.match(text) is not None or (text.startswith("│") and (RICH_FRAME.match(text) is not None
+                                                                        or RICH_PATH.match(text.rstrip()) is not None))
 
 
 def opening(text: str) -> int | None:
@@ -262,6 +273,11 @@ class Assembler:
         m = FRAME.match(text) or RICH_FRAME.match(text)
         if m is None and len(self._lines) > 1:
             m = _unwrapped(_cut_frame(self._lines[-2]), text)  # a frame line wrapped in two
+            if m is None and (func := _RICH_FUNC.match(text.rstrip())) is not None \
+                    and (path := RICH_PATH.match(self._lines[-2].rstrip())) is not None:  # rich's, wrapped
+                if len(self._frames) < MAX_LINES:
+                    self._frames.append(Frame(path.group("file"), int(path.group("line")), func.group("func")))
+                return
         if m and len(self._frames) < MAX_LINES:
             self._frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
 

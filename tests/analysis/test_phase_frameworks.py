@@ -132,6 +132,14 @@ CASES = {
         ("pytorch_lightning/trainer/trainer.py", "run_pretrain_routine"),
         ("pytorch_lightning/trainer/callback_config.py", "configure_checkpoint_callback"),
         ("/usr/lib/python3.7/os.py", "makedirs")), "init"),
+    "lightning's checkpoint callback: the ranks agree whether this save is a top k": (stack(
+        ("pytorch_lightning/callbacks/model_checkpoint.py", "save_checkpoint"),
+        ("pytorch_lightning/callbacks/model_checkpoint.py", "check_monitor_top_k"),
+        ("pytorch_lightning/plugins/training_type/parallel.py", "reduce_boolean_decision"),
+        ("torch/distributed/distributed_c10d.py", "all_reduce")), "checkpoint-save"),
+    "a cut at check_monitor_top_k alone, as pasted": (stack(
+        ("lightning/pytorch/callbacks/model_checkpoint.py", "check_monitor_top_k"),
+        ("lightning/pytorch/strategies/ddp.py", "reduce_boolean_decision")), "checkpoint-save"),
     "torchtitan optimizer": (stack(
         ("torchtitan/train.py", "train_step"), ("torchtitan/components/optimizer.py", "step")), "optimizer-step"),
     "colossalai pipeline send_forward": (stack(

@@ -277,6 +277,30 @@ def test_a_step_cut_at_its_call_of_a_module_was_in_the_forward(call, phase):
     assert first_failure_of(CUT_IN_A_STEP.replace("{call}", call))["phase"] == phase
 
 
+WRAPPED_AT_80 = """Traceback (most recent call last):
+  File "/srv/rl/examples/run_pipeline.py", line 34, in
+<module>
+    main()
+  File "/srv/rl/examples/run_pipeline.py", line 30, in
+main
+    pipeline.run()
+  File "/srv/rl/rl/pipeline/rlvr/vlm_pipeline.py", line 52
+4, in run
+    {call}
+  File "/srv/rl/rl/
+"""
+
+
+@pytest.mark.parametrize("call, phase", [
+    ("self.do_checkpoint(global_step=global_step)", "checkpoint-save"),  # ROLL's pipeline saving its workers
+    ("metrics = self.compute_rewards(batch)", "unknown"),  # a call phases.toml does not know
+])
+def test_a_cut_at_a_call_is_read_where_the_terminal_wrapped_every_frame_line(call, phase):
+    """A terminal 80 columns wide wrapped each frame line before its function's name; the traceback was cut right
+    under the innermost frame's source line, which still names the call the cut took away."""
+    assert first_failure_of(WRAPPED_AT_80.replace("{call}", call))["phase"] == phase
+
+
 def test_ray_train_s_worker_function_builds_before_it_fits():
     """Ray Train runs the function its users name train_func (train_loop_per_worker) on each worker: it builds the
     Trainer and then fits, so a constructor under it is still set-up; under a fit it is not."""

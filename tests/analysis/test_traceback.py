@@ -191,3 +191,21 @@ def test_a_header_glued_after_a_log_header_may_end_in_blanks():
     line = "ERROR 08-29 10:18:10 [core.py:459] Traceback (most recent call last): "
     assert tb.opening(line) == len("ERROR 08-29 10:18:10 [core.py:459] ")
     assert tb.opening("ERROR 08-29 10:18:10 [core.py:459] Traceback (most recent call last): and more") is None
+
+
+def test_a_rich_frame_wrapped_in_its_panel_keeps_its_path_line_and_function():
+    """rich prints a frame as "<path>:<line> in <function>" inside its panel; a path too long for the panel's width
+    leaves "in <function>" for the next line. The frame is the pair, and a paste cut above the header opens on it."""
+    path = "/usr/lib/python3/dist-packages/torch/distributed/fsdp/_runtime_utils.py"
+    lines = [f"│ {path}:416  │", "│ in _pre_forward_unshard                                    │", "│" + " " * 60 + "│",
+             "│    413 │   # If the handles have been prefetched, then there is no  │"]
+    assert tb.opening(lines[0]) == 0
+    asm = tb.Assembler(lines[0])
+    for ln in lines[1:]:
+        assert asm.feed(ln)
+    assert [(f.file, f.line, f.func) for f in asm.result().frames] == [(path, 416, "_pre_forward_unshard")]
+    # not examples: a source line of the panel, and a function line with no path line above it
+    assert tb.opening("│    416 │   │   handle._training_state = HandleTrainingState.FORWARD      │") is None
+    alone = tb.Assembler("│ /w/train.py:12 in main  │")
+    alone.feed("│ in forward   │")
+    assert [f.func for f in alone.result().frames] == ["main"]
