@@ -78,6 +78,8 @@ def failure_phase(dec: Decision, state: RankState, findings: list[Finding], savi
         return None
     if got[0] == "unknown" and (told := _task_above(dec.first or dec.exited, findings)) is not None:
         return told
+    if got[0] == "unknown" and (told := _task_reported_next(dec.first or dec.exited, findings)) is not None:
+        return told
     if got[0] == "unknown" and (told := oom_task(dec.first or dec.exited, findings)) is not None:
         return told
     if got[0] == "unknown" and marked in MARKED_PHASES:
@@ -100,6 +102,22 @@ def _task_above(f: Finding, findings: Iterable[Finding]) -> Phase | None:
         return None
     p = phase_from_task(header.ev.text)
     return (p, "the Ray task whose remote traceback it is") if p is not None else None
+
+
+def _task_reported_next(f: Finding, findings: Iterable[Finding]) -> Phase | None:
+    """The phase of the Ray task whose error its stream reports right after ``f``, a traceback whose own task
+    header was cut above it. Ray prints such a report (an unhandled error, a RayTaskError) as the task's header,
+    its remote traceback and the exception; the workers of a group run the same method together, so the reports
+    of their failures follow one another (verl's generate_sequences on every worker, each out of memory in turn)."""
+    if f.ev.kind != KIND_TRACEBACK:
+        return None
+    nxt = min((h for h in findings if h.ev.stream == f.ev.stream and h.ev.seq > f.ev.seq), key=lambda h: h.ev.seq,
+              default=None)
+    if nxt is None or nxt.match.signature.names_rank_of != "next-traceback":
+        return None
+    p = phase_from_task(nxt.ev.text)
+    return (p, "the Ray task its stream reports next (a group's workers run the same method and fail in turn)") \
+        if p is not None else None
 
 
 OOM_REPORT_LINES = 16  # Ray's OOM kill report: its lines, "PID\tMEM(GB)\tCOMMAND" and the ten rows
@@ -272,14 +290,16 @@ _CALL = re.compile(r"(?:[\w.\[\]]+(?:\s*,\s*[\w.]+)*\s*=\s*)?(?:return\s+|await\
 _MODULE = re.compile(r"^(?!(?:get|build|load|create|init|make|setup|save|prepare|wrap|unwrap|compile|convert)_)"
                      r"(?:[a-z]+_)?(?:model|module|net|network|encoder|decoder|backbone|policy|actor|critic)s?"
                      r"(?:_parts?|_chunks?)?$")
+# An import statement: the module it names runs its body below the line.
+_IMPORT = re.compile(r"(?:from\s+\.*[\w.]*\s+import\s|import\s+[\w.]+\s*(?:$|,|\bas\b))")
 _MARKS = frozenset("^~ ")  # the caret lines Python 3.11+ prints under a frame's source line
 
 
 def _with_call(f: Finding) -> Sequence[Frame]:
     """A traceback's frames and, where it was cut right after its innermost frame's source line, the function that
     line calls: the frame the cut took away ("self.accelerator.backward(loss)" under training_step was the backward;
-    "pred = model_parts[0](inputs)", a module's call, was a forward). Only its name is known, so only phases.toml's
-    ``funcs`` can read it."""
+    "pred = model_parts[0](inputs)", a module's call, was a forward; "from pkg.algos import Trainer", the body of the
+    module it imports). Only its name is known, so only phases.toml's ``funcs`` can read it."""
     frames = f.ev.frames
     if not frames or not f.has("cut-traceback"):
         return frames
@@ -288,6 +308,8 @@ def _with_call(f: Finding) -> Sequence[Frame]:
     if last is None:
         return frames
     source = next((s for ln in lines[last + 1:] if (s := ln.strip()) and not set(s) <= _MARKS), None)
+    if source is not None and _IMPORT.match(source):
+        return (*frames, Frame("", 0, "<module>"))  # the module it imports: its body ran below (phase.importing)
     m = _CALL.match(source) if source is not None and not source.startswith("File ") else None
     if m is None:
         return frames

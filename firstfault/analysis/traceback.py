@@ -71,11 +71,13 @@ _EXC = re.compile(
 _CHAIN = ("During handling of the above exception, another exception occurred:",
           "The above exception was the direct cause of the following exception:")
 # A line that starts a new log record (a logger header, glog and c10 lines, NCCL debug lines, a
-# dying process's own words) rather than continuing an exception message.
+# dying process's own words, Ray's report of a task's error no one waited for) rather than continuing an
+# exception message.
 _RECORD = re.compile(
     r"\[\d{4}-\d\d-\d\d[ T]|\[?[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d[ T]\d\d:|\[[A-Z]+\|"
     r"|[\w.-]+:\d+:\d+ \[\d+\] |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"
-    r"|Fatal Python error: |terminate called |(?:Current thread|Thread) 0x|srun: |slurmstepd: ")
+    r"|Fatal Python error: |terminate called |(?:Current thread|Thread) 0x|srun: |slurmstepd: "
+    r"|Unhandled error \(suppress with ")
 # A frame line a terminal or a pager wrapped at its width: ``File "<path>`` cut anywhere before its
 # function name (in the path, after the quote, inside ``, line N``), the rest on the next line.
 _CUT_FILE = re.compile(r'\s*(?:\| )*\s*File "')

@@ -378,3 +378,35 @@ def test_a_title_quoting_the_failure_with_its_call_gives_the_phase():
     ff = first_failure_of("# compute_log_probs(logits, tokens) torch.OutOfMemoryError: CUDA out of memory. Tried to "
                           "allocate 58.15 GiB.\n" + DRIVER_OOM_CUT)
     assert ff["phase"] == "forward" and "title" in ff["phase_from"]
+
+
+def _driver(lines: list[str]) -> str:
+    return "".join(f"(TaskRunner pid=281) {ln}\n" for ln in lines)
+
+
+OOM_THEN_NEXT_REPORT = [
+    '  File "/env/lib/python3.10/site-packages/torch/nn/functional.py", line 1888, in softmax',
+    "    ret = input.softmax(dim)",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 5.22 GiB. GPU 0 has a total capacity of 23.69 GiB "
+    "of which 1.18 GiB is free.",
+    "Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): ray::WorkerDict.actor_rollout_generate_sequences()"
+    " (pid=2396579, ip=10.0.0.3, actor_id=9264, repr=<verl.single_controller.ray.base.WorkerDict object at 0x7f5b>)",
+    '  File "/app/verl/single_controller/ray/base.py", line 399, in func',
+    "    return getattr(self.worker_dict[key], name)(*args, **kwargs)",
+]
+
+
+def test_an_error_whose_task_header_was_cut_takes_the_task_its_stream_reports_next():
+    """The exception's own task header is above the paste; right under it Ray reports the next worker's failure of
+    the same group call (verl's workers run generate_sequences together): that task's phase, where nothing else
+    says one."""
+    ff = first_failure_of(_driver(OOM_THEN_NEXT_REPORT))
+    assert (ff["signature"], ff["phase"]) == ("cuda.oom", "forward")
+    # not an example: the task reported next is not read where the error's own frames say the phase
+    own = OOM_THEN_NEXT_REPORT[:]
+    own[0:0] = ['  File "/env/lib/python3.10/site-packages/deepspeed/runtime/engine.py", line 2010, in backward',
+                "    self.optimizer.backward(loss)"]
+    assert first_failure_of(_driver(own))["phase"] == "backward"
+    # nor a task whose method no task rule knows
+    odd = [ln.replace("actor_rollout_generate_sequences", "refresh_dashboard") for ln in OOM_THEN_NEXT_REPORT]
+    assert first_failure_of(_driver(odd))["phase"] == "unknown"

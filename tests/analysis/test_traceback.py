@@ -103,6 +103,20 @@ def test_multiline_message_ends_at_next_record():
     assert rest == lines[-1:]
 
 
+def test_a_message_ends_where_ray_reports_a_task_error_nobody_waited_for():
+    """Ray's core worker prints "Unhandled error (suppress with ...): ray::Task()" as a record of its own: the
+    exception line above it (the task's own import failing) does not go on into it."""
+    lines = [
+        '  File "/env/site-packages/attn_ext/interface.py", line 15, in <module>',
+        "    import attn_ext_cuda as gpu",
+        "ImportError: /env/site-packages/attn_ext_cuda.so: undefined symbol: _ZN3c104cuda9SetDeviceEab",
+        "Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): ray::Worker.init_model() (pid=87, ip=10.0.0.2)",
+    ]
+    asm = tb.Assembler(lines[0])
+    assert [asm.feed(ln) for ln in lines[1:]] == [True, True, False]
+    assert asm.result().message == lines[2]
+
+
 def test_bounded_memory_on_runaway_recursion():
     lines = _stderr("""
         def f(n):
