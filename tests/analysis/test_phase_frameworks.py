@@ -35,6 +35,10 @@ CASES = {
     "hf save inside _maybe_log_save_evaluate is the save": (stack(
         ("transformers/trainer.py", "_maybe_log_save_evaluate"), ("transformers/trainer.py", "_save_checkpoint"),
         ("transformers/trainer.py", "evaluate")), "checkpoint-save"),
+    "hf callbacks told of a save, TRL's on_save among them": (stack(
+        ("transformers/trainer.py", "_inner_training_loop"), ("transformers/trainer.py", "_maybe_log_save_evaluate"),
+        ("transformers/trainer_callback.py", "on_save"), ("transformers/trainer_callback.py", "call_event"),
+        ("trl/trainer/utils.py", "on_save")), "checkpoint-save"),
     "accelerate's main_process_first barrier, around a dataset prepared at set-up": (stack(
         ("/w/train.py", "main"), ("accelerate/accelerator.py", "main_process_first"),
         ("/usr/lib/python3.11/contextlib.py", "__enter__"), ("accelerate/state.py", "main_process_first"),

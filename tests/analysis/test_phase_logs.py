@@ -301,6 +301,22 @@ def test_a_cut_at_a_call_is_read_where_the_terminal_wrapped_every_frame_line(cal
     assert first_failure_of(WRAPPED_AT_80.replace("{call}", call))["phase"] == phase
 
 
+@pytest.mark.parametrize("source, phase", [
+    ("from aligner.algorithms.dpo import DPOTrainer, dpo_collate", "init"),
+    ("import aligner.data as data", "init"),
+    ("trainer.fit()", "unknown"),  # not an import: a call phases.toml does not name
+    ("importer = make_importer(cfg)", "unknown"),
+])
+def test_a_script_cut_at_its_import_statement_was_loading_its_code(source, phase):
+    """A script's body cut right under an import statement failed in the module that import ran (its frames and
+    exception line lost): the job was still loading its code."""
+    text = ("Traceback (most recent call last):\n"
+            '  File "/w/examples/train_dpo.py", line 22, in <module>\n'
+            f"    {source}\n"
+            '  File "/w/aligner/algorith\n')
+    assert first_failure_of(text)["phase"] == phase
+
+
 def test_ray_train_s_worker_function_builds_before_it_fits():
     """Ray Train runs the function its users name train_func (train_loop_per_worker) on each worker: it builds the
     Trainer and then fits, so a constructor under it is still set-up; under a fit it is not."""
