@@ -144,6 +144,14 @@ CASES = {
     "a cut at check_monitor_top_k alone, as pasted": (stack(
         ("lightning/pytorch/callbacks/model_checkpoint.py", "check_monitor_top_k"),
         ("lightning/pytorch/strategies/ddp.py", "reduce_boolean_decision")), "checkpoint-save"),
+    "megatron's save at an interval, then its exit decision": (stack(
+        (f"{MLM}/megatron/training/training.py", "pretrain"), (f"{MLM}/megatron/training/training.py", "train"),
+        (f"{MLM}/megatron/training/training.py", "checkpoint_and_decide_exit"),
+        (f"{MLM}/megatron/training/training.py", "save_checkpoint_and_time"),
+        (f"{MLM}/megatron/training/checkpointing.py", "save_checkpoint")), "checkpoint-save"),
+    "megatron-bridge's, cut under the call": (stack(
+        ("megatron/bridge/training/train.py", "train"),
+        ("megatron/bridge/training/train.py", "checkpoint_and_decide_exit")), "checkpoint-save"),
     "torchtitan optimizer": (stack(
         ("torchtitan/train.py", "train_step"), ("torchtitan/components/optimizer.py", "step")), "optimizer-step"),
     "colossalai pipeline send_forward": (stack(
