@@ -209,3 +209,27 @@ def test_a_shell_s_aborted_alone_is_a_death_of_unknown_cause():
 def test_a_shell_s_aborted_after_a_collective_timeout_is_the_watchdog_s_doing():
     got = first_failure_of(TIMED_OUT + "Aborted (core dumped)\n")
     assert got["category"] == "cascade"
+
+
+STEPS_SKIPPED = "".join(
+    f"[2026-12-02 10:20:0{i},118] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. "
+    f"Attempted loss scale: {2 ** (20 - i)}, reducing to {2 ** (19 - i)}\n" for i in range(5))
+
+
+@pytest.mark.parametrize("title", ["# DeepSpeed Loss Overflow", "# [deepspeed] OVERFLOW!",
+                                   "# fp16 gradients overflow on every step"])
+def test_a_title_that_names_an_overflow_is_the_failure_when_the_log_only_skips_steps(title):
+    """Steps skipped while the loss scale falls are loss scaling at work, no failure by themselves; a title that
+    says the loss or the gradients overflowed is the failure the person asks about: numerics, at the optimizer
+    step where the gradients are checked, low."""
+    ff = first_failure_of(f"{title}\n\n{STEPS_SKIPPED}")
+    assert (ff["signature"], ff["category"], ff["phase"], ff["confidence"]) == \
+        ("text.overflow_mention", "numerics", "optimizer-step", "low")
+
+
+def test_steps_skipped_under_no_such_title_are_no_failure():
+    assert first_failure_of(STEPS_SKIPPED) is None
+    assert first_failure_of(f"# Stack overflow in the tokenizer\n\n{STEPS_SKIPPED}") is None
+    # a failure of the log's own comes before the title's words
+    crash = STEPS_SKIPPED + "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    assert first_failure_of(f"# DeepSpeed Loss Overflow\n\n{crash}")["signature"] == "cuda.oom"
