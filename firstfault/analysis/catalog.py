@@ -81,6 +81,8 @@ TRAITS = {
     "generic": "a last resort that names no failure of its own: its message is its fingerprint",
     "cut-traceback": "a traceback whose exception line is missing",
     "mention": "words in prose that name a class of failure",
+    "death-words": "words that a process was killed with no error of its own: they say nothing of a traceback's "
+                   "exception (judge.with_mentioned_category)",
     "unexplained": "a death whose reporter does not know its cause: the text's words may name its class (judge.py)",
     "memory-unresolved": "an out-of-memory whose memory (GPU or host) the line does not say: the text's words about "
                          "memory may (judge.py)",

@@ -270,7 +270,8 @@ def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
     if not (f.has("cut-traceback") or unexplained or memory
             or (f.category == "unknown" and f.cap == "low" and exit_of(f) is not None)):
         return f
-    said = _said(findings)
+    # a cut traceback raised: words that a process was killed without an error say nothing of its exception
+    said = _said([h for h in findings if not h.has("death-words")] if f.has("cut-traceback") else findings)
     if memory:  # which memory is all the words may add: GPU where they say so, else the host's
         if said is None or said.category not in ("gpu-memory", "host-memory"):
             return f

@@ -199,8 +199,8 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
         exited = exit_failure(findings)
         if exited is not None:
             exited = with_mentioned_category(exited, findings)
-        else:
-            first = named_in_words(findings)
+        else:  # a launcher's word that a worker ended outranks a title's that one was killed (death words)
+            first = named_in_words([f for f in findings if not f.has("death-words")] if stopping else findings)
         if first is None and exited is None and stopping:
             exited = with_mentioned_category(launcher_stopped(casc), findings)
         if first is None and exited is None:

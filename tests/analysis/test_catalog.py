@@ -88,11 +88,11 @@ def test_required_coverage():
                                                        "training.fit_ended", "training.bar_progress"]
     # (words naming a phase and a failure before words naming a failure alone: "OOM while saving the model"
     # keeps both, its category from the words)
-    assert [s.id for s in CATALOG.signatures[-14:-5]] == ["python.exception", "python.traceback",
+    assert [s.id for s in CATALOG.signatures[-15:-5]] == ["python.exception", "python.traceback",
                                                        "text.phase_failure_mention", "text.init_failure_mention",
                                                        "text.load_failure_mention", "text.task_failure_mention",
-                                                       "text.overflow_mention", "text.failure_mention",
-                                                       "text.exception_quoted"]
+                                                       "text.overflow_mention", "text.killed_mention",
+                                                       "text.failure_mention", "text.exception_quoted"]
 
 
 def test_launcher_roles():

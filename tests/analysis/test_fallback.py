@@ -233,3 +233,26 @@ def test_steps_skipped_under_no_such_title_are_no_failure():
     # a failure of the log's own comes before the title's words
     crash = STEPS_SKIPPED + "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
     assert first_failure_of(f"# DeepSpeed Loss Overflow\n\n{crash}")["signature"] == "cuda.oom"
+
+
+LOADED_THEN_NOTHING = ("Loading checkpoint shards: 100%|██████████| 8/8 [19:40<00:00, 147.57s/it]\n"
+                       "Loading extension module cpu_adam...\nTime to load cpu_adam op: 60.97 seconds\n")
+
+
+@pytest.mark.parametrize("title", ["# Training process got killed without any error", "# 训练时进程被kill掉了"])
+def test_a_title_that_says_a_process_was_killed_is_a_guess_of_host_memory(title):
+    """A worker killed with nothing in its own output: the person's title is all that says it died, and a SIGKILL
+    with no word of the process's own is most often the kernel's OOM killer; the set-up lines before it (shards
+    loaded, an optimizer op built, no step) give the phase."""
+    ff = first_failure_of(f"{title}\n\n{LOADED_THEN_NOTHING}")
+    assert (ff["signature"], ff["category"], ff["phase"], ff["confidence"]) == \
+        ("text.killed_mention", "host-memory", "init", "low")
+
+
+def test_killed_in_a_title_says_nothing_of_a_cut_traceback_s_exception():
+    """A traceback is an error the process raised, not a kill: words that a process was killed do not give its
+    category, nor do words that name no kill ("How to kill a hung job")."""
+    cut = ('Traceback (most recent call last):\n  File "/w/run.py", line 30, in main\n    pipeline.run()\n'
+           '  File "/w/pipe.py", line 52, in run\n    self.do_checkpoint(global_step=step)\n  File "/w/pi\n')
+    assert first_failure_of(f"# 两个任务并行导致任务被杀\n\n{cut}")["category"] == "unknown"
+    assert first_failure_of(f"# How to kill a hung job?\n\n{LOADED_THEN_NOTHING}") is None
