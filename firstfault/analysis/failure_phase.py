@@ -262,12 +262,22 @@ _RUNNING = re.compile(r"\w+train|train\w+|fit|step|epoch|loop|evaluat|predict|ge
 def _constructing(frames: Sequence[Frame]) -> Frame | None:
     """The constructor frame of the job's code or a framework's a traceback passes through when none of its
     frames runs training (``_RUNNING``): the failure came while the job built its objects (a config's
-    check, a model's layers, a trainer, a Ray actor), which is its set-up. Not the standard library's nor
-    PyTorch's own helper objects (torch.load's zip reader), which any step may build. None otherwise."""
+    check, a model's layers, a trainer, a Ray actor, torch.distributed's wrappers and stages), which is its
+    set-up. Not the standard library's nor PyTorch's own helper objects (torch.load's zip reader), which any
+    step may build. None otherwise."""
     if any(_RUNNING.search(f.func) for f in frames if f.func not in _CONSTRUCTORS and f.func not in _WHOLE_JOB):
         return None
     return next((f for f in reversed(frames) if f.func in _CONSTRUCTORS
-                 and (o := owner_of(f.file)).kind != "stdlib" and o.name != "torch"), None)
+                 and (o := owner_of(f.file)).kind != "stdlib" and (o.name != "torch" or _in_torch_distributed(f))),
+                None)
+
+
+def _in_torch_distributed(f: Frame) -> bool:
+    """A frame of torch.distributed's or DDP's own objects (DistributedDataParallel, FSDP, a pipeline stage, a
+    device mesh): built once, as the job sets up its parallelism (torch/nn/parallel/distributed.py,
+    torch/distributed/, 1.x-2.9)."""
+    path = f.file.replace("\\", "/")
+    return "torch/distributed/" in path or "torch/nn/parallel/distributed.py" in path
 
 
 IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError")

@@ -36,6 +36,8 @@ CATALOG = load_catalog()
      "flax_model.msgpack found in directory /models/llama.", "config"),
     # a framework's own check of what it was given states a requirement (torchtune loss patch_tp_plan)
     ("KeyError: '`tp_plan` requires `output` key'", "config"),
+    # torch.distributed.pipelining's stage checks its group against the stages it was given
+    ("RuntimeError: Pipeline group size 8 cannot be larger than number of stages 4", "config"),
 ])
 def test_an_exception_takes_its_category_from_its_words(line, category):
     assert CATALOG.category_of(line, "user-code") == category

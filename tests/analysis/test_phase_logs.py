@@ -336,3 +336,24 @@ def test_ray_train_s_worker_function_builds_before_it_fits():
     assert first_failure_of(text)["phase"] == "init"
     fitting = text.replace("line 44, in train_func", "line 44, in fit_one_epoch")
     assert first_failure_of(fitting)["phase"] != "init"
+
+
+def _built_at_top(torch_file: str, exception: str) -> str:
+    return ("[rank0]: Traceback (most recent call last):\n"
+            '[rank0]:   File "/w/pipe_test.py", line 48, in <module>\n'
+            "[rank0]:     stage = build(model, rank)\n"
+            f'[rank0]:   File "/env/lib/python3.12/site-packages/torch/{torch_file}", line 138, in __init__\n'
+            "[rank0]:     raise RuntimeError(msg)\n"
+            f"[rank0]: {exception}\n")
+
+
+def test_torch_distributed_s_own_objects_are_built_at_set_up():
+    """A pipeline stage, DDP or FSDP wrapper raising from its constructor, with no frame of training around it:
+    the job was setting up its parallelism. torch's other helper objects (torch.load's zip reader) may be built in
+    any step and say nothing."""
+    ff = first_failure_of(_built_at_top("distributed/pipelining/stage.py",
+                                        "RuntimeError: Pipeline group size 8 cannot be larger than number of stages 4"))
+    assert (ff["phase"], ff["category"]) == ("init", "config")
+    reader = first_failure_of(_built_at_top("serialization.py", "RuntimeError: PytorchStreamReader failed reading "
+                                                                "zip archive: failed finding central directory"))
+    assert reader["phase"] != "init"
