@@ -357,3 +357,20 @@ def test_torch_distributed_s_own_objects_are_built_at_set_up():
     reader = first_failure_of(_built_at_top("serialization.py", "RuntimeError: PytorchStreamReader failed reading "
                                                                 "zip archive: failed finding central directory"))
     assert reader["phase"] != "init"
+
+
+FAIRSEQ_LOAD = ("2026-05-02 11:00:00 | INFO | fairseq.trainer | Preparing to load checkpoint /ckpt/lm/checkpoint_last.pt\n"
+                "{loaded}"
+                "Traceback (most recent call last):\n"
+                '  File "/env/bin/fairseq-train", line 33, in <module>\n'
+                "    sys.exit(cli_main())\n"
+                '  File "/env/lib/python3.8/site-packages/torch/m\n')
+
+
+def test_fairseq_s_load_lines_bound_its_checkpoint_load():
+    """fairseq's trainer says when it starts reading a checkpoint and when it has read it; a failure between the two
+    (a traceback cut before saying what) came while loading it, one after the end line still in set-up."""
+    assert first_failure_of(FAIRSEQ_LOAD.replace("{loaded}", ""))["phase"] == "checkpoint-load"
+    loaded = ("2026-05-02 11:02:10 | INFO | fairseq.trainer | Loaded checkpoint /ckpt/lm/checkpoint_last.pt "
+              "(epoch 3 @ 12000 updates)\n")
+    assert first_failure_of(FAIRSEQ_LOAD.replace("{loaded}", loaded))["phase"] == "init"
