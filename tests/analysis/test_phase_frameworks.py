@@ -152,6 +152,13 @@ CASES = {
     "megatron-bridge's, cut under the call": (stack(
         ("megatron/bridge/training/train.py", "train"),
         ("megatron/bridge/training/train.py", "checkpoint_and_decide_exit")), "checkpoint-save"),
+    "deepspeed-chat's hybrid engine builds its inference containers at set-up": (stack(
+        ("deepspeed/__init__.py", "initialize"), ("deepspeed/runtime/hybrid_engine.py", "__init__"),
+        ("deepspeed/runtime/hybrid_engine.py", "create_inference_module"),
+        ("deepspeed/runtime/hybrid_engine.py", "new_inference_container"),
+        ("deepspeed/module_inject/containers/gptneox.py", "get_hidden_heads")), "init"),
+    "its step refreshes them from the new weights": (stack(
+        ("/w/step3/main.py", "main"), ("deepspeed/runtime/hybrid_engine.py", "step")), "optimizer-step"),
     "torchtitan optimizer": (stack(
         ("torchtitan/train.py", "train_step"), ("torchtitan/components/optimizer.py", "step")), "optimizer-step"),
     "colossalai pipeline send_forward": (stack(
