@@ -258,3 +258,15 @@ def test_killed_in_a_title_says_nothing_of_a_cut_traceback_s_exception():
            '  File "/w/pipe.py", line 52, in run\n    self.do_checkpoint(global_step=step)\n  File "/w/pi\n')
     assert first_failure_of(f"# 两个任务并行导致任务被杀\n\n{cut}")["category"] == "unknown"
     assert first_failure_of(f"# How to kill a hung job?\n\n{LOADED_THEN_NOTHING}") is None
+
+
+def test_hydra_s_word_that_the_job_raised_is_the_failure_when_its_exception_is_cut():
+    """Hydra writes "Error executing job with overrides: [...]" before it raises the job's exception again (verl's,
+    NeMo's entry points): with the exception itself cut from the paste, that is the failure, of an unknown kind."""
+    text = ("(main_task pid=186) step:0 - val/test_score/gsm8k:0.41\n"
+            "Error executing job with overrides: ['algorithm.adv_estimator=grpo', 'data.train_batch_size=32']\n")
+    ff = first_failure_of(text)
+    assert (ff["signature"], ff["category"], ff["confidence"]) == ("hydra.job_failed", "unknown", "low")
+    # not an example: the exception under it is the failure
+    raised = text + "ValueError: batch of 32 does not split among 48 workers\n"
+    assert first_failure_of(raised)["signature"] != "hydra.job_failed"
