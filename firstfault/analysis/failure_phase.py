@@ -38,7 +38,7 @@ from firstfault.analysis.flight_recorder import FRAnalysis
 from firstfault.analysis.hang import Inference
 from firstfault.analysis.judge import USAGE, heading_phase, phase_heading
 from firstfault.analysis.lasterror import CLIMBED, climbs_setup
-from firstfault.analysis.ownership import owner_of
+from firstfault.analysis.ownership import in_places, owner_of
 from firstfault.analysis.phase import (
     COLLECTIVE_HINT,
     ENCLOSING_PHASES,
@@ -255,6 +255,9 @@ def nccl_setup(f: Finding, parts: Iterable[Finding], before: Iterable[str] = ())
 # Train's documentation gives the function each worker runs, which builds the trainer and then fits
 # (TorchTrainer(train_loop_per_worker=...), its examples' ``train_func`` and ``train_fn``).
 _CONSTRUCTORS = ("__init__", "__post_init__")
+# torch.distributed's and DDP's own objects (DistributedDataParallel, FSDP, a pipeline stage, a device mesh): built
+# once, as the job sets up its parallelism (torch/nn/parallel/distributed.py, torch/distributed/, 1.x-2.9)
+TORCH_DISTRIBUTED = ("torch/distributed/", "torch/nn/parallel/distributed.py")
 _WHOLE_JOB = frozenset({"train_func", "train_fn", "train_loop_per_worker"})
 _RUNNING = re.compile(r"\w+train|train\w+|fit|step|epoch|loop|evaluat|predict|generat|rollout|forward|backward", re.I)
 
@@ -268,16 +271,8 @@ def _constructing(frames: Sequence[Frame]) -> Frame | None:
     if any(_RUNNING.search(f.func) for f in frames if f.func not in _CONSTRUCTORS and f.func not in _WHOLE_JOB):
         return None
     return next((f for f in reversed(frames) if f.func in _CONSTRUCTORS
-                 and (o := owner_of(f.file)).kind != "stdlib" and (o.name != "torch" or _in_torch_distributed(f))),
-                None)
-
-
-def _in_torch_distributed(f: Frame) -> bool:
-    """A frame of torch.distributed's or DDP's own objects (DistributedDataParallel, FSDP, a pipeline stage, a
-    device mesh): built once, as the job sets up its parallelism (torch/nn/parallel/distributed.py,
-    torch/distributed/, 1.x-2.9)."""
-    path = f.file.replace("\\", "/")
-    return "torch/distributed/" in path or "torch/nn/parallel/distributed.py" in path
+                 and (o := owner_of(f.file)).kind != "stdlib"
+                 and (o.name != "torch" or in_places(f.file, TORCH_DISTRIBUTED))), None)
 
 
 IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError")

@@ -250,7 +250,8 @@ def owner_of(path: str) -> Owner:
     return Owner("user", "")
 
 
-def _in(path: str, places: Sequence[str]) -> bool:
+def in_places(path: str, places: Sequence[str]) -> bool:
+    """Whether ``path`` (any separator) holds one of ``places``, parts of paths such as "torch/distributed/"."""
     p = _norm(path)
     return any(x in p for x in places)
 
@@ -317,7 +318,7 @@ def _op_caller(frames: Sequence[Frame]) -> tuple[Frame, Owner] | None:
     caller is the user's file (its inputs, or a paste cut above the frame that raised) or not in the text."""
     for f in reversed(frames):
         o = owner_of(f.file)
-        if o.kind == "stdlib" or _in(f.file, OP_LAYER):
+        if o.kind == "stdlib" or in_places(f.file, OP_LAYER):
             continue
         return (f, o) if o.kind in PACKAGES else None
     return None
@@ -399,12 +400,12 @@ def category(exc_type: str | None, message: str, frames: Sequence[Frame]) -> Inf
     if _reports(f) and o.kind == "framework":
         return Inference("unknown", f, o, f"raised where {o.name} {REPORTS} ({_tail(f.file)}, "
                          "in " f"{f.func}): the cause is in that process's own log")
-    if exc_type is None and _in(f.file, MODULE_CALL):  # cut inside a module's call: a library's forward ran below
+    if exc_type is None and in_places(f.file, MODULE_CALL):  # cut inside a module's call: a library's forward ran below
         return Inference("framework", f, o, f"inferred from where the paste stops: inside torch's call of a module's "
                          f"forward ({_where(f, o)}), whose frames and exception line are missing; in a training job "
                          "most modules are a library's (transformers, the framework's layers): find that line to confirm")
-    if o.kind != "user" and _in(f.file, OP_LAYER):
-        caller = _op_caller(frames) if exc_type is None and not _in(f.file, NOT_INPUT_CHECKS) else None
+    if o.kind != "user" and in_places(f.file, OP_LAYER):
+        caller = _op_caller(frames) if exc_type is None and not in_places(f.file, NOT_INPUT_CHECKS) else None
         if caller is None:
             return None
         c, co = caller
