@@ -98,6 +98,15 @@ def _cut_frame(text: str) -> str | None:
     return text if _CUT_FILE.match(text) and FRAME.match(text) is None else None
 
 
+def _rich_unwrapped(before: str, text: str) -> re.Match[str] | None:
+    """The frame rich's panel wrapped in two: its path and line on ``before``, "in <function>" on ``text``."""
+    path = RICH_PATH.match(before.rstrip())
+    func = _RICH_FUNC.match(text.rstrip()) if path is not None else None
+    if func is None:
+        return None
+    return RICH_FRAME.match(f"│ {path.group('file')}:{path.group('line')} in {func.group('func')}")
+
+
 def ends_frame(before: str, text: str) -> bool:
     """Whether ``text`` ends a frame line: a whole one, or the rest of one a terminal wrapped after ``before``."""
     return FRAME.match(text) is not None or _unwrapped(_cut_frame(before), text) is not None
@@ -274,12 +283,8 @@ class Assembler:
     def _frame(self, text: str) -> None:
         m = FRAME.match(text) or RICH_FRAME.match(text)
         if m is None and len(self._lines) > 1:
-            m = _unwrapped(_cut_frame(self._lines[-2]), text)  # a frame line wrapped in two
-            if m is None and (func := _RICH_FUNC.match(text.rstrip())) is not None \
-                    and (path := RICH_PATH.match(self._lines[-2].rstrip())) is not None:  # rich's, wrapped
-                if len(self._frames) < MAX_LINES:
-                    self._frames.append(Frame(path.group("file"), int(path.group("line")), func.group("func")))
-                return
+            before = self._lines[-2]  # a frame line wrapped in two: a terminal's, or rich's in its panel
+            m = _unwrapped(_cut_frame(before), text) or _rich_unwrapped(before, text)
         if m and len(self._frames) < MAX_LINES:
             self._frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
 
