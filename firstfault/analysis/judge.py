@@ -179,11 +179,13 @@ def exit_failure(findings: list[Finding]) -> Finding | None:
     return replace(pick, match=replace(pick.match, role="root", category=category), cap="low", links=links)
 
 
-def _said(findings: Iterable[Finding]) -> Finding | None:
+def _said(findings: Iterable[Finding], deaths: bool = True) -> Finding | None:
     """The first failure the text names in words: a mention (99-fallback's text.failure_mention), or a
-    known failure in a heading (prose); of a class, not ``unknown`` or a cascade."""
+    known failure in a heading (prose); of a class, not ``unknown`` or a cascade. ``deaths``: words that a
+    process was killed without an error of its own (trait ``death-words``) count too."""
     return next((m for m in findings if m.category not in ("unknown", "cascade")
-                 and (m.has("mention") or (m.ev.fields.get("prose") and m.role == "root"))), None)
+                 and (m.has("mention") or (m.ev.fields.get("prose") and m.role == "root"))
+                 and (deaths or not m.has("death-words"))), None)
 
 
 def _child_failed(findings: list[Finding]) -> Finding | None:
@@ -271,7 +273,7 @@ def with_mentioned_category(f: Finding, findings: Iterable[Finding]) -> Finding:
             or (f.category == "unknown" and f.cap == "low" and exit_of(f) is not None)):
         return f
     # a cut traceback raised: words that a process was killed without an error say nothing of its exception
-    said = _said([h for h in findings if not h.has("death-words")] if f.has("cut-traceback") else findings)
+    said = _said(findings, deaths=not f.has("cut-traceback"))
     if memory:  # which memory is all the words may add: GPU where they say so, else the host's
         if said is None or said.category not in ("gpu-memory", "host-memory"):
             return f
@@ -320,12 +322,13 @@ def phase_heading(findings: Iterable[Finding]) -> Finding | None:
                  and heading_phase(f) is not None), None)
 
 
-def named_in_words(findings: Iterable[Finding], phases: bool = True) -> Finding | None:
+def named_in_words(findings: Iterable[Finding], phases: bool = True, deaths: bool = True) -> Finding | None:
     """Rule 5: the failure a heading of the text (an issue's title: prose) names in words (``_said``),
     as a root at low confidence, when nothing else says what failed; None when none does. Words on
     a line of the log itself ("we saw NaN once") are no failure by themselves. ``phases``: a heading
-    that names only the phase it failed in counts too (not beside a hang, whose cascades say more)."""
-    prose = [f for f in findings if f.ev.fields.get("prose")]
+    that names only the phase it failed in counts too (not beside a hang, whose cascades say more). ``deaths``:
+    as ``_said``'s."""
+    prose = [f for f in findings if f.ev.fields.get("prose") and (deaths or not f.has("death-words"))]
     said = _said(prose) or (phase_heading(prose) if phases else None)
     if said is None:
         return None

@@ -200,7 +200,7 @@ def decide(findings: list[Finding], state: RankState, read: Read, rank_nodes: Ma
         if exited is not None:
             exited = with_mentioned_category(exited, findings)
         else:  # a launcher's word that a worker ended outranks a title's that one was killed (death words)
-            first = named_in_words([f for f in findings if not f.has("death-words")] if stopping else findings)
+            first = named_in_words(findings, deaths=not stopping)
         if first is None and exited is None and stopping:
             exited = with_mentioned_category(launcher_stopped(casc), findings)
         if first is None and exited is None:
